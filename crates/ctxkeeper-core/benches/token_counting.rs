@@ -1,0 +1,2 @@
+//! Token counting throughput (being written).
+fn main() {}

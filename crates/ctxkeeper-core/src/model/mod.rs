@@ -1,0 +1,15 @@
+//! The provider-neutral message model and its invariants.
+
+mod check;
+mod group;
+mod message;
+mod repair;
+
+pub use check::{CheckRules, Violation, ViolationKind, check};
+pub use group::{ApiRound, Turn, api_rounds, is_safe_split, safe_split_points, turns};
+pub use message::{
+    ContentForm, DataSource, Extra, Message, Part, PartKind, Request, Role, ToolSpec, WireHints,
+};
+pub use repair::{
+    INTERRUPTED_RESULT_TEXT, OPENING_PLACEHOLDER_TEXT, RepairReport, object_arguments, repair,
+};

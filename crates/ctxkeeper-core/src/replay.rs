@@ -1,0 +1,1 @@
+//! Step-by-step replay of a conversation (in progress).
