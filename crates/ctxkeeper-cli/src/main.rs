@@ -1,1 +1,91 @@
-fn main() {}
+//! `ctxkeeper`: the command-line face of the context engine.
+//!
+//! The binary is glue: it reads files, parses arguments and prints reports; every decision is
+//! made by the library crates.
+
+mod inspect;
+mod replay;
+mod trace_input;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::trace_input::InputError;
+
+/// ctxkeeper keeps long-running LLM agents inside their context window: it compacts history
+/// cheapest-first, archives whatever leaves the context, and reports what every model call
+/// costs.
+#[derive(Debug, Parser)]
+#[command(name = "ctxkeeper", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Summarise a trace: messages by role, tool calls, tokens by role and part kind, the
+    /// largest items and every provider-rule violation.
+    Inspect(inspect::InspectArgs),
+    /// Replay a trace as the agent lived it (one model call per assistant message) and report
+    /// tokens, window overflows, violations and engine time.
+    Replay(replay::ReplayArgs),
+}
+
+/// Options shared by commands that read a trace.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The trace file: tau-bench JSON, SWE-agent .traj, OpenHands output, Claude Code or Codex
+    /// JSONL, or a bare OpenAI / Anthropic / Responses request body.
+    #[arg(value_name = "TRACE")]
+    pub trace: PathBuf,
+
+    /// The trace format; `auto` detects it from the content.
+    #[arg(long, default_value = "auto", value_name = "FORMAT")]
+    pub format: String,
+
+    /// Join all sessions of the trace into one (the 200 tau-bench tasks become one long
+    /// session).
+    #[arg(long)]
+    pub concat: bool,
+
+    /// The model whose tokenizer and window apply (default: the trace's own model, else
+    /// gpt-4o).
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+
+    /// A TOML file whose `[models."NAME"]` tables override or add model profiles.
+    #[arg(long, value_name = "FILE", env = "CTXKEEPER_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Print one JSON object to stdout instead of the human report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Replay(args) => replay::run(&args),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line, so scripts and people see the file and position at once.
+            let code = match err.downcast_ref::<InputError>() {
+                Some(_) => 2,
+                None => 1,
+            };
+            eprintln!("error: {}", one_line(&format!("{err:#}")));
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// Collapses a multi-line message into one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

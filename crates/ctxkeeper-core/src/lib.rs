@@ -8,6 +8,7 @@
 //!   Codex CLI);
 //! - [`tokens`]: exact and estimated token counts, model profiles, calibration and the
 //!   per-message count cache;
+//! - [`stats`]: what `ctxkeeper inspect` reports about a trace;
 //! - [`replay`]: replays a conversation step by step as the agent lived it and measures it.
 //!
 //! This crate does no IO of its own: it reads from and writes to memory, so every behaviour can
@@ -19,6 +20,7 @@ pub mod formats;
 pub mod import;
 pub mod model;
 pub mod replay;
+pub mod stats;
 pub mod tokens;
 
 pub use error::{ParseError, Position};

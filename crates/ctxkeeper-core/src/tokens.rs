@@ -22,6 +22,23 @@ pub struct ModelProfile {
     pub tokenizer: TokenizerKind,
 }
 
+/// The table of model profiles (placeholder until the full table lands).
+#[derive(Debug, Clone, Default)]
+pub struct Profiles;
+
+impl Profiles {
+    /// The built-in profiles.
+    pub fn builtin() -> Profiles {
+        Profiles
+    }
+
+    /// Built-ins overridden by a TOML document.
+    pub fn from_toml_str(text: &str) -> Result<Profiles, String> {
+        let _ = text;
+        Ok(Profiles)
+    }
+}
+
 /// Counts tokens of messages, parts and tool schemas for one model profile.
 #[derive(Debug, Clone)]
 pub struct TokenModel {
@@ -32,6 +49,17 @@ impl TokenModel {
     /// The token model for a profile.
     pub fn new(profile: ModelProfile) -> TokenModel {
         TokenModel { profile }
+    }
+
+    /// The token model of a named model.
+    pub fn for_model(name: &str, profiles: &Profiles) -> TokenModel {
+        let _ = profiles;
+        TokenModel::new(ModelProfile {
+            name: name.to_string(),
+            context_window: 128_000,
+            max_output: 16_384,
+            tokenizer: TokenizerKind::O200kBase,
+        })
     }
 
     /// Tokens of a plain text.

@@ -199,6 +199,9 @@ pub fn check(messages: &[Message], rules: &CheckRules) -> Vec<Violation> {
         }
 
         if message.role.is_instruction() {
+            // Instructions are content too: they close the open round.
+            close_round(&mut open, &mut out);
+            round_accepts_results = false;
             if seen_conversation && rules.instructions_only_at_start {
                 out.push(violation(
                     index,

@@ -110,10 +110,10 @@ pub fn is_safe_split(messages: &[Message], index: usize) -> bool {
     index >= messages.len() || !is_result_message(&messages[index])
 }
 
-/// A message that only answers tool calls (an OpenAI `tool` message, an Anthropic user message
-/// of `tool_result` blocks). Such a message belongs to the round before it.
+/// A message that answers tool calls (an OpenAI `tool` message, an Anthropic user message with
+/// `tool_result` blocks, possibly followed by text). It belongs to the round before it.
 fn is_result_message(message: &Message) -> bool {
-    message.role == Role::Tool || (message.role == Role::User && message.is_only_tool_results())
+    message.role == Role::Tool || (message.role == Role::User && message.has_tool_results())
 }
 
 #[cfg(test)]

@@ -66,6 +66,7 @@ impl RepairReport {
 /// changed. Running it again changes nothing.
 pub fn repair(messages: &mut Vec<Message>, rules: &CheckRules) -> RepairReport {
     let mut report = RepairReport::default();
+    let allow_pending_tail = rules.allow_pending_tail;
     misplaced_parts_to_text(messages, &mut report);
     if rules.instructions_only_at_start {
         late_instructions_to_user(messages, &mut report);
@@ -76,7 +77,7 @@ pub fn repair(messages: &mut Vec<Message>, rules: &CheckRules) -> RepairReport {
     if !rules.allow_empty_messages {
         drop_empty(messages, &mut report);
     }
-    pair_calls_and_results(messages, &mut report);
+    pair_calls_and_results(messages, allow_pending_tail, &mut report);
     if rules.first_message_user {
         ensure_user_opening(messages, &mut report);
     }
@@ -160,7 +161,11 @@ struct CallSlot {
     answered: bool,
 }
 
-fn pair_calls_and_results(messages: &mut Vec<Message>, report: &mut RepairReport) {
+fn pair_calls_and_results(
+    messages: &mut Vec<Message>,
+    allow_pending_tail: bool,
+    report: &mut RepairReport,
+) {
     let input = std::mem::take(messages);
     let mut out: Vec<Message> = Vec::with_capacity(input.len());
     let mut iter = input.into_iter().peekable();
@@ -178,7 +183,11 @@ fn pair_calls_and_results(messages: &mut Vec<Message>, report: &mut RepairReport
         }
         out.push(assistant);
 
-        if zone_is_valid(&zone, &slots) {
+        // The last assistant message of a stored history may still wait for its tools.
+        let pending_tail = allow_pending_tail
+            && iter.peek().is_none()
+            && zone.iter().all(Message::is_only_tool_results);
+        if zone_is_valid(&zone, &slots, pending_tail) {
             out.extend(zone);
             continue;
         }
@@ -241,7 +250,7 @@ fn pair_calls_and_results(messages: &mut Vec<Message>, report: &mut RepairReport
         for part in late_results {
             out.push(Message::new(Role::Tool, vec![part]));
         }
-        for slot in slots.iter().filter(|s| !s.answered) {
+        for slot in slots.iter().filter(|s| !s.answered && !pending_tail) {
             report.synthesized_results += 1;
             out.push(Message::new(
                 Role::Tool,
@@ -305,7 +314,7 @@ fn unique_call_slots(
 
 /// A zone is valid when its results come first, each answers a distinct call, and every call
 /// is answered.
-fn zone_is_valid(zone: &[Message], slots: &[CallSlot]) -> bool {
+fn zone_is_valid(zone: &[Message], slots: &[CallSlot], pending_tail: bool) -> bool {
     let mut answered = vec![false; slots.len()];
     let mut in_results = true;
     for message in zone {
@@ -328,7 +337,7 @@ fn zone_is_valid(zone: &[Message], slots: &[CallSlot]) -> bool {
             }
         }
     }
-    answered.iter().all(|a| *a)
+    pending_tail || answered.iter().all(|a| *a)
 }
 
 fn push_without_results(

@@ -1,0 +1,117 @@
+//! Reading a trace file: bytes from disk, format detection, import, optional concatenation.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use ctxkeeper_core::ParseError;
+use ctxkeeper_core::import::{self, Session, Trace, TraceFormat};
+use ctxkeeper_core::tokens::{Profiles, TokenModel};
+
+use crate::TraceArgs;
+
+/// The model assumed when neither the trace nor `--model` names one.
+pub const DEFAULT_MODEL: &str = "gpt-4o";
+
+/// A problem with the user's input: exit code 2.
+#[derive(Debug)]
+pub enum InputError {
+    /// The file could not be read.
+    Read { path: PathBuf, source: std::io::Error },
+    /// The file is not UTF-8 text.
+    NotUtf8 { path: PathBuf, valid_up_to: usize },
+    /// The format could not be detected.
+    UnknownFormat { path: PathBuf },
+    /// A `--format` or `--wire` value that is not known.
+    BadOption(String),
+    /// The content does not parse.
+    Parse { path: PathBuf, format: TraceFormat, error: ParseError },
+    /// The configuration file is invalid.
+    Config { path: PathBuf, message: String },
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InputError::Read { path, source } => write!(f, "{}: {source}", path.display()),
+            InputError::NotUtf8 { path, valid_up_to } => {
+                write!(f, "{}: byte {valid_up_to}: not valid UTF-8 text", path.display())
+            }
+            InputError::UnknownFormat { path } => write!(
+                f,
+                "{}: cannot tell the trace format from its content; pass --format (one of {})",
+                path.display(),
+                TraceFormat::ALL.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            InputError::BadOption(message) => f.write_str(message),
+            InputError::Parse { path, format, error } => {
+                write!(f, "{}: {error} (reading it as {})", path.display(), format.as_str())
+            }
+            InputError::Config { path, message } => write!(f, "{}: {message}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// A trace read from disk, ready to inspect or replay.
+#[derive(Debug)]
+pub struct LoadedTrace {
+    pub path: PathBuf,
+    pub format: TraceFormat,
+    pub sessions: Vec<Session>,
+    pub warnings: std::collections::BTreeMap<String, usize>,
+    pub model: String,
+    pub tokens: TokenModel,
+}
+
+/// Reads, detects, imports and (with `--concat`) joins the trace named by `args`.
+pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
+    let path = args.trace.clone();
+    let text = read_text(&path)?;
+    let format = match args.format.as_str() {
+        "auto" => import::detect(&text, &file_name(&path))
+            .ok_or_else(|| InputError::UnknownFormat { path: path.clone() })?,
+        other => other.parse().map_err(InputError::BadOption)?,
+    };
+    let Trace { sessions, warnings, .. } =
+        import::import(&text, format).map_err(|error| InputError::Parse {
+            path: path.clone(),
+            format,
+            error,
+        })?;
+    let sessions = if args.concat {
+        vec![Trace { format, sessions, warnings: warnings.clone() }.concat()]
+    } else {
+        sessions
+    };
+    let profiles = load_profiles(args.config.as_deref())?;
+    let model = args
+        .model
+        .clone()
+        .or_else(|| sessions.iter().find_map(|s| s.model.clone()))
+        .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+    let tokens = TokenModel::for_model(&model, &profiles);
+    Ok(LoadedTrace { path, format, sessions, warnings, model, tokens })
+}
+
+fn load_profiles(config: Option<&Path>) -> Result<Profiles, InputError> {
+    let Some(path) = config else {
+        return Ok(Profiles::builtin());
+    };
+    let text = read_text(path)?;
+    Profiles::from_toml_str(&text)
+        .map_err(|err| InputError::Config { path: path.to_path_buf(), message: err.to_string() })
+}
+
+fn read_text(path: &Path) -> Result<String, InputError> {
+    let bytes = std::fs::read(path)
+        .map_err(|source| InputError::Read { path: path.to_path_buf(), source })?;
+    String::from_utf8(bytes).map_err(|err| InputError::NotUtf8 {
+        path: path.to_path_buf(),
+        valid_up_to: err.utf8_error().valid_up_to(),
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
