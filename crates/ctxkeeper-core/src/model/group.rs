@@ -56,17 +56,17 @@ impl Turn {
 
 /// The API rounds of `messages`, in order. Messages outside any round (instructions, user
 /// text) are not covered.
-pub fn api_rounds(messages: &[Message]) -> Vec<ApiRound> {
+pub fn api_rounds<M: AsRef<Message>>(messages: &[M]) -> Vec<ApiRound> {
     let mut rounds = Vec::new();
     let mut index = 0;
     while index < messages.len() {
-        if messages[index].role != Role::Assistant {
+        if messages[index].as_ref().role != Role::Assistant {
             index += 1;
             continue;
         }
         let start = index;
         index += 1;
-        while index < messages.len() && is_result_message(&messages[index]) {
+        while index < messages.len() && is_result_message(messages[index].as_ref()) {
             index += 1;
         }
         rounds.push(ApiRound { start, end: index });
@@ -76,11 +76,11 @@ pub fn api_rounds(messages: &[Message]) -> Vec<ApiRound> {
 
 /// The turns of `messages`, in order. Messages before the first turn (the instructions) are
 /// not covered.
-pub fn turns(messages: &[Message]) -> Vec<Turn> {
+pub fn turns<M: AsRef<Message>>(messages: &[M]) -> Vec<Turn> {
     let starts: Vec<usize> = messages
         .iter()
         .enumerate()
-        .filter(|(_, m)| m.starts_turn())
+        .filter(|(_, m)| m.as_ref().starts_turn())
         .map(|(i, _)| i)
         .collect();
     starts
@@ -95,10 +95,10 @@ pub fn turns(messages: &[Message]) -> Vec<Turn> {
 
 /// Indices `i` at which `messages[..i]` / `messages[i..]` can be split without separating a
 /// tool call from its results: never inside an API round. Always includes 0 and `len`.
-pub fn safe_split_points(messages: &[Message]) -> Vec<usize> {
+pub fn safe_split_points<M: AsRef<Message>>(messages: &[M]) -> Vec<usize> {
     let mut points = Vec::with_capacity(messages.len() + 1);
     for index in 0..=messages.len() {
-        if index == messages.len() || !is_result_message(&messages[index]) {
+        if index == messages.len() || !is_result_message(messages[index].as_ref()) {
             points.push(index);
         }
     }
@@ -106,13 +106,13 @@ pub fn safe_split_points(messages: &[Message]) -> Vec<usize> {
 }
 
 /// True when `index` is a safe split point (see [`safe_split_points`]).
-pub fn is_safe_split(messages: &[Message], index: usize) -> bool {
-    index >= messages.len() || !is_result_message(&messages[index])
+pub fn is_safe_split<M: AsRef<Message>>(messages: &[M], index: usize) -> bool {
+    index >= messages.len() || !is_result_message(messages[index].as_ref())
 }
 
 /// A message that answers tool calls (an OpenAI `tool` message, an Anthropic user message with
 /// `tool_result` blocks, possibly followed by text). It belongs to the round before it.
-fn is_result_message(message: &Message) -> bool {
+pub(crate) fn is_result_message(message: &Message) -> bool {
     message.role == Role::Tool || (message.role == Role::User && message.has_tool_results())
 }
 

@@ -397,6 +397,12 @@ impl Message {
     }
 }
 
+impl AsRef<Message> for Message {
+    fn as_ref(&self) -> &Message {
+        self
+    }
+}
+
 fn push_text(part: &Part, out: &mut String) {
     match part {
         Part::Text { text, .. }

@@ -1,0 +1,488 @@
+//! Typed, documented configuration of every compaction mechanism, loadable from TOML.
+//!
+//! A policy is a budget (when to act and how far down to go) plus an ordered cascade of
+//! stages, cheapest first. Parameter names follow the systems they come from; the camelCase
+//! spellings of those systems are accepted as aliases (`triggerTokens`, `keepMessages`, …).
+//!
+//! ```
+//! use ctxkeeper_core::engine::PolicyConfig;
+//!
+//! let policy = PolicyConfig::from_toml_str(r#"
+//!     name = "mine"
+//!     trigger_ratio = 0.7
+//!     target_ratio = 0.4
+//!
+//!     [ingest.tool_result]
+//!     max_tokens = 2000
+//!
+//!     [[stages]]
+//!     kind = "mask"
+//!     keep_rounds = 3
+//!
+//!     [[stages]]
+//!     kind = "summarize"
+//! "#).unwrap();
+//! assert_eq!(policy.stages.len(), 2);
+//! assert!(PolicyConfig::from_toml_str("trigger_ratio = 0.95").is_err());
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::summary::SummarySchema;
+
+/// A whole context policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// The policy's name in reports and events.
+    pub name: String,
+    /// Compaction starts when the request (instructions + summary + context + tool schemas)
+    /// exceeds this share of the window. At most 0.9: the rest is reserved for the summary
+    /// call itself. `None` disables the ratio trigger.
+    pub trigger_ratio: Option<f64>,
+    /// Compaction starts above this many tokens, whatever the window.
+    #[serde(alias = "triggerTokens", alias = "max_total_tokens")]
+    pub trigger_tokens: Option<u64>,
+    /// Compaction starts above this many messages in the context.
+    #[serde(alias = "triggerMessages")]
+    pub trigger_messages: Option<usize>,
+    /// Compaction starts above this many turns (`agent_max_context_turns`).
+    #[serde(alias = "agent_max_context_turns")]
+    pub trigger_turns: Option<usize>,
+    /// Never compact a context of fewer messages (`minMessages`).
+    #[serde(alias = "minMessages")]
+    pub min_messages: usize,
+    /// A compaction goes down to this share of the window (stages stop once below it).
+    /// Also known as the reserve: what is kept verbatim after summarizing.
+    #[serde(alias = "reserve_ratio")]
+    pub target_ratio: f64,
+    /// A compaction must remove at least this many tokens or it is not worth breaking the
+    /// provider's prompt cache (Anthropic's `clear_at_least`).
+    pub clear_at_least: u64,
+    /// The most recent API rounds never touched by any stage.
+    #[serde(alias = "preserveRecentApiRounds")]
+    pub keep_recent_rounds: usize,
+    /// Work done on every message as it enters the context.
+    pub ingest: IngestConfig,
+    /// The cascade, cheapest first.
+    pub stages: Vec<Stage>,
+    /// Reactive tiers driven by the provider's reported usage.
+    pub reactive: Option<ReactiveConfig>,
+    /// Recovery when the provider says the context is too long.
+    pub overflow: OverflowConfig,
+    /// Summary schema, template and prompt.
+    pub summary: SummaryConfig,
+    /// Request-time budget notice shown to the agent.
+    pub budget_notice: Option<BudgetNoticeConfig>,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> PolicyConfig {
+        PolicyConfig {
+            name: "custom".to_string(),
+            trigger_ratio: Some(0.8),
+            trigger_tokens: None,
+            trigger_messages: None,
+            trigger_turns: None,
+            min_messages: 0,
+            target_ratio: 0.5,
+            clear_at_least: 0,
+            keep_recent_rounds: 2,
+            ingest: IngestConfig::default(),
+            stages: Vec::new(),
+            reactive: None,
+            overflow: OverflowConfig::default(),
+            summary: SummaryConfig::default(),
+            budget_notice: None,
+        }
+    }
+}
+
+/// A configuration problem, with the offending field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl PolicyConfig {
+    /// Parses and validates a TOML policy.
+    pub fn from_toml_str(text: &str) -> Result<PolicyConfig, ConfigError> {
+        let config: PolicyConfig =
+            toml::from_str(text).map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies a TOML fragment on top of this policy (a one-off override): the fragment's
+    /// top-level keys replace this policy's.
+    pub fn with_overrides(&self, fragment: &str) -> Result<PolicyConfig, ConfigError> {
+        let mut base = toml::Table::try_from(self).map_err(|e| ConfigError(e.to_string()))?;
+        let patch: toml::Table =
+            toml::from_str(fragment).map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
+        for (key, value) in patch {
+            base.insert(key, value);
+        }
+        let config: PolicyConfig = toml::Value::Table(base)
+            .try_into()
+            .map_err(|err: toml::de::Error| ConfigError(err.to_string().trim().to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the ranges the mechanisms depend on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(ratio) = self.trigger_ratio
+            && !(ratio > 0.0 && ratio <= 0.9)
+        {
+            return Err(ConfigError(format!(
+                "trigger_ratio must be in (0, 0.9], got {ratio}: the rest of the window is reserved for the summary call"
+            )));
+        }
+        if !(self.target_ratio >= 0.0 && self.target_ratio < 1.0) {
+            return Err(ConfigError(format!("target_ratio must be in [0, 1), got {}", self.target_ratio)));
+        }
+        if let Some(ratio) = self.trigger_ratio
+            && self.target_ratio >= ratio
+        {
+            return Err(ConfigError(format!(
+                "target_ratio ({}) must be below trigger_ratio ({ratio})",
+                self.target_ratio
+            )));
+        }
+        if let Some(reactive) = &self.reactive
+            && !(reactive.micro_trigger_pct < reactive.full_trigger_pct && reactive.full_trigger_pct <= 100.0)
+        {
+            return Err(ConfigError("reactive: micro_trigger_pct must be below full_trigger_pct (≤ 100)".into()));
+        }
+        if self.overflow.max_attempts == 0 {
+            return Err(ConfigError("overflow.max_attempts must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Work done as messages enter the context.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestConfig {
+    /// Cap on a single tool result.
+    pub tool_result: Option<ToolResultCap>,
+    /// Keep at most this many images in the context; older ones are offloaded.
+    pub max_images: Option<usize>,
+}
+
+/// Cap on one tool result: a head + tail preview, a marker, and the whole output archived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolResultCap {
+    /// Results above this many tokens are capped (`tool_result_limit`,
+    /// `max_tool_message_tokens`).
+    #[serde(alias = "tool_result_limit", alias = "max_tool_message_tokens")]
+    pub max_tokens: Option<u64>,
+    /// Results above this many characters are capped (HarnessAgent: 80,000).
+    pub max_chars: Option<usize>,
+    /// Characters of the start kept in the preview.
+    pub head_chars: usize,
+    /// Characters of the end kept in the preview (errors and stack traces live there).
+    pub tail_chars: usize,
+    /// The last N results get `recent_multiplier` × the limits (Agentrail's larger cap).
+    pub recent_results: usize,
+    pub recent_multiplier: u32,
+    /// Tools whose results are never capped (they page themselves or are tiny).
+    pub exclude_tools: Vec<String>,
+    /// Only results of earlier turns are capped (CowAgent); the current turn is left alone.
+    pub historical_only: bool,
+}
+
+impl Default for ToolResultCap {
+    fn default() -> ToolResultCap {
+        ToolResultCap {
+            max_tokens: Some(4_000),
+            max_chars: None,
+            head_chars: 2_000,
+            tail_chars: 2_000,
+            recent_results: 0,
+            recent_multiplier: 1,
+            exclude_tools: Vec::new(),
+            historical_only: false,
+        }
+    }
+}
+
+/// One stage of the cascade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Stage {
+    /// Truncate large tool-call arguments in old rounds (HarnessAgent `TruncateArgsConfig`).
+    TruncateArgs {
+        #[serde(default = "default_max_arg_length", alias = "maxArgLength")]
+        max_arg_length: usize,
+        #[serde(default = "default_truncation_text", alias = "truncationText")]
+        truncation_text: String,
+    },
+    /// Observation masking / tool-result clearing beyond the most recent rounds.
+    Mask {
+        /// Rounds (counted from the end) whose results stay verbatim.
+        #[serde(default = "default_keep_rounds")]
+        keep_rounds: usize,
+        /// Results at or below this many tokens are left alone (masking them saves nothing).
+        #[serde(default = "default_min_result_tokens")]
+        min_result_tokens: u64,
+        /// Tools whose results are never cleared.
+        #[serde(default)]
+        exclude_tools: Vec<String>,
+        /// Clear the calls' arguments too.
+        #[serde(default)]
+        clear_inputs: bool,
+    },
+    /// Cap old tool results to a head + tail preview (CowAgent's historical truncation and
+    /// aggressive trim), archiving the whole output.
+    CapResults {
+        max_chars: usize,
+        #[serde(default)]
+        keep_rounds: usize,
+        /// Leave the results of the current turn alone (CowAgent).
+        #[serde(default)]
+        historical_only: bool,
+        /// Run before every model call, not only under pressure (Agentrail layer 1, CowAgent).
+        #[serde(default)]
+        always: bool,
+    },
+    /// Drop the oldest `drop_fraction` of whole turns when there are more than `max_turns`
+    /// (CowAgent); the dropped turns are summarized.
+    TrimTurns {
+        #[serde(alias = "agent_max_context_turns")]
+        max_turns: usize,
+        #[serde(default = "default_drop_fraction")]
+        drop_fraction: f64,
+    },
+    /// Budget trimming (CowAgent): with fewer than `min_turns_for_drop` turns, keep per turn
+    /// only the first user text and the last reply; otherwise drop the oldest half of turns.
+    CompressTurns {
+        #[serde(default = "default_min_turns_for_drop")]
+        min_turns_for_drop: usize,
+    },
+    /// Summarize the compactable prefix into the structured summary.
+    Summarize {
+        /// Keep at least this many of the most recent tokens verbatim (`keepTokens`).
+        #[serde(default, alias = "keepTokens")]
+        keep_tokens: Option<u64>,
+        /// Keep at least this many of the most recent messages verbatim (`keepMessages`,
+        /// `keep_recent_count`).
+        #[serde(default, alias = "keepMessages", alias = "keep_recent_count")]
+        keep_messages: Option<usize>,
+        /// Summarize in groups of at most this many tokens, one summary message per group
+        /// (ReMe's `group_token_threshold`); `None` makes one summary.
+        #[serde(default)]
+        group_token_threshold: Option<u64>,
+        /// Summarize only the oldest N rounds (Agentrail's micro compaction).
+        #[serde(default)]
+        oldest_rounds: Option<usize>,
+        /// Keep at least this share of the window of recent messages (AgentScope's
+        /// `reserve_ratio`, counted on the conversation only).
+        #[serde(default)]
+        keep_ratio: Option<f64>,
+        /// Run only if the earlier stages left more than this share of the tokens the
+        /// compaction started with (ReMe auto's `compact_ratio_threshold`).
+        #[serde(default, alias = "compact_ratio_threshold")]
+        min_ratio: Option<f64>,
+    },
+    /// Keep only the newest turns and the summary: the hard reset of last resort.
+    Clear {
+        #[serde(default = "default_clear_keep_turns")]
+        keep_turns: usize,
+    },
+}
+
+fn default_max_arg_length() -> usize {
+    2_000
+}
+fn default_truncation_text() -> String {
+    "... [truncated] ...".to_string()
+}
+fn default_keep_rounds() -> usize {
+    3
+}
+fn default_min_result_tokens() -> u64 {
+    100
+}
+fn default_drop_fraction() -> f64 {
+    0.5
+}
+fn default_min_turns_for_drop() -> usize {
+    5
+}
+fn default_clear_keep_turns() -> usize {
+    1
+}
+
+impl Stage {
+    /// True for stages that run before every model call, pressure or not.
+    pub fn runs_always(&self) -> bool {
+        matches!(self, Stage::CapResults { always: true, .. })
+    }
+
+    /// The stage's kind name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Stage::TruncateArgs { .. } => "truncate_args",
+            Stage::Mask { .. } => "mask",
+            Stage::CapResults { .. } => "cap_results",
+            Stage::TrimTurns { .. } => "trim_turns",
+            Stage::CompressTurns { .. } => "compress_turns",
+            Stage::Summarize { .. } => "summarize",
+            Stage::Clear { .. } => "clear",
+        }
+    }
+}
+
+/// Reactive tiers (Agentrail layer 3), driven by the previous call's reported input tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReactiveConfig {
+    /// At or above this share of the window (percent), summarize the oldest rounds.
+    #[serde(alias = "microTriggerPct")]
+    pub micro_trigger_pct: f64,
+    /// At or above this share, summarize everything compactable.
+    #[serde(alias = "fullTriggerPct")]
+    pub full_trigger_pct: f64,
+    /// Rounds summarized by a micro compaction.
+    #[serde(alias = "microBatchGroups")]
+    pub micro_batch_groups: usize,
+    /// At most this many reactive compactions per request.
+    #[serde(alias = "maxReactiveCompactionsPerRequest")]
+    pub max_per_request: u32,
+}
+
+impl Default for ReactiveConfig {
+    fn default() -> ReactiveConfig {
+        ReactiveConfig {
+            micro_trigger_pct: 85.0,
+            full_trigger_pct: 92.0,
+            micro_batch_groups: 2,
+            max_per_request: 3,
+        }
+    }
+}
+
+/// Recovery from a provider's context-overflow error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OverflowConfig {
+    /// Retries after compacting harder; the recovery always stops after this many.
+    pub max_attempts: u32,
+    /// Each attempt targets this share of the previous attempt's size (or of the limit the
+    /// provider stated).
+    pub shrink_factor: f64,
+    /// The stages of an emergency compaction; empty means the policy's own stages followed by
+    /// a hard clear.
+    pub stages: Vec<Stage>,
+}
+
+impl Default for OverflowConfig {
+    fn default() -> OverflowConfig {
+        OverflowConfig { max_attempts: 3, shrink_factor: 0.6, stages: Vec::new() }
+    }
+}
+
+/// Where the summary goes and how it reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SummaryConfig {
+    pub schema: SummarySchema,
+    /// Instruction prompt for model summarizers (`compression_prompt`); `None` = built-in.
+    pub compression_prompt: Option<String>,
+    /// Template of the summary message; `{summary}`, `{count}` and `{reference}` are filled.
+    pub summary_template: String,
+    /// Upper bound on the summary length.
+    pub max_summary_tokens: u32,
+    /// Merge the previous summary into the new one (incremental) instead of stacking.
+    pub incremental: bool,
+    /// Where the summary goes: into the context, or only to long-term memory (CowAgent).
+    pub placement: SummaryPlacement,
+}
+
+/// Where a summary is placed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SummaryPlacement {
+    /// A summary message replaces the compacted messages in the context.
+    #[default]
+    Context,
+    /// The summary goes to long-term memory only; the context just loses the messages.
+    Memory,
+}
+
+impl Default for SummaryConfig {
+    fn default() -> SummaryConfig {
+        SummaryConfig {
+            schema: SummarySchema::default(),
+            compression_prompt: None,
+            summary_template: "[Summary of {count} earlier messages; the originals are archived at {reference}]\n\n{summary}".to_string(),
+            max_summary_tokens: 1_200,
+            incremental: true,
+            placement: SummaryPlacement::Context,
+        }
+    }
+}
+
+/// A request-time notice that shows the agent its own budget and, past a threshold, nudges
+/// it to save notes before compaction. It is appended after the history, never persisted,
+/// so it does not disturb the cached prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetNoticeConfig {
+    /// Show the notice at or above this share of the trigger (0.75 = 75 %).
+    pub nudge_at: f64,
+}
+
+impl Default for BudgetNoticeConfig {
+    fn default() -> BudgetNoticeConfig {
+        BudgetNoticeConfig { nudge_at: 0.75 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_name() {
+        let err = PolicyConfig::from_toml_str("triger_ratio = 0.5").err().map(|e| e.0);
+        assert!(err.is_some_and(|e| e.contains("triger_ratio")));
+    }
+
+    #[test]
+    fn seed_spellings_are_accepted() {
+        let policy = PolicyConfig::from_toml_str(
+            "triggerTokens = 80000\nminMessages = 20\ntrigger_ratio = 0.8\n[[stages]]\nkind = \"summarize\"\nkeepMessages = 10\n",
+        )
+        .unwrap_or_default();
+        assert_eq!(policy.trigger_tokens, Some(80_000));
+        assert_eq!(policy.min_messages, 20);
+        assert!(matches!(policy.stages[0], Stage::Summarize { keep_messages: Some(10), .. }));
+    }
+
+    #[test]
+    fn ranges_are_validated() {
+        assert!(PolicyConfig::from_toml_str("trigger_ratio = 0.0").is_err());
+        assert!(PolicyConfig::from_toml_str("trigger_ratio = 0.5\ntarget_ratio = 0.6").is_err());
+        assert!(PolicyConfig::from_toml_str("[overflow]\nmax_attempts = 0").is_err());
+    }
+
+    #[test]
+    fn overrides_replace_top_level_keys() {
+        let base = PolicyConfig::default();
+        let patched = base.with_overrides("target_ratio = 0.1\nkeep_recent_rounds = 1").unwrap_or_default();
+        assert_eq!(patched.target_ratio, 0.1);
+        assert_eq!(patched.keep_recent_rounds, 1);
+        assert_eq!(patched.trigger_ratio, base.trigger_ratio);
+        assert!(base.with_overrides("trigger_ratio = 2.0").is_err());
+    }
+}

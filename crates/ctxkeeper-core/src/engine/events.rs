@@ -1,0 +1,94 @@
+//! Typed events for everything the engine does, for hosts to log, meter or stream.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionReason {
+    /// The request crossed the ratio or token trigger.
+    Tokens,
+    /// Too many messages.
+    Messages,
+    /// Too many turns.
+    Turns,
+    /// Reactive micro tier (reported usage crossed the micro threshold).
+    ReactiveMicro,
+    /// Reactive full tier.
+    ReactiveFull,
+    /// The provider said the context is too long.
+    Overflow,
+    /// The host or the agent asked.
+    Manual,
+    /// A stage that runs before every call (tool-result capping) had work to do.
+    Maintenance,
+}
+
+impl CompactionReason {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionReason::Tokens => "tokens",
+            CompactionReason::Messages => "messages",
+            CompactionReason::Turns => "turns",
+            CompactionReason::ReactiveMicro => "reactive_micro",
+            CompactionReason::ReactiveFull => "reactive_full",
+            CompactionReason::Overflow => "overflow",
+            CompactionReason::Manual => "manual",
+            CompactionReason::Maintenance => "maintenance",
+        }
+    }
+}
+
+/// Something the engine did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A compaction is about to run.
+    ContextCompactionStart {
+        reason: CompactionReason,
+        strategy: String,
+        tokens_before: u64,
+        messages_before: usize,
+    },
+    /// A compaction finished.
+    ContextCompactionEnd {
+        reason: CompactionReason,
+        strategy: String,
+        /// The stages that changed something, in order.
+        stages: Vec<String>,
+        tokens_before: u64,
+        tokens_after: u64,
+        messages_before: usize,
+        messages_after: usize,
+        /// Archive references written by this compaction.
+        archive_refs: Vec<String>,
+        /// The summarizer failed and a lossy fallback was used.
+        summary_degraded: bool,
+    },
+    /// A compaction was considered and not run.
+    CompactionSkipped { reason: String, tokens: u64 },
+    /// A tool result was cut to a preview at ingest.
+    ToolResultTruncated { call_id: String, tokens_before: u64, tokens_after: u64, reference: String },
+    /// Content was written to the archive.
+    ContentOffloaded { reference: String, bytes: u64, kind: String },
+    /// A context-overflow error was handled by compacting harder.
+    OverflowRecovered { attempt: u32, tokens_before: u64, tokens_after: u64, limit: Option<u64> },
+    /// Budget use before a model call.
+    BudgetUsed { tokens: u64, window: u64, pct: f64 },
+}
+
+impl Event {
+    /// The event's type name (`context_compaction_start`, …), as used for SSE event names.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::ContextCompactionStart { .. } => "context_compaction_start",
+            Event::ContextCompactionEnd { .. } => "context_compaction_end",
+            Event::CompactionSkipped { .. } => "compaction_skipped",
+            Event::ToolResultTruncated { .. } => "tool_result_truncated",
+            Event::ContentOffloaded { .. } => "content_offloaded",
+            Event::OverflowRecovered { .. } => "overflow_recovered",
+            Event::BudgetUsed { .. } => "budget_used",
+        }
+    }
+}

@@ -1,0 +1,557 @@
+//! The compaction engine: a pure planner and applier over a [`ContextState`].
+//!
+//! The engine never does IO. Compaction happens in three steps so that content leaves the
+//! context only after it is durably archived, and so that a dry run is just the first step:
+//!
+//! 1. [`Engine::plan`] decides what a compaction would do — which stages run, what must be
+//!    archived, which summaries must be written, the estimated size afterwards — without
+//!    touching the state (this is the dry run);
+//! 2. the host archives every [`ArchiveItem`] through its offloader and asks its summarizer for
+//!    every [`SummaryRequest`] (both may be async and fail; nothing has changed yet);
+//! 3. [`Engine::apply`] swaps the planned context in, filling placeholders with the archive
+//!    references the offloader returned, and returns the events.
+//!
+//! Tool results are capped the same way when they enter the context ([`Engine::plan_ingest`],
+//! [`Engine::apply_ingest`]).
+//!
+//! ```
+//! use ctxkeeper_core::engine::{Budget, Engine, PlanOutcome, presets};
+//! use ctxkeeper_core::engine::ContextState;
+//! use ctxkeeper_core::model::{Message, Part};
+//! use ctxkeeper_core::tokens::{Profiles, TokenModel};
+//!
+//! let engine = Engine::new(presets::preset("default").unwrap(), TokenModel::for_model("gpt-4o", &Profiles::builtin()));
+//! let mut state = ContextState::default();
+//! state.push(Message::system("You are terse."));
+//! state.push(Message::user("Read the log."));
+//! for i in 0..12 {
+//!     let id = format!("c{i}");
+//!     state.push(Message::assistant_with_calls("", vec![Part::tool_call(&id, "read", "{}")]));
+//!     state.push(Message::tool_result(&id, "log line with some words ".repeat(60)));
+//! }
+//! let budget = Budget { window: 4_000, fixed_tokens: 0 };
+//! let plan = engine.plan(&mut state, &budget, &Default::default()).expect("over the trigger");
+//! // Archive every item somewhere durable, then apply with the references it returned.
+//! let refs = (0..plan.archive.len()).map(|i| format!("sessions/s/item-{i}")).collect();
+//! let summaries = plan.summaries.iter().map(|_| ctxkeeper_core::summary::Summary::empty(&Default::default(), "test")).collect();
+//! let events = engine.apply(&mut state, plan, PlanOutcome { refs, summaries });
+//! assert!(state.sync_tokens(engine.model()) < 3_200);
+//! assert!(!events.is_empty());
+//! ```
+
+mod config;
+mod events;
+pub mod presets;
+mod stages;
+mod state;
+
+pub use config::{
+    BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig,
+    Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+};
+pub use stages::CLEARED_PREFIX;
+pub use events::{CompactionReason, Event};
+pub use state::{ContextState, Entry, EntryMeta};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Message, Part, Role, turns};
+use crate::summary::{Summary, SummaryReason, SummaryRequest};
+use crate::tokens::TokenModel;
+
+/// What a request costs beyond the managed context.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// The model's context window in tokens.
+    pub window: u64,
+    /// Tokens the request carries outside the context: tool schemas, request overhead.
+    pub fixed_tokens: u64,
+}
+
+/// Options of one planning call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanRequest {
+    /// Force a compaction for this reason even when no trigger fires.
+    pub force: Option<CompactionReason>,
+    /// Input tokens the provider reported for the previous call (drives reactive tiers).
+    pub reported_usage: Option<u64>,
+    /// Compact down to at most this many tokens (overflow recovery).
+    pub target_tokens: Option<u64>,
+    /// Focus instructions for the summarizer.
+    pub focus: Option<String>,
+}
+
+/// Content that must be archived before a plan can be applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ArchiveItem {
+    /// The whole output of a tool call.
+    ToolResult { call_id: String, content: String },
+    /// Messages leaving the context.
+    Messages { messages: Vec<Message> },
+}
+
+impl ArchiveItem {
+    /// Size of the archived content in bytes (messages as JSON lines).
+    pub fn bytes(&self) -> u64 {
+        match self {
+            ArchiveItem::ToolResult { content, .. } => content.len() as u64,
+            ArchiveItem::Messages { messages } => messages
+                .iter()
+                .map(|m| serde_json::to_string(m).map(|s| s.len() as u64 + 1).unwrap_or(0))
+                .sum(),
+        }
+    }
+}
+
+/// A planned compaction: what would change, and what the host must do first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub reason: CompactionReason,
+    /// The policy's name.
+    pub strategy: String,
+    /// Stages that changed something, in order.
+    pub stages: Vec<String>,
+    pub tokens_before: u64,
+    pub estimated_tokens_after: u64,
+    pub messages_before: usize,
+    pub messages_after: usize,
+    /// Archive these, in order, and pass the references to [`Engine::apply`].
+    pub archive: Vec<ArchiveItem>,
+    /// Summarize these, in order, and pass the summaries to [`Engine::apply`].
+    pub summaries: Vec<SummaryRequest>,
+    draft: Vec<Entry>,
+    fixed_tokens: u64,
+}
+
+impl Plan {
+    /// The context the plan would leave, with placeholders still unfilled (for previews).
+    pub fn draft_messages(&self) -> Vec<Message> {
+        self.draft.iter().map(|e| e.message.clone()).collect()
+    }
+
+    /// Estimated tokens removed.
+    pub fn estimated_savings(&self) -> u64 {
+        self.tokens_before.saturating_sub(self.estimated_tokens_after)
+    }
+}
+
+/// What the host obtained while executing a plan: one reference per archive item and one
+/// summary per summary request, in plan order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanOutcome {
+    pub refs: Vec<String>,
+    pub summaries: Vec<Summary>,
+}
+
+/// A message entering the context, possibly with a tool result to cap first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ingest {
+    /// Nothing to cap: push the message as it is.
+    Ready(Message),
+    /// Archive these whole outputs, then call [`Engine::apply_ingest`].
+    Cap(IngestPlan),
+}
+
+/// A capped message waiting for its archive references.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestPlan {
+    pub archive: Vec<ArchiveItem>,
+    /// Tokens of the message before and after capping.
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    message: Message,
+}
+
+/// Marks where an archive reference or a summary will be filled in at apply time. The control
+/// characters cannot occur in the placeholder templates, so a fill never hits user content.
+const FILL_OPEN: char = '\u{1}';
+
+fn ref_marker(index: usize) -> String {
+    format!("{FILL_OPEN}ref:{index}{FILL_OPEN}")
+}
+
+fn summary_marker(index: usize) -> String {
+    format!("{FILL_OPEN}summary:{index}{FILL_OPEN}")
+}
+
+/// The compaction engine for one policy and one model.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    config: PolicyConfig,
+    model: TokenModel,
+}
+
+impl Engine {
+    /// An engine running `config` with `model`'s token accounting.
+    pub fn new(config: PolicyConfig, model: TokenModel) -> Engine {
+        Engine { config, model }
+    }
+
+    /// The policy.
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// The token model.
+    pub fn model(&self) -> &TokenModel {
+        &self.model
+    }
+
+    /// Tokens the request would carry now: O(messages appended since the last call).
+    pub fn request_tokens(&self, state: &mut ContextState, budget: &Budget) -> u64 {
+        state.sync_tokens(&self.model) + budget.fixed_tokens
+    }
+
+    /// The token level above which the policy compacts, if it has a token trigger.
+    pub fn trigger_tokens(&self, budget: &Budget) -> Option<u64> {
+        let ratio = self.config.trigger_ratio.map(|r| (r * budget.window as f64) as u64);
+        match (ratio, self.config.trigger_tokens) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The token level a compaction aims for.
+    pub fn target_tokens(&self, budget: &Budget) -> u64 {
+        let target = (self.config.target_ratio * budget.window as f64) as u64;
+        match self.trigger_tokens(budget) {
+            Some(trigger) => target.min(trigger * 9 / 10),
+            None => target,
+        }
+    }
+
+    /// Which trigger fires now, if any. Cheap: O(new messages) unless a turn trigger is set.
+    pub fn triggered(
+        &self,
+        state: &mut ContextState,
+        budget: &Budget,
+        reported_usage: Option<u64>,
+    ) -> Option<CompactionReason> {
+        if state.entries.len() < self.config.min_messages {
+            return None;
+        }
+        let tokens = self.request_tokens(state, budget);
+        if let (Some(reactive), Some(used)) = (&self.config.reactive, reported_usage) {
+            let pct = used as f64 * 100.0 / budget.window.max(1) as f64;
+            if pct >= reactive.full_trigger_pct {
+                return Some(CompactionReason::ReactiveFull);
+            }
+            if pct >= reactive.micro_trigger_pct {
+                return Some(CompactionReason::ReactiveMicro);
+            }
+        }
+        if self.trigger_tokens(budget).is_some_and(|t| tokens > t) {
+            return Some(CompactionReason::Tokens);
+        }
+        if self.config.trigger_messages.is_some_and(|m| state.entries.len() > m) {
+            return Some(CompactionReason::Messages);
+        }
+        if let Some(max_turns) = self.config.trigger_turns
+            && turns(&state.entries).len() > max_turns
+        {
+            return Some(CompactionReason::Turns);
+        }
+        if self.config.stages.iter().any(Stage::runs_always) {
+            return Some(CompactionReason::Maintenance);
+        }
+        None
+    }
+
+    /// Plans a compaction if a trigger fires (or `request.force` is set); `None` when there is
+    /// nothing worth doing. Does not change the context (only its token cache).
+    pub fn plan(
+        &self,
+        state: &mut ContextState,
+        budget: &Budget,
+        request: &PlanRequest,
+    ) -> Option<Plan> {
+        let reason = match request.force {
+            Some(reason) => reason,
+            None => self.triggered(state, budget, request.reported_usage)?,
+        };
+        let tokens_before = self.request_tokens(state, budget);
+        let mut target = self.target_tokens(budget);
+        if let Some(limit) = request.target_tokens {
+            target = target.min(limit);
+        }
+        let mut draft = stages::Draft::new(self, state, budget, target, reason, request);
+        draft.run();
+        let plan = draft.finish(tokens_before);
+        let must_shrink = tokens_before > budget.window
+            || matches!(
+                reason,
+                CompactionReason::Overflow
+                    | CompactionReason::Manual
+                    | CompactionReason::ReactiveMicro
+                    | CompactionReason::ReactiveFull
+            );
+        if plan.stages.is_empty()
+            || (!must_shrink && plan.estimated_savings() < self.config.clear_at_least.max(1))
+        {
+            return None;
+        }
+        Some(plan)
+    }
+
+    /// Swaps the planned context in. `outcome` must hold one reference per archive item and
+    /// one summary per summary request, in plan order; a missing summary is replaced by an
+    /// empty degraded one, a missing reference by a note that the item was not archived.
+    pub fn apply(&self, state: &mut ContextState, plan: Plan, outcome: PlanOutcome) -> Vec<Event> {
+        let Plan {
+            reason,
+            strategy,
+            stages,
+            tokens_before,
+            messages_before,
+            archive,
+            summaries: requests,
+            mut draft,
+            fixed_tokens,
+            ..
+        } = plan;
+        let refs: Vec<String> = (0..archive.len())
+            .map(|i| outcome.refs.get(i).cloned().unwrap_or_else(|| "(not archived)".to_string()))
+            .collect();
+        let mut degraded = false;
+        let summaries: Vec<Summary> = (0..requests.len())
+            .map(|i| match outcome.summaries.get(i) {
+                Some(summary) => {
+                    degraded |= summary.degraded;
+                    summary.clone()
+                }
+                None => {
+                    degraded = true;
+                    let mut empty = Summary::empty(&self.config.summary.schema, "missing");
+                    empty.degraded = true;
+                    empty
+                }
+            })
+            .collect();
+        let rendered: Vec<String> =
+            summaries.iter().map(|s| s.render(&self.config.summary.schema)).collect();
+
+        for entry in draft.iter_mut().filter(|e| e.meta.pending_fill) {
+            fill_message(&mut entry.message, &refs, &rendered);
+            for reference in &mut entry.meta.archived {
+                *reference = fill_text(reference, &refs, &rendered);
+            }
+            entry.meta.pending_fill = false;
+            entry.tokens = None;
+        }
+        if let Some(last) = summaries.last() {
+            state.summary = Some(last.clone());
+        }
+        state.replace_entries(draft);
+        state.compactions += 1;
+        let tokens_after = state.sync_tokens(&self.model) + fixed_tokens;
+        let messages_after = state.entries.len();
+
+        let mut events = Vec::with_capacity(archive.len() + 2);
+        events.push(Event::ContextCompactionStart {
+            reason,
+            strategy: strategy.clone(),
+            tokens_before,
+            messages_before,
+        });
+        for (item, reference) in archive.iter().zip(&refs) {
+            events.push(Event::ContentOffloaded {
+                reference: reference.clone(),
+                bytes: item.bytes(),
+                kind: match item {
+                    ArchiveItem::ToolResult { .. } => "tool_result".to_string(),
+                    ArchiveItem::Messages { .. } => "messages".to_string(),
+                },
+            });
+        }
+        events.push(Event::ContextCompactionEnd {
+            reason,
+            strategy,
+            stages,
+            tokens_before,
+            tokens_after,
+            messages_before,
+            messages_after,
+            archive_refs: refs,
+            summary_degraded: degraded,
+        });
+        events
+    }
+
+    /// Decides how a message enters the context: as it is, or with oversized tool results cut
+    /// to a head + tail preview whose whole output must be archived first.
+    pub fn plan_ingest(&self, state: &ContextState, message: Message) -> Ingest {
+        let Some(cap) = &self.config.ingest.tool_result else {
+            return Ingest::Ready(message);
+        };
+        if cap.historical_only || !message.has_tool_results() {
+            return Ingest::Ready(message);
+        }
+        let mut message = message;
+        let mut archive = Vec::new();
+        let tokens_before = u64::from(self.model.message_tokens(&message));
+        for part in &mut message.parts {
+            let Part::ToolResult { call_id, content, .. } = part else { continue };
+            let tool = tool_name_for(state, call_id);
+            if tool.as_deref().is_some_and(|t| cap.exclude_tools.iter().any(|x| x == t)) {
+                continue;
+            }
+            let full = join_text(content);
+            if !self.exceeds_cap(cap, &full, 1) {
+                continue;
+            }
+            let marker = ref_marker(archive.len());
+            archive.push(ArchiveItem::ToolResult { call_id: call_id.clone(), content: full.clone() });
+            let preview = stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &self.model, &marker);
+            *content = vec![Part::text(preview)];
+        }
+        if archive.is_empty() {
+            return Ingest::Ready(message);
+        }
+        let tokens_after = u64::from(self.model.message_tokens(&message));
+        Ingest::Cap(IngestPlan { archive, tokens_before, tokens_after, message })
+    }
+
+    /// Pushes a capped message with its archive references filled in.
+    pub fn apply_ingest(&self, state: &mut ContextState, plan: IngestPlan, refs: &[String]) -> Vec<Event> {
+        let IngestPlan { archive, tokens_before, tokens_after, mut message } = plan;
+        let refs: Vec<String> = (0..archive.len())
+            .map(|i| refs.get(i).cloned().unwrap_or_else(|| "(not archived)".to_string()))
+            .collect();
+        fill_message(&mut message, &refs, &[]);
+        state.push(message);
+        if let Some(entry) = state.entries.last_mut() {
+            entry.meta.archived = refs.clone();
+            for (item, reference) in archive.iter().zip(&refs) {
+                if let ArchiveItem::ToolResult { call_id, .. } = item {
+                    entry.meta.result_refs.push((call_id.clone(), reference.clone()));
+                }
+            }
+        }
+        archive
+            .iter()
+            .zip(&refs)
+            .map(|(item, reference)| Event::ToolResultTruncated {
+                call_id: match item {
+                    ArchiveItem::ToolResult { call_id, .. } => call_id.clone(),
+                    ArchiveItem::Messages { .. } => String::new(),
+                },
+                tokens_before,
+                tokens_after,
+                reference: reference.clone(),
+            })
+            .collect()
+    }
+
+    fn exceeds_cap(&self, cap: &ToolResultCap, text: &str, multiplier: u32) -> bool {
+        let m = u64::from(multiplier.max(1));
+        if cap.max_chars.is_some_and(|max| text.chars().count() as u64 > max as u64 * m) {
+            return true;
+        }
+        match cap.max_tokens {
+            // A token is at least one byte, so short texts need no counting.
+            Some(max) if text.len() as u64 > max * m => u64::from(self.model.text_tokens(text)) > max * m,
+            _ => false,
+        }
+    }
+
+    /// A summary request for `messages` under this policy.
+    fn summary_request(
+        &self,
+        messages: Vec<Message>,
+        previous: Option<Summary>,
+        reason: CompactionReason,
+        focus: Option<String>,
+    ) -> SummaryRequest {
+        SummaryRequest {
+            messages,
+            previous: if self.config.summary.incremental { previous } else { None },
+            schema: self.config.summary.schema.clone(),
+            prompt: self.config.summary.compression_prompt.clone(),
+            focus,
+            reason: match reason {
+                CompactionReason::ReactiveMicro => SummaryReason::ReactiveMicro,
+                CompactionReason::ReactiveFull => SummaryReason::ReactiveFull,
+                CompactionReason::Overflow => SummaryReason::Overflow,
+                CompactionReason::Manual => SummaryReason::Manual,
+                _ => SummaryReason::Proactive,
+            },
+            max_output_tokens: self.config.summary.max_summary_tokens,
+        }
+    }
+}
+
+/// The name of the tool a result answers, from the closest assistant message of the context.
+fn tool_name_for(state: &ContextState, call_id: &str) -> Option<String> {
+    state
+        .entries
+        .iter()
+        .rev()
+        .find(|e| e.message.role == Role::Assistant)
+        .and_then(|e| e.message.tool_calls().find(|(id, _, _)| *id == call_id).map(|(_, n, _)| n.to_string()))
+}
+
+/// All text of a list of parts, joined by newlines.
+fn join_text(parts: &[Part]) -> String {
+    Message::new(Role::Tool, parts.to_vec()).text()
+}
+
+fn fill_message(message: &mut Message, refs: &[String], summaries: &[String]) {
+    for part in &mut message.parts {
+        fill_part(part, refs, summaries);
+    }
+}
+
+fn fill_part(part: &mut Part, refs: &[String], summaries: &[String]) {
+    match part {
+        Part::Text { text, .. } => {
+            if text.contains(FILL_OPEN) {
+                *text = fill_text(text, refs, summaries);
+            }
+        }
+        Part::ToolResult { content, .. } => {
+            for inner in content {
+                fill_part(inner, refs, summaries);
+            }
+        }
+        Part::ToolCall { arguments, .. } => {
+            if arguments.contains(FILL_OPEN) {
+                // Arguments are JSON text: the reference is inserted JSON-escaped.
+                let escaped: Vec<String> = refs
+                    .iter()
+                    .map(|r| serde_json::to_string(r).map(|s| s[1..s.len() - 1].to_string()).unwrap_or_default())
+                    .collect();
+                *arguments = fill_text(arguments, &escaped, summaries);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn fill_text(text: &str, refs: &[String], summaries: &[String]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(FILL_OPEN) {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + FILL_OPEN.len_utf8()..];
+        let Some(end) = after.find(FILL_OPEN) else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let key = &after[..end];
+        let value = if let Some(i) = key.strip_prefix("ref:") {
+            i.parse::<usize>().ok().and_then(|i| refs.get(i)).cloned()
+        } else if let Some(i) = key.strip_prefix("summary:") {
+            i.parse::<usize>().ok().and_then(|i| summaries.get(i)).cloned()
+        } else {
+            None
+        };
+        out.push_str(value.as_deref().unwrap_or(""));
+        rest = &after[end + FILL_OPEN.len_utf8()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,340 @@
+//! Named policies: every seed system with the defaults its documentation states, `none`, and
+//! ctxkeeper's own `default`.
+//!
+//! | preset | reproduces |
+//! | --- | --- |
+//! | `agentscope` | AgentScope `ContextConfig`: trigger 0.8 × window, keep 0.1 × window of recent conversation, 5-field structured summary, tool results over 50,000 tokens cut to a prefix at ingest, 5 images |
+//! | `reme-compact` | ReMe `MessageOffloadOp` compact: above 20,000 tokens, tool messages over 2,000 tokens become a pointer to their archived file |
+//! | `reme-compress` | ReMe compress: above 20,000 tokens, older messages summarized into a state snapshot, the last 2 kept |
+//! | `reme-auto` | ReMe auto: compact, then compress when the result is still above 75 % of the original |
+//! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×), request-boundary summary at 80,000 tokens and ≥ 20 messages, reactive micro at 85 % / full at 92 %, last 2 rounds kept |
+//! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear |
+//! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, arguments over 2,000 characters truncated, overflow: compact everything and retry once |
+//! | `none` | nothing: the unmanaged baseline |
+//! | `default` | ctxkeeper: cap huge results at ingest, mask old tool outputs, then summarize, with hysteresis so the cached prefix stays stable between compactions |
+//!
+//! The presets fix the seeds' documented bugs (see `SEED-NOTES.md`): the whole output is
+//! archived (not only the remainder), the kept tail is counted on the conversation only (not
+//! on the system prompt and tools), tool pairs are protected across messages, a failed
+//! summary never replaces the prefix with nothing.
+
+use super::config::{
+    IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig, Stage, SummaryConfig,
+    SummaryPlacement, ToolResultCap,
+};
+use crate::summary::{SummaryField, SummarySchema};
+
+/// Every preset name, in report order.
+pub const NAMES: [&str; 9] = [
+    "none",
+    "default",
+    "agentscope",
+    "reme-compact",
+    "reme-compress",
+    "reme-auto",
+    "agentrail",
+    "cowagent",
+    "harness",
+];
+
+/// The preset called `name`, or `None`.
+pub fn preset(name: &str) -> Option<PolicyConfig> {
+    Some(match name {
+        "none" => none(),
+        "default" => default(),
+        "agentscope" => agentscope(),
+        "reme-compact" => reme(Mode::Compact),
+        "reme-compress" => reme(Mode::Compress),
+        "reme-auto" => reme(Mode::Auto),
+        "agentrail" => agentrail(),
+        "cowagent" => cowagent(),
+        "harness" => harness(),
+        _ => return None,
+    })
+}
+
+fn summarize_stage() -> Stage {
+    Stage::Summarize {
+        keep_tokens: None,
+        keep_messages: None,
+        group_token_threshold: None,
+        oldest_rounds: None,
+        keep_ratio: None,
+        min_ratio: None,
+    }
+}
+
+fn none() -> PolicyConfig {
+    PolicyConfig { name: "none".into(), trigger_ratio: None, ..PolicyConfig::default() }
+}
+
+/// ctxkeeper's own policy.
+///
+/// - Huge tool outputs are cut at ingest to a head + tail preview (the whole output archived):
+///   the message is written once and never changes again, so it costs no cache rewrite.
+/// - When the request crosses 80 % of the window, old tool outputs are cleared first
+///   (observation masking: the cheapest large saving), keeping the last 3 rounds verbatim;
+///   if that is not enough, the prefix is summarized incrementally.
+/// - A compaction goes well below the trigger (to 45 %), so the prefix then stays
+///   byte-stable for many steps and the provider's prompt cache keeps hitting.
+fn default() -> PolicyConfig {
+    PolicyConfig {
+        name: "default".into(),
+        trigger_ratio: Some(0.8),
+        target_ratio: 0.45,
+        keep_recent_rounds: 3,
+        ingest: IngestConfig {
+            tool_result: Some(ToolResultCap {
+                max_tokens: Some(3_000),
+                head_chars: 4_000,
+                tail_chars: 2_000,
+                ..ToolResultCap::default()
+            }),
+            max_images: Some(5),
+        },
+        stages: vec![
+            Stage::Mask {
+                keep_rounds: 3,
+                min_result_tokens: 60,
+                exclude_tools: Vec::new(),
+                clear_inputs: false,
+            },
+            Stage::TruncateArgs {
+                max_arg_length: 2_000,
+                truncation_text: "… [truncated]".into(),
+            },
+            summarize_stage(),
+        ],
+        ..PolicyConfig::default()
+    }
+}
+
+fn agentscope() -> PolicyConfig {
+    PolicyConfig {
+        name: "agentscope".into(),
+        trigger_ratio: Some(0.8),
+        target_ratio: 0.1,
+        keep_recent_rounds: 0,
+        ingest: IngestConfig {
+            // "Keep the largest prefix that fits the limit": a prefix only, no tail.
+            tool_result: Some(ToolResultCap {
+                max_tokens: Some(50_000),
+                head_chars: 200_000,
+                tail_chars: 0,
+                ..ToolResultCap::default()
+            }),
+            max_images: Some(5),
+        },
+        stages: vec![Stage::Summarize {
+            keep_tokens: None,
+            keep_messages: None,
+            group_token_threshold: None,
+            oldest_rounds: None,
+            keep_ratio: Some(0.1),
+            min_ratio: None,
+        }],
+        summary: SummaryConfig {
+            summary_template: "<system-reminder>The earlier conversation was compressed. {count} messages were offloaded to {reference}; read them back with your file tools if you need a detail.</system-reminder>\n\n{summary}".into(),
+            ..SummaryConfig::default()
+        },
+        overflow: OverflowConfig { max_attempts: 1, ..OverflowConfig::default() },
+        ..PolicyConfig::default()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Compact,
+    Compress,
+    Auto,
+}
+
+fn reme(mode: Mode) -> PolicyConfig {
+    let compact = Stage::Mask {
+        keep_rounds: 0,
+        min_result_tokens: 2_000,
+        exclude_tools: Vec::new(),
+        clear_inputs: false,
+    };
+    let compress = |min_ratio: Option<f64>| Stage::Summarize {
+        keep_tokens: None,
+        keep_messages: Some(2),
+        group_token_threshold: None,
+        oldest_rounds: None,
+        keep_ratio: None,
+        min_ratio,
+    };
+    let (name, stages) = match mode {
+        Mode::Compact => ("reme-compact", vec![compact]),
+        Mode::Compress => ("reme-compress", vec![compress(None)]),
+        // Compress only when compaction left more than 75 % of the tokens (on the compacted
+        // result: the seed threw the compaction away).
+        Mode::Auto => ("reme-auto", vec![compact, compress(Some(0.75))]),
+    };
+    let field = |name: &str, title: &str, description: &str| SummaryField {
+        name: name.into(),
+        title: title.into(),
+        description: description.into(),
+    };
+    PolicyConfig {
+        name: name.into(),
+        trigger_ratio: None,
+        trigger_tokens: Some(20_000),
+        target_ratio: 0.0,
+        keep_recent_rounds: 0,
+        stages,
+        summary: SummaryConfig {
+            schema: SummarySchema {
+                fields: vec![
+                    field("overall_goal", "Overall goal", "The user's overall goal."),
+                    field("key_knowledge", "Key knowledge", "Facts, constraints and findings to remember."),
+                    field("recent_actions", "Recent actions", "What was just done and its results."),
+                ],
+            },
+            summary_template: "{summary}\n\n(The original messages are stored in {reference}.)".into(),
+            incremental: false,
+            ..SummaryConfig::default()
+        },
+        ..PolicyConfig::default()
+    }
+}
+
+fn agentrail() -> PolicyConfig {
+    PolicyConfig {
+        name: "agentrail".into(),
+        trigger_ratio: None,
+        trigger_tokens: Some(80_000),
+        min_messages: 20,
+        target_ratio: 0.0,
+        keep_recent_rounds: 2,
+        ingest: IngestConfig {
+            // The newest results get the larger cap; older ones are cut to 1,500 tokens below.
+            tool_result: Some(ToolResultCap {
+                max_tokens: Some(6_000),
+                head_chars: 8_000,
+                tail_chars: 2_000,
+                ..ToolResultCap::default()
+            }),
+            max_images: None,
+        },
+        stages: vec![
+            Stage::CapResults { max_chars: 6_000, keep_rounds: 2, historical_only: false, always: true },
+            Stage::Summarize {
+                keep_tokens: None,
+                keep_messages: None,
+                group_token_threshold: None,
+                oldest_rounds: None,
+                keep_ratio: None,
+                min_ratio: None,
+            },
+        ],
+        reactive: Some(ReactiveConfig::default()),
+        summary: SummaryConfig {
+            summary_template: "[Conversation summary: {count} earlier messages, archived at {reference}]\n\n{summary}".into(),
+            ..SummaryConfig::default()
+        },
+        overflow: OverflowConfig { max_attempts: 1, ..OverflowConfig::default() },
+        ..PolicyConfig::default()
+    }
+}
+
+fn cowagent() -> PolicyConfig {
+    PolicyConfig {
+        name: "cowagent".into(),
+        trigger_ratio: None,
+        trigger_tokens: Some(50_000),
+        trigger_turns: Some(20),
+        // "Still over budget" means over the window's usable part or the 50,000 budget.
+        target_ratio: 0.85,
+        keep_recent_rounds: 0,
+        stages: vec![
+            Stage::CapResults { max_chars: 20_000, keep_rounds: 0, historical_only: true, always: true },
+            Stage::TrimTurns { max_turns: 20, drop_fraction: 0.5 },
+            Stage::CompressTurns { min_turns_for_drop: 5 },
+        ],
+        summary: SummaryConfig { placement: SummaryPlacement::Memory, ..SummaryConfig::default() },
+        overflow: OverflowConfig {
+            max_attempts: 2,
+            shrink_factor: 0.6,
+            stages: vec![
+                Stage::TrimTurns { max_turns: 5, drop_fraction: 1.0 },
+                Stage::CapResults { max_chars: 10_000, keep_rounds: 0, historical_only: false, always: false },
+                Stage::Clear { keep_turns: 1 },
+            ],
+        },
+        ..PolicyConfig::default()
+    }
+}
+
+fn harness() -> PolicyConfig {
+    let field = |name: &str, title: &str, description: &str| SummaryField {
+        name: name.into(),
+        title: title.into(),
+        description: description.into(),
+    };
+    PolicyConfig {
+        name: "harness".into(),
+        trigger_ratio: None,
+        trigger_messages: Some(30),
+        target_ratio: 0.0,
+        keep_recent_rounds: 0,
+        ingest: IngestConfig {
+            tool_result: Some(ToolResultCap {
+                max_tokens: None,
+                max_chars: Some(80_000),
+                head_chars: 2_000,
+                tail_chars: 2_000,
+                exclude_tools: [
+                    "read_file", "write_file", "edit_file", "grep_files", "glob_files", "list_files",
+                    "memory_search", "memory_get", "session_search",
+                ]
+                .map(String::from)
+                .to_vec(),
+                ..ToolResultCap::default()
+            }),
+            max_images: None,
+        },
+        stages: vec![
+            Stage::TruncateArgs { max_arg_length: 2_000, truncation_text: "... [truncated] ...".into() },
+            Stage::Summarize {
+                keep_tokens: None,
+                keep_messages: Some(10),
+                group_token_threshold: None,
+                oldest_rounds: None,
+                keep_ratio: None,
+                min_ratio: None,
+            },
+        ],
+        summary: SummaryConfig {
+            schema: SummarySchema {
+                fields: vec![
+                    field("session_intent", "SESSION INTENT", "What the user wants from this session."),
+                    field("summary", "SUMMARY", "What happened so far, decisions and results."),
+                    field("artifacts", "ARTIFACTS", "Files, commands, identifiers and other artifacts produced or used."),
+                    field("next_steps", "NEXT STEPS", "What remains to be done."),
+                ],
+            },
+            summary_template: "{summary}\n\n(Compacted {count} messages; originals offloaded to {reference}.)".into(),
+            ..SummaryConfig::default()
+        },
+        overflow: OverflowConfig { max_attempts: 1, ..OverflowConfig::default() },
+        ..PolicyConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_is_valid_and_named_after_itself() {
+        for name in NAMES {
+            let config = preset(name).unwrap_or_default();
+            assert_eq!(config.name, name);
+            if let Err(err) = config.validate() {
+                panic!("{name}: {err}");
+            }
+        }
+        assert!(preset("nonsense").is_none());
+    }
+}

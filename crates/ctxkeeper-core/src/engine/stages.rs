@@ -1,0 +1,706 @@
+//! The cascade's stages, each a pure rewrite of a draft of the context.
+//!
+//! Every stage keeps the invariants: instructions and pinned entries are never removed or
+//! rewritten, the most recent `keep_recent_rounds` API rounds are never touched, cuts fall only
+//! on safe split points (an assistant message and its results move together), and whatever
+//! leaves the context is listed for archiving first.
+
+use serde_json::Value;
+
+use super::config::{Stage, SummaryPlacement};
+use super::state::{ContextState, Entry};
+use super::{
+    ArchiveItem, Budget, CompactionReason, Engine, Plan, PlanRequest, join_text, ref_marker,
+    summary_marker,
+};
+use crate::model::{Message, Part, Role, api_rounds, is_safe_split, turns};
+use crate::summary::Summary;
+use crate::tokens::TokenModel;
+
+/// Text that opens every placeholder of a cleared tool result.
+pub const CLEARED_PREFIX: &str = "[tool result cleared from context";
+
+impl AsRef<Message> for Entry {
+    fn as_ref(&self) -> &Message {
+        &self.message
+    }
+}
+
+/// A context being rewritten by the stages of one plan.
+pub(super) struct Draft<'a> {
+    engine: &'a Engine,
+    entries: Vec<Entry>,
+    previous_summary: Option<Summary>,
+    fixed_tokens: u64,
+    target: u64,
+    reason: CompactionReason,
+    focus: Option<String>,
+    archive: Vec<ArchiveItem>,
+    summaries: Vec<crate::summary::SummaryRequest>,
+    stages: Vec<String>,
+    messages_before: usize,
+    window: u64,
+    tokens_at_start: u64,
+}
+
+impl<'a> Draft<'a> {
+    pub(super) fn new(
+        engine: &'a Engine,
+        state: &mut ContextState,
+        budget: &Budget,
+        target: u64,
+        reason: CompactionReason,
+        request: &PlanRequest,
+    ) -> Draft<'a> {
+        let tokens_at_start = state.sync_tokens(&engine.model) + budget.fixed_tokens;
+        Draft {
+            window: budget.window,
+            tokens_at_start,
+            engine,
+            entries: state.entries.clone(),
+            previous_summary: state.summary.clone(),
+            fixed_tokens: budget.fixed_tokens,
+            target,
+            reason,
+            focus: request.focus.clone(),
+            archive: Vec::new(),
+            summaries: Vec::new(),
+            stages: Vec::new(),
+            messages_before: state.entries.len(),
+        }
+    }
+
+    fn model(&self) -> &TokenModel {
+        &self.engine.model
+    }
+
+    /// Request tokens of the draft as it stands.
+    fn total(&mut self) -> u64 {
+        let model = &self.engine.model;
+        self.entries.iter_mut().map(|e| u64::from(e.tokens(model))).sum::<u64>() + self.fixed_tokens
+    }
+
+    fn over_target(&mut self) -> bool {
+        let target = self.target;
+        self.total() > target
+    }
+
+    /// Runs the stages the reason calls for.
+    pub(super) fn run(&mut self) {
+        let config = &self.engine.config;
+        let reactive = config.reactive.clone().unwrap_or_default();
+        let stages: Vec<Stage> = match self.reason {
+            CompactionReason::ReactiveMicro => vec![Stage::Summarize {
+                keep_tokens: None,
+                keep_messages: None,
+                group_token_threshold: None,
+                oldest_rounds: Some(reactive.micro_batch_groups),
+                keep_ratio: None,
+                min_ratio: None,
+            }],
+            CompactionReason::ReactiveFull => vec![Stage::Summarize {
+                keep_tokens: Some(0),
+                keep_messages: None,
+                group_token_threshold: None,
+                oldest_rounds: None,
+                keep_ratio: None,
+                min_ratio: None,
+            }],
+            CompactionReason::Overflow if !config.overflow.stages.is_empty() => {
+                config.overflow.stages.clone()
+            }
+            CompactionReason::Overflow => {
+                let mut stages = config.stages.clone();
+                stages.push(Stage::Clear { keep_turns: 1 });
+                stages
+            }
+            CompactionReason::Maintenance => {
+                config.stages.iter().filter(|s| s.runs_always()).cloned().collect()
+            }
+            _ => config.stages.clone(),
+        };
+        let forced_stage = matches!(
+            self.reason,
+            CompactionReason::ReactiveMicro | CompactionReason::ReactiveFull
+        );
+        for stage in stages {
+            let own_trigger = matches!(stage, Stage::TrimTurns { .. }) || stage.runs_always();
+            if !forced_stage && !own_trigger && !self.over_target() {
+                continue;
+            }
+            if self.apply(&stage) {
+                self.stages.push(stage.kind().to_string());
+            }
+        }
+    }
+
+    fn apply(&mut self, stage: &Stage) -> bool {
+        match stage {
+            Stage::TruncateArgs { max_arg_length, truncation_text } => {
+                self.truncate_args(*max_arg_length, truncation_text)
+            }
+            Stage::Mask { keep_rounds, min_result_tokens, exclude_tools, clear_inputs } => {
+                self.mask(*keep_rounds, *min_result_tokens, exclude_tools, *clear_inputs)
+            }
+            Stage::CapResults { max_chars, keep_rounds, historical_only, .. } => {
+                self.cap_results(*max_chars, *keep_rounds, *historical_only)
+            }
+            Stage::TrimTurns { max_turns, drop_fraction } => {
+                let count = turns(&self.entries).len();
+                if count <= *max_turns {
+                    return false;
+                }
+                let drop = ((count as f64 * drop_fraction).floor() as usize).max(1);
+                self.drop_turns(drop)
+            }
+            Stage::CompressTurns { min_turns_for_drop } => {
+                let count = turns(&self.entries).len();
+                if count < *min_turns_for_drop {
+                    self.compress_turns()
+                } else {
+                    self.drop_turns(count / 2)
+                }
+            }
+            Stage::Summarize {
+                keep_tokens,
+                keep_messages,
+                group_token_threshold,
+                oldest_rounds,
+                keep_ratio,
+                min_ratio,
+            } => {
+                if let Some(ratio) = min_ratio {
+                    let now = self.total() as f64;
+                    if now <= ratio * self.tokens_at_start as f64 {
+                        return false;
+                    }
+                }
+                let keep_tokens = keep_tokens
+                    .or(keep_ratio.map(|r| (r * self.window as f64) as u64));
+                self.summarize(keep_tokens, *keep_messages, *group_token_threshold, *oldest_rounds)
+            }
+            Stage::Clear { keep_turns } => self.clear(*keep_turns),
+        }
+    }
+
+    /// Index of the first entry after the leading instructions.
+    fn conversation_start(&self) -> usize {
+        self.entries.iter().position(|e| !e.message.role.is_instruction()).unwrap_or(self.entries.len())
+    }
+
+    /// Index from which entries are never touched: the start of the `keep`-th API round from
+    /// the end (messages after the last round, such as the current user message, included).
+    fn protected_start(&self, keep: usize) -> usize {
+        let keep = keep.max(self.engine.config.keep_recent_rounds);
+        let rounds = api_rounds(&self.entries);
+        if keep == 0 {
+            return rounds.last().map_or(self.conversation_start(), |r| r.end);
+        }
+        if rounds.len() <= keep {
+            return rounds.first().map_or(self.entries.len(), |r| r.start);
+        }
+        rounds[rounds.len() - keep].start
+    }
+
+    /// Index of the user message that opened the current turn, if any.
+    fn current_turn_start(&self) -> Option<usize> {
+        self.entries.iter().rposition(|e| e.message.starts_turn())
+    }
+
+    fn push_archive(&mut self, item: ArchiveItem) -> String {
+        let marker = ref_marker(self.archive.len());
+        self.archive.push(item);
+        marker
+    }
+
+    // ---- stages -------------------------------------------------------------------------
+
+    fn truncate_args(&mut self, max_len: usize, truncation_text: &str) -> bool {
+        let protect = self.protected_start(0);
+        let mut changed = false;
+        for index in self.conversation_start()..protect {
+            let entry = &self.entries[index];
+            if entry.meta.pinned || entry.message.role != Role::Assistant {
+                continue;
+            }
+            let long = entry.message.tool_calls().any(|(_, _, args)| args.len() > max_len);
+            if !long {
+                continue;
+            }
+            let original = entry.message.clone();
+            let marker = self.push_archive(ArchiveItem::Messages { messages: vec![original] });
+            let notice = format!("{truncation_text} (full arguments archived at {marker})");
+            let entry = &mut self.entries[index];
+            for part in &mut entry.message.parts {
+                if let Part::ToolCall { arguments, .. } = part
+                    && arguments.len() > max_len
+                {
+                    *arguments = truncate_arguments(arguments, max_len, &notice);
+                }
+            }
+            mark_rewritten(entry, &marker);
+            changed = true;
+        }
+        changed
+    }
+
+    fn mask(&mut self, keep_rounds: usize, min_tokens: u64, exclude: &[String], clear_inputs: bool) -> bool {
+        let protect = self.protected_start(keep_rounds);
+        let mut changed = false;
+        let mut last_calls: Vec<(String, String)> = Vec::new();
+        let mut last_assistant: Option<usize> = None;
+        for index in self.conversation_start()..protect {
+            let message = &self.entries[index].message;
+            if message.role == Role::Assistant {
+                last_calls = message.tool_calls().map(|(id, name, _)| (id.to_string(), name.to_string())).collect();
+                last_assistant = Some(index);
+                continue;
+            }
+            if self.entries[index].meta.pinned || !message.has_tool_results() {
+                continue;
+            }
+            let mut cleared_calls = Vec::new();
+            for part_index in 0..self.entries[index].message.parts.len() {
+                let Part::ToolResult { call_id, content, .. } = &self.entries[index].message.parts[part_index] else {
+                    continue;
+                };
+                let text = join_text(content);
+                if text.starts_with(CLEARED_PREFIX) {
+                    continue;
+                }
+                let name = last_calls.iter().find(|(id, _)| id == call_id).map(|(_, n)| n.clone());
+                if name.as_deref().is_some_and(|n| exclude.iter().any(|x| x == n)) {
+                    continue;
+                }
+                let tokens = u64::from(self.model().text_tokens(&text));
+                if tokens <= min_tokens {
+                    continue;
+                }
+                let call_id = call_id.clone();
+                let has_media = content.iter().any(|p| !matches!(p, Part::Text { .. }));
+                let reference = match self.entries[index].meta.result_refs.iter().find(|(id, _)| *id == call_id) {
+                    // Capped at ingest: the whole output is archived already.
+                    Some((_, existing)) => existing.clone(),
+                    None if has_media => {
+                        let part = self.entries[index].message.parts[part_index].clone();
+                        self.push_archive(ArchiveItem::Messages { messages: vec![Message::new(Role::Tool, vec![part])] })
+                    }
+                    None => self.push_archive(ArchiveItem::ToolResult { call_id: call_id.clone(), content: text }),
+                };
+                let placeholder = format!(
+                    "{CLEARED_PREFIX}: {} output of {tokens} tokens; the full output is archived at {reference}]",
+                    name.as_deref().unwrap_or("tool")
+                );
+                let entry = &mut self.entries[index];
+                if let Part::ToolResult { content, .. } = &mut entry.message.parts[part_index] {
+                    *content = vec![Part::text(placeholder)];
+                }
+                mark_rewritten(entry, &reference);
+                cleared_calls.push(call_id);
+                changed = true;
+            }
+            if clear_inputs && !cleared_calls.is_empty() && let Some(assistant) = last_assistant {
+                changed |= self.clear_call_inputs(assistant, &cleared_calls);
+            }
+        }
+        changed
+    }
+
+    fn clear_call_inputs(&mut self, assistant: usize, calls: &[String]) -> bool {
+        let original = self.entries[assistant].message.clone();
+        let needs = original
+            .tool_calls()
+            .any(|(id, _, args)| calls.iter().any(|c| c == id) && args.len() > 2);
+        if !needs {
+            return false;
+        }
+        let marker = self.push_archive(ArchiveItem::Messages { messages: vec![original] });
+        let entry = &mut self.entries[assistant];
+        for part in &mut entry.message.parts {
+            if let Part::ToolCall { id, arguments, .. } = part
+                && calls.iter().any(|c| c == id)
+            {
+                *arguments = serde_json::json!({ "_cleared": format!("arguments archived at {marker}") }).to_string();
+            }
+        }
+        mark_rewritten(entry, &marker);
+        true
+    }
+
+    fn cap_results(&mut self, max_chars: usize, keep_rounds: usize, historical_only: bool) -> bool {
+        let mut protect = self.protected_start(keep_rounds);
+        if historical_only && let Some(turn) = self.current_turn_start() {
+            protect = protect.min(turn);
+        }
+        let mut changed = false;
+        for index in self.conversation_start()..protect {
+            if self.entries[index].meta.pinned || !self.entries[index].message.has_tool_results() {
+                continue;
+            }
+            for part_index in 0..self.entries[index].message.parts.len() {
+                let Part::ToolResult { call_id, content, .. } = &self.entries[index].message.parts[part_index] else {
+                    continue;
+                };
+                let text = join_text(content);
+                if text.chars().count() <= max_chars || text.starts_with(CLEARED_PREFIX) {
+                    continue;
+                }
+                let call_id = call_id.clone();
+                let reference = match self.entries[index].meta.result_refs.iter().find(|(id, _)| *id == call_id) {
+                    Some((_, existing)) => existing.clone(),
+                    None => self.push_archive(ArchiveItem::ToolResult { call_id: call_id.clone(), content: text.clone() }),
+                };
+                let preview = head_tail_preview(&text, max_chars / 2, max_chars / 2, self.model(), &reference);
+                let entry = &mut self.entries[index];
+                if let Part::ToolResult { content, .. } = &mut entry.message.parts[part_index] {
+                    *content = vec![Part::text(preview)];
+                }
+                entry.meta.result_refs.push((call_id, reference.clone()));
+                mark_rewritten(entry, &reference);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// Removes the oldest `count` turns, archives them and summarizes them.
+    fn drop_turns(&mut self, count: usize) -> bool {
+        let all = turns(&self.entries);
+        if all.len() <= 1 || count == 0 {
+            return false;
+        }
+        let count = count.min(all.len() - 1);
+        let start = all[0].start.max(self.conversation_start());
+        let end = all[count].start.min(self.protected_start(0));
+        self.summarize_range(start, end, None)
+    }
+
+    /// Keeps per turn only the first user text and the last reply (all but the current turn).
+    fn compress_turns(&mut self) -> bool {
+        let all = turns(&self.entries);
+        let protect = self.protected_start(0);
+        let mut removed: Vec<usize> = Vec::new();
+        for turn in all.iter().take(all.len().saturating_sub(1)) {
+            let end = turn.end.min(protect);
+            if end <= turn.start + 1 {
+                continue;
+            }
+            let reply = (turn.start + 1..end).rev().find(|&i| {
+                let m = &self.entries[i].message;
+                m.role == Role::Assistant && !m.has_tool_calls() && !m.parts.is_empty()
+            });
+            for index in turn.start + 1..end {
+                if Some(index) != reply && !self.entries[index].meta.pinned && !self.entries[index].meta.summary {
+                    removed.push(index);
+                }
+            }
+        }
+        if removed.is_empty() {
+            return false;
+        }
+        let messages: Vec<Message> = removed.iter().map(|&i| self.entries[i].message.clone()).collect();
+        let marker = self.push_archive(ArchiveItem::Messages { messages });
+        let mut keep = vec![true; self.entries.len()];
+        for &index in &removed {
+            keep[index] = false;
+        }
+        let mut index = 0;
+        self.entries.retain(|_| {
+            let k = keep[index];
+            index += 1;
+            k
+        });
+        // The first kept message of the compressed span names where the chains went.
+        if let Some(entry) = self.entries.iter_mut().find(|e| e.message.starts_turn()) {
+            entry.meta.archived.push(marker);
+            entry.meta.pending_fill = true;
+        }
+        true
+    }
+
+    fn summarize(
+        &mut self,
+        keep_tokens: Option<u64>,
+        keep_messages: Option<usize>,
+        group_threshold: Option<u64>,
+        oldest_rounds: Option<usize>,
+    ) -> bool {
+        let start = self.conversation_start();
+        let protect = self.protected_start(0);
+        let len = self.entries.len();
+        let mut cut = protect;
+        if let Some(keep) = keep_messages {
+            cut = cut.min(len.saturating_sub(keep));
+        }
+        match keep_tokens {
+            Some(keep) => {
+                let mut acc = 0u64;
+                let mut index = len;
+                let model = &self.engine.model;
+                while index > start && acc < keep {
+                    index -= 1;
+                    acc += u64::from(self.entries[index].tokens(model));
+                }
+                cut = cut.min(index);
+            }
+            None => {
+                // Keep as much recent context as fits the target next to the summary.
+                let instructions: u64 = {
+                    let model = &self.engine.model;
+                    self.entries[..start].iter_mut().map(|e| u64::from(e.tokens(model))).sum()
+                };
+                let reserve = u64::from(self.engine.config.summary.max_summary_tokens) + 64;
+                let available = self.target.saturating_sub(self.fixed_tokens + instructions + reserve);
+                let mut acc = 0u64;
+                let mut index = len;
+                let model = &self.engine.model;
+                while index > start {
+                    let tokens = u64::from(self.entries[index - 1].tokens(model));
+                    if acc + tokens > available {
+                        break;
+                    }
+                    acc += tokens;
+                    index -= 1;
+                }
+                cut = cut.min(index);
+            }
+        }
+        if let Some(rounds) = oldest_rounds {
+            let end = api_rounds(&self.entries)
+                .into_iter()
+                .filter(|r| r.start >= start)
+                .nth(rounds.saturating_sub(1))
+                .map_or(cut, |r| r.end);
+            cut = cut.min(end);
+        }
+        self.summarize_range(start, cut, group_threshold)
+    }
+
+    /// Replaces `entries[start..end]` (snapped to a safe split) by summary message(s), keeping
+    /// pinned entries and the current turn's opening message.
+    fn summarize_range(&mut self, start: usize, end: usize, group_threshold: Option<u64>) -> bool {
+        let mut end = end.min(self.entries.len());
+        while end > start && !is_safe_split(&self.entries, end) {
+            end -= 1;
+        }
+        if end <= start {
+            return false;
+        }
+        let current_turn = self.current_turn_start();
+        let mut kept: Vec<Entry> = Vec::new();
+        let mut compacted: Vec<Entry> = Vec::new();
+        for (offset, entry) in self.entries[start..end].iter().enumerate() {
+            let index = start + offset;
+            if entry.meta.summary {
+                continue; // the previous summary is merged, not archived again
+            }
+            if entry.meta.pinned || Some(index) == current_turn {
+                kept.push(entry.clone());
+            } else {
+                compacted.push(entry.clone());
+            }
+        }
+        if compacted.is_empty() {
+            return false;
+        }
+        let groups = split_groups(&compacted, group_threshold, self.model());
+        let placement = self.engine.config.summary.placement;
+        let total_groups = groups.len();
+        let mut summary_entries: Vec<Entry> = Vec::new();
+        let mut previous = self.previous_summary.clone();
+        for (group_index, group) in groups.into_iter().enumerate() {
+            let messages: Vec<Message> = group.iter().map(|e| e.message.clone()).collect();
+            let count = messages.len();
+            let marker = self.push_archive(ArchiveItem::Messages { messages: messages.clone() });
+            let request = self.engine.summary_request(messages, previous.take(), self.reason, self.focus.clone());
+            let summary_index = self.summaries.len();
+            self.summaries.push(request);
+            if placement == SummaryPlacement::Memory {
+                continue;
+            }
+            let mut text = self
+                .engine
+                .config
+                .summary
+                .summary_template
+                .replace("{count}", &count.to_string())
+                .replace("{reference}", &marker)
+                .replace("{summary}", &summary_marker(summary_index));
+            if total_groups > 1 {
+                text = format!("[Part {}/{}] {text}", group_index + 1, total_groups);
+            }
+            let mut entry = Entry::new(Message::user(text));
+            entry.meta.synthetic = true;
+            entry.meta.summary = group_index + 1 == total_groups;
+            entry.meta.archived.push(marker);
+            entry.meta.pending_fill = true;
+            // A summary is bounded by its budget and is typically far shorter than its input.
+            let group_tokens: u32 = group.iter().map(|e| e.tokens.unwrap_or(0)).sum();
+            let estimate = self.model().message_tokens(&entry.message)
+                + self.engine.config.summary.max_summary_tokens.min(group_tokens / 2);
+            entry.tokens = Some(estimate);
+            summary_entries.push(entry);
+        }
+        let mut rebuilt: Vec<Entry> = Vec::with_capacity(self.entries.len());
+        rebuilt.extend(self.entries[..start].iter().cloned());
+        rebuilt.extend(summary_entries);
+        rebuilt.extend(kept);
+        rebuilt.extend(self.entries[end..].iter().cloned());
+        self.entries = rebuilt;
+        true
+    }
+
+    /// Keeps only the newest `keep_turns` turns (or less, down to the current round), archiving
+    /// the rest without a summary call: the hard bound of overflow recovery.
+    fn clear(&mut self, keep_turns: usize) -> bool {
+        let start = self.conversation_start();
+        let all = turns(&self.entries);
+        let candidates = [
+            all.len().checked_sub(keep_turns.max(1)).and_then(|k| all.get(k)).map(|t| t.start),
+            Some(self.protected_start(1)),
+            api_rounds(&self.entries).last().map(|r| r.end),
+        ];
+        let mut changed = false;
+        for cut in candidates.into_iter().flatten() {
+            if !self.over_target() {
+                break;
+            }
+            let mut cut = cut;
+            while cut > start && !is_safe_split(&self.entries, cut) {
+                cut -= 1;
+            }
+            if cut <= start {
+                continue;
+            }
+            let removed: Vec<Message> = self.entries[start..cut]
+                .iter()
+                .filter(|e| !e.meta.summary && !e.meta.pinned)
+                .map(|e| e.message.clone())
+                .collect();
+            if removed.is_empty() {
+                continue;
+            }
+            let count = removed.len();
+            let marker = self.push_archive(ArchiveItem::Messages { messages: removed });
+            let mut notice = Entry::new(Message::user(format!(
+                "[{count} earlier messages were removed to fit the context window; they are archived at {marker}]"
+            )));
+            notice.meta.synthetic = true;
+            notice.meta.archived.push(marker);
+            notice.meta.pending_fill = true;
+            let kept_special: Vec<Entry> = self.entries[start..cut]
+                .iter()
+                .filter(|e| e.meta.summary || e.meta.pinned)
+                .cloned()
+                .collect();
+            let mut rebuilt: Vec<Entry> = self.entries[..start].to_vec();
+            rebuilt.extend(kept_special);
+            rebuilt.push(notice);
+            rebuilt.extend(self.entries[cut..].iter().cloned());
+            self.entries = rebuilt;
+            changed = true;
+        }
+        changed
+    }
+
+    pub(super) fn finish(mut self, tokens_before: u64) -> Plan {
+        let estimated_tokens_after = self.total();
+        Plan {
+            reason: self.reason,
+            strategy: self.engine.config.name.clone(),
+            stages: std::mem::take(&mut self.stages),
+            tokens_before,
+            estimated_tokens_after,
+            messages_before: self.messages_before,
+            messages_after: self.entries.len(),
+            archive: std::mem::take(&mut self.archive),
+            summaries: std::mem::take(&mut self.summaries),
+            draft: std::mem::take(&mut self.entries),
+            fixed_tokens: self.fixed_tokens,
+        }
+    }
+}
+
+/// Marks an entry as rewritten: its placeholders wait for `reference`, its count is stale.
+fn mark_rewritten(entry: &mut Entry, reference: &str) {
+    entry.tokens = None;
+    entry.meta.pending_fill = true;
+    if !entry.meta.archived.iter().any(|r| r == reference) {
+        entry.meta.archived.push(reference.to_string());
+    }
+}
+
+/// Splits entries into groups of at most `threshold` tokens at safe split points; an entry
+/// above the threshold forms its own group. `None` gives one group.
+fn split_groups(entries: &[Entry], threshold: Option<u64>, model: &TokenModel) -> Vec<Vec<Entry>> {
+    let Some(threshold) = threshold.filter(|t| *t > 0) else {
+        return vec![entries.to_vec()];
+    };
+    let mut groups: Vec<Vec<Entry>> = Vec::new();
+    let mut current: Vec<Entry> = Vec::new();
+    let mut current_tokens = 0u64;
+    for (index, entry) in entries.iter().enumerate() {
+        let tokens = u64::from(entry.tokens.unwrap_or_else(|| model.message_tokens(&entry.message)));
+        let can_split = is_safe_split(entries, index);
+        if can_split && !current.is_empty() && current_tokens + tokens > threshold {
+            groups.push(std::mem::take(&mut current));
+            current_tokens = 0;
+        }
+        current.push(entry.clone());
+        current_tokens += tokens;
+    }
+    if !current.is_empty() {
+        groups.push(current);
+    }
+    groups
+}
+
+/// A head + tail preview of `text` with a marker naming where the whole output is.
+pub(super) fn head_tail_preview(
+    text: &str,
+    head_chars: usize,
+    tail_chars: usize,
+    model: &TokenModel,
+    reference: &str,
+) -> String {
+    let chars = text.chars().count();
+    if chars <= head_chars + tail_chars {
+        return text.to_string();
+    }
+    let head_end = text.char_indices().nth(head_chars).map_or(text.len(), |(i, _)| i);
+    let tail_start = text.char_indices().nth(chars - tail_chars).map_or(text.len(), |(i, _)| i);
+    let omitted = &text[head_end..tail_start];
+    let omitted_tokens = model.text_tokens(omitted);
+    format!(
+        "{}\n\n[… {} characters ({omitted_tokens} tokens) omitted; the whole output is archived at {reference} …]\n\n{}",
+        &text[..head_end],
+        omitted.chars().count(),
+        &text[tail_start..]
+    )
+}
+
+/// Shortens tool-call arguments to about `max_len` bytes. Arguments that are a JSON object
+/// keep their structure (long string values are cut), so they stay valid JSON.
+fn truncate_arguments(arguments: &str, max_len: usize, notice: &str) -> String {
+    if let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(arguments) {
+        let budget = (max_len / object.len().max(1)).max(64);
+        for value in object.values_mut() {
+            truncate_value(value, budget, notice);
+        }
+        return Value::Object(object).to_string();
+    }
+    let cut = arguments.char_indices().nth(max_len).map_or(arguments.len(), |(i, _)| i);
+    serde_json::json!({ "_truncated": format!("{}{notice}", &arguments[..cut]) }).to_string()
+}
+
+fn truncate_value(value: &mut Value, budget: usize, notice: &str) {
+    match value {
+        Value::String(text) if text.len() > budget => {
+            let cut = text.char_indices().nth(budget).map_or(text.len(), |(i, _)| i);
+            *text = format!("{}{notice}", &text[..cut]);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| truncate_value(v, budget, notice)),
+        Value::Object(object) => object.values_mut().for_each(|v| truncate_value(v, budget, notice)),
+        _ => {}
+    }
+}

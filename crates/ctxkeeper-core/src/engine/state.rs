@@ -1,0 +1,152 @@
+//! The managed context: the messages the model will see, with the engine's bookkeeping.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Message;
+use crate::summary::Summary;
+use crate::tokens::TokenModel;
+
+/// Engine bookkeeping for one message of the context. It never reaches the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryMeta {
+    /// Never summarized, masked or trimmed (system rules, the user's stated constraints).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// Position of the original message in the session log (0-based), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_index: Option<u64>,
+    /// Archive references whose content this message stands in for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub archived: Vec<String>,
+    /// Tool-call id → archive reference of the whole output, for results cut to a preview.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub result_refs: Vec<(String, String)>,
+    /// True for messages the engine wrote (summaries, placeholders, reminders).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub synthetic: bool,
+    /// True for the message that carries the running summary.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub summary: bool,
+    /// Placeholders in this message wait for archive references (between plan and apply).
+    #[serde(skip)]
+    pub pending_fill: bool,
+}
+
+/// One message of the context plus its bookkeeping and cached token count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub message: Message,
+    #[serde(default)]
+    pub meta: EntryMeta,
+    /// Cached token count of `message` (per-message overhead included).
+    #[serde(skip)]
+    pub tokens: Option<u32>,
+}
+
+impl Entry {
+    /// An entry for a message, not yet counted.
+    pub fn new(message: Message) -> Entry {
+        Entry { message, meta: EntryMeta::default(), tokens: None }
+    }
+
+    /// The message's token count, counted once.
+    pub fn tokens(&mut self, model: &TokenModel) -> u32 {
+        *self.tokens.get_or_insert_with(|| model.message_tokens(&self.message))
+    }
+}
+
+/// The managed context of one session: what the model sees before request-time injections.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContextState {
+    /// Instructions and conversation, oldest first (a summary, when present, is one of them).
+    pub entries: Vec<Entry>,
+    /// The structured summary of everything compacted so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+    /// Number of compactions applied.
+    #[serde(default)]
+    pub compactions: u32,
+    /// Number of messages ever appended (the session log length).
+    #[serde(default)]
+    pub appended: u64,
+    /// Tokens of `entries`, kept current by [`ContextState::sync_tokens`].
+    #[serde(skip)]
+    total_tokens: u64,
+    /// How many leading entries `total_tokens` covers.
+    #[serde(skip)]
+    counted: usize,
+}
+
+impl ContextState {
+    /// A context holding `messages`.
+    pub fn from_messages(messages: impl IntoIterator<Item = Message>) -> ContextState {
+        let mut state = ContextState::default();
+        for message in messages {
+            state.push(message);
+        }
+        state
+    }
+
+    /// Appends a message as it arrives.
+    pub fn push(&mut self, message: Message) {
+        let mut entry = Entry::new(message);
+        entry.meta.log_index = Some(self.appended);
+        self.appended += 1;
+        self.entries.push(entry);
+    }
+
+    /// The messages, in order.
+    pub fn messages(&self) -> impl ExactSizeIterator<Item = &Message> {
+        self.entries.iter().map(|e| &e.message)
+    }
+
+    /// A copy of the messages.
+    pub fn to_messages(&self) -> Vec<Message> {
+        self.messages().cloned().collect()
+    }
+
+    /// Counts the entries appended since the last call and returns the total: O(new entries).
+    pub fn sync_tokens(&mut self, model: &TokenModel) -> u64 {
+        if self.counted > self.entries.len() {
+            self.invalidate_totals();
+        }
+        for entry in &mut self.entries[self.counted..] {
+            self.total_tokens += u64::from(entry.tokens(model));
+        }
+        self.counted = self.entries.len();
+        self.total_tokens
+    }
+
+    /// Forgets the running total after entries were rewritten (counts per entry survive where
+    /// the entry did).
+    pub fn invalidate_totals(&mut self) {
+        self.total_tokens = 0;
+        self.counted = 0;
+    }
+
+    /// Replaces all entries (after a compaction) and recounts lazily.
+    pub fn replace_entries(&mut self, entries: Vec<Entry>) {
+        self.entries = entries;
+        self.invalidate_totals();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokens::Profiles;
+
+    #[test]
+    fn token_total_is_incremental_and_survives_rewrites() {
+        let model = TokenModel::for_model("gpt-4o", &Profiles::builtin());
+        let mut state = ContextState::from_messages([Message::user("hello there")]);
+        let first = state.sync_tokens(&model);
+        state.push(Message::assistant("general kenobi"));
+        let second = state.sync_tokens(&model);
+        assert_eq!(second - first, u64::from(model.message_tokens(&Message::assistant("general kenobi"))));
+        let entries = state.entries[1..].to_vec();
+        state.replace_entries(entries);
+        assert_eq!(state.sync_tokens(&model), second - first);
+        assert_eq!(state.entries[0].meta.log_index, Some(1));
+    }
+}
