@@ -3,8 +3,10 @@
 //! The binary is glue: it reads files, parses arguments and prints reports; every decision is
 //! made by the library crates.
 
+mod engine_policy;
 mod inspect;
 mod replay;
+mod summarizers;
 mod trace_input;
 
 use std::path::PathBuf;
@@ -56,7 +58,8 @@ pub struct TraceArgs {
     #[arg(long, value_name = "MODEL")]
     pub model: Option<String>,
 
-    /// A TOML file whose `[models."NAME"]` tables override or add model profiles.
+    /// A TOML file: `[models."NAME"]` tables override or add model profiles; a `[policy]`
+    /// table overrides the chosen policy's settings.
     #[arg(long, value_name = "FILE", env = "CTXKEEPER_CONFIG")]
     pub config: Option<PathBuf>,
 

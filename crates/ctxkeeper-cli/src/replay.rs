@@ -1,16 +1,21 @@
 //! `ctxkeeper replay`: run a trace through a context policy, step by step, and report.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use ctxkeeper_core::formats::Wire;
-use ctxkeeper_core::model::{CheckRules, Request};
-use ctxkeeper_core::replay::{ReplayOptions, ReplayReport, StepPolicy, StepView, Unmanaged, replay};
+use ctxkeeper::core::engine::{PolicyConfig, presets};
+use ctxkeeper::core::formats::Wire;
+use ctxkeeper::core::model::{CheckRules, Request, Role};
+use ctxkeeper::core::replay::{ReplayOptions, ReplayReport, StepView, Unmanaged, replay};
+use ctxkeeper::llm::Summarizer;
+use ctxkeeper::store::LocalWorkspace;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::TraceArgs;
+use crate::engine_policy::EnginePolicy;
 use crate::inspect::thousands;
 use crate::trace_input::{self, InputError, LoadedTrace};
 
@@ -24,10 +29,27 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "TOKENS")]
     pub window: Option<u64>,
 
-    /// The context policy: `none` sends the whole history every step (the unmanaged
-    /// baseline).
+    /// The context policy: `none` (the unmanaged baseline), `default`, or a seed system's
+    /// preset (agentscope, reme-compact, reme-compress, reme-auto, agentrail, cowagent,
+    /// harness). A `[policy]` table in --config overrides its settings.
     #[arg(long, default_value = "none", value_name = "POLICY")]
     pub policy: String,
+
+    /// The summarizer for policies that summarize: `extractive` needs no model.
+    #[arg(long, default_value = "extractive", value_name = "KIND")]
+    pub summarizer: String,
+
+    /// Base URL of the summarizer's OpenAI-compatible or Anthropic endpoint.
+    #[arg(long, value_name = "URL")]
+    pub summarizer_url: Option<String>,
+
+    /// Model the summarizer calls.
+    #[arg(long, value_name = "MODEL")]
+    pub summarizer_model: Option<String>,
+
+    /// Where archived content goes (default: a temporary directory removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
 
     /// Write every step's request body to DIR/step-00001.json, … in the `--wire` format.
     #[arg(long, value_name = "DIR")]
@@ -41,16 +63,8 @@ pub struct ReplayArgs {
 /// Runs the command.
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let wire: Wire = args.wire.parse().map_err(InputError::BadOption)?;
-    let mut policy: Box<dyn StepPolicy> = match args.policy.as_str() {
-        "none" => Box::new(Unmanaged),
-        other => {
-            return Err(InputError::BadOption(format!(
-                "unknown policy {other:?} (available: none)"
-            ))
-            .into());
-        }
-    };
     let loaded = trace_input::load(&args.trace)?;
+    let policy = resolve_policy(&args.policy, loaded.policy_overrides.as_deref())?;
     let window = args.window.unwrap_or(loaded.tokens.profile.context_window);
     if window == 0 {
         bail!(InputError::BadOption("--window must be greater than 0".into()));
@@ -60,34 +74,81 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         Wire::OpenAiChat | Wire::Responses => CheckRules::openai(),
     };
     if let Some(dir) = &args.emit_requests {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
 
-    let total_steps: u64 = loaded
+    let options = ReplayOptions { window, rules };
+    let total_steps = loaded
         .sessions
         .iter()
         .flat_map(|s| &s.messages)
-        .filter(|m| m.role == ctxkeeper_core::model::Role::Assistant)
+        .filter(|m| m.role == Role::Assistant)
         .count() as u64;
     let progress = progress_bar(total_steps);
-    let options = ReplayOptions { window, rules };
-    let mut observer = |step: &StepView<'_>| -> Result<()> {
+    let mut observer = |step: &StepView<'_>| -> Result<(), String> {
         progress.inc(1);
         if let Some(dir) = &args.emit_requests {
-            write_request(dir, wire, &loaded.model, step)?;
+            write_request(dir, wire, &loaded.model, step).map_err(|e| format!("{e:#}"))?;
         }
         Ok(())
     };
-    let report = replay(&loaded.sessions, &loaded.tokens, &options, policy.as_mut(), &mut observer)?;
+
+    let (report, extra) = if policy.name == "none" && policy.stages.is_empty() {
+        let report = replay(&loaded.sessions, &loaded.tokens, &options, &mut Unmanaged::default(), &mut observer)
+            .map_err(anyhow::Error::msg)?;
+        (report, None)
+    } else {
+        let temp;
+        let workspace_dir: &Path = match &args.workspace {
+            Some(dir) => dir,
+            None => {
+                temp = tempfile::tempdir().context("cannot create a temporary workspace")?;
+                temp.path()
+            }
+        };
+        let offloader = Arc::new(
+            LocalWorkspace::new(workspace_dir)
+                .with_context(|| format!("cannot open the workspace {}", workspace_dir.display()))?,
+        );
+        let summarizer = make_summarizer(args)?;
+        let mut engine = EnginePolicy::new(policy, window, offloader, summarizer)?;
+        let report = replay(&loaded.sessions, &loaded.tokens, &options, &mut engine, &mut observer)
+            .map_err(anyhow::Error::msg)?;
+        engine.finish().map_err(anyhow::Error::msg)?;
+        let baseline = replay(&loaded.sessions, &loaded.tokens, &options, &mut Unmanaged::default(), &mut |_| {
+            Ok::<(), String>(())
+        })
+        .map_err(anyhow::Error::msg)?;
+        (report, Some((engine.unrecoverable_items, engine.degraded_summaries, baseline)))
+    };
     progress.finish_and_clear();
 
     if args.trace.json {
-        println!("{}", serde_json::to_string_pretty(&report_json(&loaded, &report, wire))?);
+        println!("{}", serde_json::to_string_pretty(&report_json(&loaded, &report, wire, extra.as_ref()))?);
     } else {
-        print!("{}", render(&loaded, &report));
+        print!("{}", render(&loaded, &report, extra.as_ref()));
     }
     Ok(())
+}
+
+/// The named preset with the config file's `[policy]` overrides applied.
+fn resolve_policy(name: &str, overrides: Option<&str>) -> Result<PolicyConfig> {
+    let base = presets::preset(name).ok_or_else(|| {
+        InputError::BadOption(format!(
+            "unknown policy {name:?} (available: {})",
+            presets::NAMES.join(", ")
+        ))
+    })?;
+    match overrides {
+        Some(fragment) => Ok(base
+            .with_overrides(fragment)
+            .map_err(|e| InputError::BadOption(format!("[policy] in the config file: {e}")))?),
+        None => Ok(base),
+    }
+}
+
+fn make_summarizer(args: &ReplayArgs) -> Result<Arc<dyn Summarizer>> {
+    crate::summarizers::build(&args.summarizer, args.summarizer_url.as_deref(), args.summarizer_model.as_deref())
 }
 
 fn progress_bar(total: u64) -> ProgressBar {
@@ -114,22 +175,36 @@ fn write_request(dir: &Path, wire: Wire, model: &str, step: &StepView<'_>) -> Re
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
-fn report_json(loaded: &LoadedTrace, report: &ReplayReport, wire: Wire) -> serde_json::Value {
+fn figures(report: &ReplayReport) -> serde_json::Value {
+    serde_json::to_value(report).unwrap_or_default()
+}
+
+fn report_json(
+    loaded: &LoadedTrace,
+    report: &ReplayReport,
+    wire: Wire,
+    extra: Option<&(usize, usize, ReplayReport)>,
+) -> serde_json::Value {
     let mut body = json!({
         "trace": loaded.path.display().to_string(),
         "format": loaded.format.as_str(),
         "model": loaded.model,
         "wire": wire.as_str(),
     });
-    if let (Some(object), Ok(serde_json::Value::Object(fields))) =
-        (body.as_object_mut(), serde_json::to_value(report))
-    {
+    if let (Some(object), serde_json::Value::Object(fields)) = (body.as_object_mut(), figures(report)) {
         object.extend(fields);
+        let (unrecoverable, degraded, baseline) = match extra {
+            Some((u, d, b)) => (*u, *d, figures(b)),
+            None => (0, 0, figures(report)),
+        };
+        object.insert("unrecoverable_items".into(), json!(unrecoverable));
+        object.insert("degraded_summaries".into(), json!(degraded));
+        object.insert("baseline".into(), baseline);
     }
     body
 }
 
-fn render(loaded: &LoadedTrace, report: &ReplayReport) -> String {
+fn render(loaded: &LoadedTrace, report: &ReplayReport, extra: Option<&(usize, usize, ReplayReport)>) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{}  ({}, model {}, window {} tokens, policy {})\n",
@@ -139,12 +214,22 @@ fn render(loaded: &LoadedTrace, report: &ReplayReport) -> String {
         thousands(report.window),
         report.policy
     ));
-    let rows = [
+    let baseline = extra.map(|(_, _, b)| b);
+    let vs = |value: u64, base: Option<u64>| match base {
+        Some(base) if base > 0 => format!("{}  ({:.0}% of unmanaged)", thousands(value), value as f64 * 100.0 / base as f64),
+        _ => thousands(value),
+    };
+    let mut rows = vec![
         ("sessions", thousands(report.sessions as u64)),
         ("messages", thousands(report.messages as u64)),
         ("model calls (steps)", thousands(report.steps as u64)),
-        ("peak input tokens", thousands(report.peak_input_tokens)),
-        ("cumulative input tokens", thousands(report.cumulative_input_tokens)),
+        ("peak input tokens", vs(report.peak_input_tokens, baseline.map(|b| b.peak_input_tokens))),
+        ("cumulative input tokens", vs(report.cumulative_input_tokens, baseline.map(|b| b.cumulative_input_tokens))),
+        (
+            "uncached input tokens",
+            vs(report.cumulative_uncached_input_tokens, baseline.map(|b| b.cumulative_uncached_input_tokens)),
+        ),
+        ("stable prefix ratio", format!("{:.3}", report.stable_prefix_ratio)),
         (
             "steps over the window",
             format!(
@@ -154,20 +239,31 @@ fn render(loaded: &LoadedTrace, report: &ReplayReport) -> String {
             ),
         ),
         ("provider-rule violations", thousands(report.violations as u64)),
-        (
-            "engine time per step",
-            format!(
-                "p50 {:.1} µs, p99 {:.1} µs (total {:.1} ms)",
-                report.engine_time_us.p50_step,
-                report.engine_time_us.p99_step,
-                report.engine_time_us.total / 1000.0
-            ),
-        ),
     ];
-    for (label, value) in rows {
-        out.push_str(&format!("  {label:<26}{value}\n"));
+    if let Some((unrecoverable, degraded, _)) = extra {
+        rows.push(("compactions", thousands(report.compactions as u64)));
+        rows.push(("overflow recoveries", thousands(report.overflow_recoveries as u64)));
+        rows.push(("archived", format!("{} bytes", thousands(report.archived_bytes))));
+        rows.push(("unrecoverable items", thousands(*unrecoverable as u64)));
+        rows.push(("degraded summaries", thousands(*degraded as u64)));
+        rows.push(("recent rounds verbatim (min)", report.min_recent_rounds_verbatim.to_string()));
     }
-    out.push_str(&sparkline(&report.input_tokens_per_step, report.window));
+    rows.push((
+        "engine time per step",
+        format!(
+            "p50 {:.1} µs, p99 {:.1} µs (total {:.1} ms)",
+            report.engine_time_us.p50_step,
+            report.engine_time_us.p99_step,
+            report.engine_time_us.total / 1000.0
+        ),
+    ));
+    for (label, value) in rows {
+        out.push_str(&format!("  {label:<30}{value}\n"));
+    }
+    if let Some(base) = baseline {
+        out.push_str(&sparkline("unmanaged", &base.input_tokens_per_step, report.window));
+    }
+    out.push_str(&sparkline(&report.policy, &report.input_tokens_per_step, report.window));
     out
 }
 
@@ -175,8 +271,8 @@ fn pct(part: usize, whole: usize) -> f64 {
     if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
 }
 
-/// A one-line chart of input tokens per step, scaled to the window (`│` marks the window).
-fn sparkline(values: &[u64], window: u64) -> String {
+/// A one-line chart of input tokens per step, scaled to the larger of the peak and the window.
+fn sparkline(label: &str, values: &[u64], window: u64) -> String {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     if values.is_empty() {
         return String::new();
@@ -192,7 +288,8 @@ fn sparkline(values: &[u64], window: u64) -> String {
         line.push(BARS[level.min(7)]);
     }
     format!(
-        "  input tokens per step     {line}  (max {}, window {})\n",
+        "  {:<30}{line}  (max {}, window {})\n",
+        format!("input tokens/step, {label}"),
         thousands(values.iter().copied().max().unwrap_or(0)),
         thousands(window)
     )

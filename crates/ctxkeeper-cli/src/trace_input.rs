@@ -62,6 +62,8 @@ pub struct LoadedTrace {
     pub warnings: std::collections::BTreeMap<String, usize>,
     pub model: String,
     pub tokens: TokenModel,
+    /// The config file's `[policy]` table, as TOML text.
+    pub policy_overrides: Option<String>,
 }
 
 /// Reads, detects, imports and (with `--concat`) joins the trace named by `args`.
@@ -84,23 +86,43 @@ pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
     } else {
         sessions
     };
-    let profiles = load_profiles(args.config.as_deref())?;
+    let (profiles, policy_overrides) = load_config(args.config.as_deref())?;
     let model = args
         .model
         .clone()
         .or_else(|| sessions.iter().find_map(|s| s.model.clone()))
         .unwrap_or_else(|| DEFAULT_MODEL.to_string());
     let tokens = TokenModel::for_model(&model, &profiles);
-    Ok(LoadedTrace { path, format, sessions, warnings, model, tokens })
+    Ok(LoadedTrace { path, format, sessions, warnings, model, tokens, policy_overrides })
 }
 
-fn load_profiles(config: Option<&Path>) -> Result<Profiles, InputError> {
+/// Reads the configuration file: `[models."NAME"]` profile overrides and a `[policy]` table.
+fn load_config(config: Option<&Path>) -> Result<(Profiles, Option<String>), InputError> {
     let Some(path) = config else {
-        return Ok(Profiles::builtin());
+        return Ok((Profiles::builtin(), None));
     };
     let text = read_text(path)?;
-    Profiles::from_toml_str(&text)
-        .map_err(|err| InputError::Config { path: path.to_path_buf(), message: err.to_string() })
+    let bad = |message: String| InputError::Config { path: path.to_path_buf(), message };
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
+    let policy = table.remove("policy");
+    let models = table.remove("models");
+    if let Some(unknown) = table.keys().next() {
+        return Err(bad(format!("unknown section {unknown:?} (expected [models.\"NAME\"] or [policy])")));
+    }
+    let profiles = match models {
+        Some(models) => {
+            let mut wrapper = toml::Table::new();
+            wrapper.insert("models".into(), models);
+            Profiles::from_toml_str(&wrapper.to_string()).map_err(|e| bad(e.to_string()))?
+        }
+        None => Profiles::builtin(),
+    };
+    let policy = match policy {
+        Some(toml::Value::Table(policy)) => Some(policy.to_string()),
+        Some(_) => return Err(bad("[policy] must be a table".into())),
+        None => None,
+    };
+    Ok((profiles, policy))
 }
 
 fn read_text(path: &Path) -> Result<String, InputError> {

@@ -2,9 +2,14 @@
 //!
 //! Every assistant message of a session is one model call whose input is everything before it
 //! (plus the tool schemas). A [`StepPolicy`] decides what is actually sent at each step; the
-//! unmanaged baseline ([`Unmanaged`]) sends the whole prefix. The report gives the figures a
-//! context policy is judged by: peak and cumulative input tokens, steps that overflow the
-//! window, provider-rule violations in what was sent, and the engine's own time per step.
+//! unmanaged baseline ([`Unmanaged`]) sends the whole history. When a request exceeds the
+//! window, the replay answers like a provider would — a context-overflow error — and lets the
+//! policy recover within its bound; a step that still does not fit is counted as overflowed.
+//!
+//! The report gives the figures a context policy is judged by: peak and cumulative input
+//! tokens, overflowed steps, provider-rule violations in what was sent, the stable prefix a
+//! provider's prompt cache could serve, the recent rounds kept verbatim, and the engine's own
+//! time per step.
 //!
 //! ```
 //! use ctxkeeper_core::import::Session;
@@ -19,9 +24,11 @@
 //! };
 //! let model = TokenModel::for_model("gpt-4o", &Profiles::builtin());
 //! let options = ReplayOptions { window: 1_000, rules: CheckRules::openai() };
-//! let report = replay(&[session], &model, &options, &mut Unmanaged, &mut |_| Ok(())).unwrap();
+//! let report = replay(&[session], &model, &options, &mut Unmanaged::default(), &mut |_| Ok::<(), String>(())).unwrap();
 //! assert_eq!(report.steps, 2);
 //! assert!(report.cumulative_input_tokens > report.peak_input_tokens);
+//! // The second call repeats the first call's input as its prefix: that part is cacheable.
+//! assert!(report.cumulative_uncached_input_tokens < report.cumulative_input_tokens);
 //! ```
 
 use std::borrow::Cow;
@@ -30,8 +37,29 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::import::Session;
-use crate::model::{CheckRules, Message, check};
+use crate::model::{CheckRules, Message, Role, check};
 use crate::tokens::{TokenLedger, TokenModel};
+
+/// What a policy sends for one model call.
+#[derive(Debug, Clone)]
+pub struct StepRequest<'h> {
+    pub messages: Cow<'h, [Message]>,
+    /// Tokens of each message of `messages` (per-message overhead included).
+    pub message_tokens: Vec<u32>,
+    /// Tokens of the tool schemas and request overhead.
+    pub fixed_tokens: u64,
+    /// Time the engine itself spent preparing this request (no IO, no summarizer).
+    pub engine_time: Duration,
+    /// Whether a compaction ran while preparing.
+    pub compacted: bool,
+}
+
+impl StepRequest<'_> {
+    /// Total input tokens of the request.
+    pub fn input_tokens(&self) -> u64 {
+        self.fixed_tokens + self.message_tokens.iter().map(|&t| u64::from(t)).sum::<u64>()
+    }
+}
 
 /// Decides what is sent to the model at each step.
 pub trait StepPolicy {
@@ -39,25 +67,67 @@ pub trait StepPolicy {
     fn name(&self) -> &str;
 
     /// Called when a new session starts.
-    fn start_session(&mut self, session: &Session) {
-        let _ = session;
+    fn start_session(&mut self, session: &Session, model: &TokenModel) -> Result<(), String>;
+
+    /// The request for the next model call, given everything the agent has seen so far.
+    fn prepare<'h>(&mut self, history: &'h [Message]) -> Result<StepRequest<'h>, String>;
+
+    /// The provider rejected a request of `tokens` as too long (`attempt` starts at 1). Return
+    /// a smaller request, or `None` to give up.
+    fn recover_overflow(
+        &mut self,
+        attempt: u32,
+        tokens: u64,
+        window: u64,
+    ) -> Result<Option<StepRequest<'static>>, String> {
+        let _ = (attempt, tokens, window);
+        Ok(None)
     }
 
-    /// The messages to send, given everything the agent has seen so far.
-    fn prepare<'h>(&mut self, history: &'h [Message]) -> Cow<'h, [Message]>;
+    /// Compactions run so far.
+    fn compactions(&self) -> usize {
+        0
+    }
+
+    /// Bytes written to the archive so far.
+    fn archived_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The unmanaged baseline: every step sends the whole history.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Unmanaged;
+#[derive(Debug, Default, Clone)]
+pub struct Unmanaged {
+    ledger: TokenLedger,
+    model: Option<TokenModel>,
+    tools_tokens: u64,
+}
 
 impl StepPolicy for Unmanaged {
     fn name(&self) -> &str {
         "none"
     }
 
-    fn prepare<'h>(&mut self, history: &'h [Message]) -> Cow<'h, [Message]> {
-        Cow::Borrowed(history)
+    fn start_session(&mut self, session: &Session, model: &TokenModel) -> Result<(), String> {
+        self.ledger = TokenLedger::new();
+        self.tools_tokens = u64::from(model.tools_tokens(&session.tools));
+        self.model = Some(model.clone());
+        Ok(())
+    }
+
+    fn prepare<'h>(&mut self, history: &'h [Message]) -> Result<StepRequest<'h>, String> {
+        let started = Instant::now();
+        if let Some(model) = &self.model {
+            self.ledger.sync(history, model);
+        }
+        let engine_time = started.elapsed();
+        Ok(StepRequest {
+            messages: Cow::Borrowed(history),
+            message_tokens: self.ledger.counts()[..history.len().min(self.ledger.len())].to_vec(),
+            fixed_tokens: self.tools_tokens,
+            engine_time,
+            compacted: false,
+        })
     }
 }
 
@@ -91,7 +161,7 @@ pub struct TimeSummary {
 }
 
 /// Engine time: the work the policy and the accounting do per step, excluding checking and
-/// emitting requests (which only the replay tool does).
+/// emitting requests (which only the replay tool does), archive writes and summarizer calls.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EngineTime {
     pub total: f64,
@@ -100,6 +170,10 @@ pub struct EngineTime {
     /// The first and last 500 steps, to show whether the cost grows with history.
     pub first_500: TimeSummary,
     pub last_500: TimeSummary,
+    /// Steps without a compaction, and the mean of those with one.
+    pub p50_quiet_step: f64,
+    pub p99_quiet_step: f64,
+    pub mean_compacting_step: f64,
 }
 
 /// What a replay measured.
@@ -112,17 +186,32 @@ pub struct ReplayReport {
     pub steps: usize,
     pub peak_input_tokens: u64,
     pub cumulative_input_tokens: u64,
+    /// Sum over steps of the input not covered by the previous request as an exact prefix.
+    pub cumulative_uncached_input_tokens: u64,
+    /// Mean over steps of the share of input tokens repeating the previous request's prefix.
+    pub stable_prefix_ratio: f64,
+    /// Steps that still exceeded the window after overflow recovery.
     pub overflowed_steps: usize,
+    /// Overflow errors the policy recovered from.
+    pub overflow_recoveries: usize,
     pub violations: usize,
+    pub compactions: usize,
+    pub archived_bytes: u64,
+    /// The fewest most-recent API rounds kept untouched at any step (capped at 5; a step with
+    /// fewer rounds counts as 5 when all of them are kept).
+    pub min_recent_rounds_verbatim: usize,
     pub engine_time_us: EngineTime,
     /// Input tokens of every step, in order (for charts).
     #[serde(skip)]
     pub input_tokens_per_step: Vec<u64>,
 }
 
+/// The cap of [`ReplayReport::min_recent_rounds_verbatim`].
+pub const VERBATIM_ROUNDS_CAP: usize = 5;
+
 /// Replays `sessions` one after another under `policy`, calling `observer` for every step.
 /// The observer may stop the replay by returning an error, which is passed back.
-pub fn replay<E>(
+pub fn replay<E: From<String>>(
     sessions: &[Session],
     model: &TokenModel,
     options: &ReplayOptions,
@@ -133,58 +222,111 @@ pub fn replay<E>(
         policy: policy.name().to_string(),
         window: options.window,
         sessions: sessions.len(),
+        min_recent_rounds_verbatim: VERBATIM_ROUNDS_CAP,
         ..ReplayReport::default()
     };
-    let mut step_times: Vec<Duration> = Vec::new();
+    let mut step_times: Vec<(Duration, bool)> = Vec::new();
+    let mut stable_ratios = 0.0f64;
+    let mut previous: Option<Cow<'_, [Message]>> = None;
 
     for session in sessions {
         report.messages += session.messages.len();
-        policy.start_session(session);
-        let tools_tokens = u64::from(model.tools_tokens(&session.tools));
-        let mut ledger = TokenLedger::new();
+        policy.start_session(session, model)?;
+        let mut round_starts: Vec<usize> = Vec::new();
 
         for (index, message) in session.messages.iter().enumerate() {
-            if message.role != crate::model::Role::Assistant {
-                continue;
-            }
-            let history = &session.messages[..index];
-
-            let started = Instant::now();
-            let request = policy.prepare(history);
-            let input_tokens = match &request {
-                Cow::Borrowed(sent) if sent.len() == history.len() => {
-                    ledger.sync(history, model);
-                    ledger.prefix_total(history.len())
+            if message.role == Role::Assistant {
+                let history = &session.messages[..index];
+                let mut request = policy.prepare(history)?;
+                let mut engine_time = request.engine_time;
+                let mut compacted = request.compacted;
+                let mut attempt = 0;
+                while request.input_tokens() > options.window {
+                    attempt += 1;
+                    match policy.recover_overflow(attempt, request.input_tokens(), options.window)? {
+                        Some(smaller) => {
+                            report.overflow_recoveries += 1;
+                            engine_time += smaller.engine_time;
+                            compacted = true;
+                            request = smaller;
+                        }
+                        None => break,
+                    }
                 }
-                other => other.iter().map(|m| u64::from(model.message_tokens(m))).sum(),
-            } + tools_tokens;
-            step_times.push(started.elapsed());
+                step_times.push((engine_time, compacted));
 
-            let violations = check(&request, &options.rules).len();
-            report.steps += 1;
-            report.peak_input_tokens = report.peak_input_tokens.max(input_tokens);
-            report.cumulative_input_tokens += input_tokens;
-            report.violations += violations;
-            if input_tokens > options.window {
-                report.overflowed_steps += 1;
+                let input_tokens = request.input_tokens();
+                let stable = stable_prefix_tokens(previous.as_deref(), &request);
+                stable_ratios += stable as f64 / input_tokens.max(1) as f64;
+                report.cumulative_uncached_input_tokens += input_tokens - stable.min(input_tokens);
+                let verbatim = recent_rounds_verbatim(history, &round_starts, &request.messages);
+                report.min_recent_rounds_verbatim = report.min_recent_rounds_verbatim.min(verbatim);
+
+                let violations = check(&request.messages, &options.rules).len();
+                report.steps += 1;
+                report.peak_input_tokens = report.peak_input_tokens.max(input_tokens);
+                report.cumulative_input_tokens += input_tokens;
+                report.violations += violations;
+                if input_tokens > options.window {
+                    report.overflowed_steps += 1;
+                }
+                report.input_tokens_per_step.push(input_tokens);
+                observer(&StepView {
+                    number: report.steps,
+                    session,
+                    request: &request.messages,
+                    input_tokens,
+                    violations,
+                })?;
+                previous = Some(request.messages);
+                round_starts.push(index);
             }
-            report.input_tokens_per_step.push(input_tokens);
-            observer(&StepView {
-                number: report.steps,
-                session,
-                request: &request,
-                input_tokens,
-                violations,
-            })?;
         }
     }
 
+    report.stable_prefix_ratio = if report.steps == 0 { 0.0 } else { stable_ratios / report.steps as f64 };
+    report.compactions = policy.compactions();
+    report.archived_bytes = policy.archived_bytes();
     report.engine_time_us = summarize_times(&step_times);
     Ok(report)
 }
 
-fn summarize_times(times: &[Duration]) -> EngineTime {
-    let micros: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+/// Tokens of `request` that repeat `previous` as an exact prefix (the fixed part — tool
+/// schemas — counts as stable when there is a previous request).
+fn stable_prefix_tokens(previous: Option<&[Message]>, request: &StepRequest<'_>) -> u64 {
+    let Some(previous) = previous else { return 0 };
+    let mut tokens = request.fixed_tokens;
+    for (index, (a, b)) in previous.iter().zip(request.messages.iter()).enumerate() {
+        // The same memory is the same message: histories do not change during a replay.
+        if !std::ptr::eq(a, b) && a != b {
+            break;
+        }
+        tokens += u64::from(request.message_tokens.get(index).copied().unwrap_or(0));
+    }
+    tokens
+}
+
+/// How many of the most recent API rounds of `history` appear unchanged at the end of
+/// `request`, up to [`VERBATIM_ROUNDS_CAP`].
+fn recent_rounds_verbatim(history: &[Message], round_starts: &[usize], request: &[Message]) -> usize {
+    let mut kept = 0;
+    let mut end = history.len();
+    for &start in round_starts.iter().rev().take(VERBATIM_ROUNDS_CAP) {
+        let round = &history[start..end];
+        let tail = history.len() - start;
+        if request.len() < tail || request[request.len() - tail..request.len() - (history.len() - end)] != *round {
+            return kept;
+        }
+        kept += 1;
+        end = start;
+    }
+    VERBATIM_ROUNDS_CAP
+}
+
+fn summarize_times(times: &[(Duration, bool)]) -> EngineTime {
+    let micros: Vec<f64> = times.iter().map(|(d, _)| d.as_secs_f64() * 1e6).collect();
+    let quiet: Vec<f64> = times.iter().filter(|(_, c)| !c).map(|(d, _)| d.as_secs_f64() * 1e6).collect();
+    let busy: Vec<f64> = times.iter().filter(|(_, c)| *c).map(|(d, _)| d.as_secs_f64() * 1e6).collect();
     let head = &micros[..micros.len().min(500)];
     let tail = &micros[micros.len().saturating_sub(500)..];
     EngineTime {
@@ -193,6 +335,9 @@ fn summarize_times(times: &[Duration]) -> EngineTime {
         p99_step: percentile(&micros, 0.99),
         first_500: TimeSummary { p50: percentile(head, 0.50), p99: percentile(head, 0.99) },
         last_500: TimeSummary { p50: percentile(tail, 0.50), p99: percentile(tail, 0.99) },
+        p50_quiet_step: percentile(&quiet, 0.50),
+        p99_quiet_step: percentile(&quiet, 0.99),
+        mean_compacting_step: if busy.is_empty() { 0.0 } else { busy.iter().sum::<f64>() / busy.len() as f64 },
     }
 }
 
@@ -220,7 +365,7 @@ mod tests {
     fn run(sessions: &[Session], window: u64) -> ReplayReport {
         let model = TokenModel::for_model("gpt-4o", &Profiles::builtin());
         let options = ReplayOptions { window, rules: CheckRules::openai() };
-        replay::<()>(sessions, &model, &options, &mut Unmanaged, &mut |_| Ok(()))
+        replay::<String>(sessions, &model, &options, &mut Unmanaged::default(), &mut |_| Ok(()))
             .unwrap_or_default()
     }
 
@@ -243,8 +388,11 @@ mod tests {
         assert_eq!(report.input_tokens_per_step, expected);
         assert_eq!(report.peak_input_tokens, expected[1]);
         assert_eq!(report.cumulative_input_tokens, expected[0] + expected[1]);
+        // The second call repeats the first as its prefix: only the new part is uncached.
+        assert_eq!(report.cumulative_uncached_input_tokens, expected[1]);
         assert_eq!(report.violations, 0);
         assert_eq!(report.overflowed_steps, 0);
+        assert_eq!(report.min_recent_rounds_verbatim, VERBATIM_ROUNDS_CAP);
     }
 
     #[test]
@@ -266,6 +414,23 @@ mod tests {
         assert_eq!(report.steps, 2);
         assert_eq!(report.input_tokens_per_step[0], report.input_tokens_per_step[1]);
         assert_eq!(report.sessions, 2);
+    }
+
+    #[test]
+    fn rounds_missing_from_the_tail_are_not_verbatim() {
+        let history = vec![
+            Message::user("u"),
+            Message::assistant_with_calls("", vec![Part::tool_call("a", "f", "{}")]),
+            Message::tool_result("a", "1"),
+            Message::assistant_with_calls("", vec![Part::tool_call("b", "f", "{}")]),
+            Message::tool_result("b", "2"),
+        ];
+        let starts = [1, 3];
+        assert_eq!(recent_rounds_verbatim(&history, &starts, &history), VERBATIM_ROUNDS_CAP);
+        let mut edited = history.clone();
+        edited[2] = Message::tool_result("a", "cleared");
+        assert_eq!(recent_rounds_verbatim(&history, &starts, &edited), 1);
+        assert_eq!(recent_rounds_verbatim(&history, &starts, &history[3..]), 1);
     }
 
     #[test]

@@ -198,9 +198,16 @@ impl Engine {
         &self.model
     }
 
-    /// Tokens the request would carry now: O(messages appended since the last call).
+    /// Tokens the request would carry now, counted exactly: O(messages appended since the
+    /// last count).
     pub fn request_tokens(&self, state: &mut ContextState, budget: &Budget) -> u64 {
         state.sync_tokens(&self.model) + budget.fixed_tokens
+    }
+
+    /// Tokens the request would carry now, estimated for messages not yet counted: no
+    /// tokenizer call, for budget displays.
+    pub fn approx_request_tokens(&self, state: &mut ContextState, budget: &Budget) -> u64 {
+        state.approx_tokens() + budget.fixed_tokens
     }
 
     /// The token level above which the policy compacts, if it has a token trigger.
@@ -231,7 +238,6 @@ impl Engine {
         if state.entries.len() < self.config.min_messages {
             return None;
         }
-        let tokens = self.request_tokens(state, budget);
         if let (Some(reactive), Some(used)) = (&self.config.reactive, reported_usage) {
             let pct = used as f64 * 100.0 / budget.window.max(1) as f64;
             if pct >= reactive.full_trigger_pct {
@@ -241,8 +247,12 @@ impl Engine {
                 return Some(CompactionReason::ReactiveMicro);
             }
         }
-        if self.trigger_tokens(budget).is_some_and(|t| tokens > t) {
-            return Some(CompactionReason::Tokens);
+        if let Some(trigger) = self.trigger_tokens(budget) {
+            // Count exactly only when the cheap estimate comes near the trigger.
+            let approx = state.approx_tokens() + budget.fixed_tokens;
+            if approx * 10 >= trigger * 9 && self.request_tokens(state, budget) > trigger {
+                return Some(CompactionReason::Tokens);
+            }
         }
         if self.config.trigger_messages.is_some_and(|m| state.entries.len() > m) {
             return Some(CompactionReason::Messages);
@@ -449,8 +459,12 @@ impl Engine {
             return true;
         }
         match cap.max_tokens {
-            // A token is at least one byte, so short texts need no counting.
-            Some(max) if text.len() as u64 > max * m => u64::from(self.model.text_tokens(text)) > max * m,
+            // A token is at least one byte, so short texts need no counting; long ones are
+            // counted only up to the limit.
+            Some(max) if text.len() as u64 > max * m => {
+                let limit = u32::try_from(max * m).unwrap_or(u32::MAX);
+                self.model.text_tokens_up_to(text, limit).is_none()
+            }
             _ => false,
         }
     }

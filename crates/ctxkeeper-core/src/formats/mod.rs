@@ -3,8 +3,28 @@
 //! Each adapter parses its format's JSON into the neutral [`crate::model`] and emits it back.
 //! Parsing then emitting gives back the same JSON (unknown fields included); emitting a
 //! conversation that came from another format produces a valid request of this format.
+//!
+//! How a message is written depends on where it came from ([`WireHints::origin`]):
+//!
+//! - **from this format**: its format-private hints (content shape, item boundaries, part wire
+//!   types) and its `extra` fields rebuild the exact JSON it was parsed from;
+//! - **built by the engine** (no origin): written in the format's canonical shape, `extra`
+//!   fields included;
+//! - **from another format**: converted to the canonical shape of this format, following the
+//!   rules each adapter documents (tool results placed where the provider wants them, media
+//!   converted or replaced by a marker text, reasoning kept only where the provider can verify
+//!   it). The other format's `extra` fields are left out, since providers reject fields they do
+//!   not know; of the request options only the portable ones are carried over (sampling,
+//!   streaming, output-token limit, stop sequences, tool choice).
+//!
+//! A round trip gives back an equal [`serde_json::Value`], not necessarily the same bytes: keys
+//! of a message or part object may come back in another order. Values carried whole (schemas,
+//! tool inputs, unknown fields) keep their key order.
+//!
+//! [`WireHints::origin`]: crate::model::WireHints::origin
 
 pub mod anthropic;
+mod common;
 pub mod openai_chat;
 pub mod responses;
 

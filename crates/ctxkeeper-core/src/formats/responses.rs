@@ -1,42 +1,1241 @@
-//! Wire adapter (signatures fixed; implementation in progress).
+//! OpenAI Responses (`/v1/responses`) input items.
+//!
+//! `input` is a string or a list of items: messages (`{"role", "content"}`, with or without
+//! `"type": "message"`; content parts `input_text`, `input_image`, `input_file`, `output_text`,
+//! `refusal`), `function_call` / `function_call_output`, `custom_tool_call` /
+//! `custom_tool_call_output`, `reasoning` (its `encrypted_content` carried byte-for-byte), and
+//! any other item type kept opaque.
+//!
+//! In the neutral model, consecutive assistant-side items (reasoning, assistant messages, tool
+//! calls and other `*_call` items) form one assistant [`Message`], and each tool output is a
+//! [`Role::Tool`] message. The item boundaries and per-item fields are kept in
+//! [`WireHints::private`](crate::model::WireHints) so parse → emit gives back the same items.
+//!
+//! ```
+//! use ctxkeeper_core::formats::responses;
+//! use ctxkeeper_core::model::Role;
+//! use serde_json::json;
+//!
+//! let items = vec![
+//!     json!({"role": "user", "content": "weather in Paris?"}),
+//!     json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAA..."}),
+//!     json!({"type": "function_call", "call_id": "c1", "name": "weather", "arguments": "{}"}),
+//!     json!({"type": "function_call_output", "call_id": "c1", "output": "18C"}),
+//! ];
+//! let messages = responses::parse_items(&items)?;
+//! assert_eq!(messages.len(), 3);
+//! assert_eq!(messages[1].role, Role::Assistant);
+//! assert_eq!(messages[1].parts.len(), 2);
+//! assert_eq!(responses::emit_messages(&messages), items);
+//! # Ok::<(), ctxkeeper_core::ParseError>(())
+//! ```
+//!
+//! # Conversions when the messages came from another format
+//!
+//! - Each message becomes a `type: "message"` item with `input_text` parts (`output_text` for
+//!   the assistant); an assistant message's tool calls become `function_call` items after its
+//!   text, and every tool result a `function_call_output` item (the `is_error` flag has no slot
+//!   and is dropped). A user message holding tool results (Anthropic) gives its outputs first,
+//!   then a message with the rest.
+//! - Images become `input_image` with a URL or a `data:` URL (`detail` kept when known, else
+//!   `auto`); files become `input_file` (`file_data` inline, `file_url` for `http(s)`); audio,
+//!   archived data and media in assistant messages become a marker text.
+//! - Only OpenAI's own encrypted reasoning can be sent back; Anthropic thinking (readable or
+//!   redacted) is dropped, as are opaque parts of other formats.
+//! - Tools become flat function tools with `strict: false` unless the source said otherwise,
+//!   since Responses would otherwise apply strict schema rules the tool was not written for.
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
+use super::Wire;
+use super::common::{
+    DataKind, Fields, convert_custom_tool, data_detail, data_file_name, data_kind, expect_array,
+    file_name, index_path, is_custom_call, native, object_schema, omitted_data, origin_hints,
+    portable_request_extra, private_at, private_flag, private_str, put_extra, reasoning_portable,
+    record_at, same_origin, source_base64, source_url, type_name,
+};
 use crate::ParseError;
-use crate::model::{Message, Request, ToolSpec};
+use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
 
-/// Parses a list of messages (the `messages` / `input` array) into the neutral model.
+const WIRE: Wire = Wire::Responses;
+
+/// Private hint of an assistant message: the items it was parsed from, in order. An entry is
+/// `"function_call"`, `"custom_tool_call"`, `"reasoning"` or `"opaque"` (one part each), or
+/// `{"message": <part count>, ...}` for an assistant message item (with its `form`, `untyped`,
+/// `part_types` and item-level `extra`).
+const ITEMS: &str = "items";
+/// Private hint: the message item had no `"type": "message"`.
+const UNTYPED: &str = "untyped";
+/// Private hint: per-part wire type when it is not the role's default text type.
+const PART_TYPES: &str = "part_types";
+/// Private hint: the item type of a tool output or opaque standalone item.
+const ITEM_TYPE: &str = "item_type";
+/// Private hint: the message is the request's `instructions` string.
+const INSTRUCTIONS: &str = "instructions";
+/// Private hint: the message is the request's `input` given as a plain string.
+const INPUT_STRING: &str = "input_string";
+/// Request hint: the request had no `input`.
+const INPUT_ABSENT: &str = "input_absent";
+/// Tool hint: the tool had no `parameters` field.
+const NO_PARAMETERS: &str = "no_parameters";
+/// Tool hint: a tool of a type other than `function` (hosted tools), kept verbatim.
+const VERBATIM: &str = "verbatim";
+
+/// One parsed item: either part of the assistant turn being built, or a message of its own.
+enum Item {
+    Assistant { parts: Vec<Part>, entry: Value },
+    Standalone(Message),
+}
+
+/// Parses a list of input items into messages (consecutive assistant-side items form one
+/// assistant message); errors are reported as `$[index]…`.
+pub fn parse_items(items: &[Value]) -> Result<Vec<Message>, ParseError> {
+    parse_items_at(items, "$")
+}
+
+/// Parses the `input` value: an array of items, or a string (one user message).
 pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
-    let _ = value;
-    Err(ParseError::at("$", "not implemented"))
+    parse_input(value, "$")
 }
 
-/// Emits neutral messages as this format's message list.
+fn parse_input(value: &Value, path: &str) -> Result<Vec<Message>, ParseError> {
+    match value {
+        Value::String(text) => {
+            let mut message = Message::user(text.clone());
+            message.hints = origin_hints(WIRE);
+            message.hints.content_form = ContentForm::String;
+            message
+                .hints
+                .private
+                .insert(INPUT_STRING.into(), Value::Bool(true));
+            Ok(vec![message])
+        }
+        other => {
+            let items = expect_array(other, path, "a string or an array of input items")?;
+            parse_items_at(items, path)
+        }
+    }
+}
+
+fn parse_items_at(items: &[Value], path: &str) -> Result<Vec<Message>, ParseError> {
+    let mut out = Vec::new();
+    let mut turn: Option<(Vec<Part>, Vec<Value>)> = None;
+    for (i, item) in items.iter().enumerate() {
+        match parse_item(item, &index_path(path, i))? {
+            Item::Assistant { parts, entry } => {
+                let (turn_parts, layout) = turn.get_or_insert_with(Default::default);
+                turn_parts.extend(parts);
+                layout.push(entry);
+            }
+            Item::Standalone(message) => {
+                if let Some((parts, layout)) = turn.take() {
+                    out.push(assistant_message(parts, layout));
+                }
+                out.push(message);
+            }
+        }
+    }
+    if let Some((parts, layout)) = turn {
+        out.push(assistant_message(parts, layout));
+    }
+    Ok(out)
+}
+
+fn assistant_message(parts: Vec<Part>, layout: Vec<Value>) -> Message {
+    let mut message = Message::new(Role::Assistant, parts);
+    message.hints = origin_hints(WIRE);
+    message
+        .hints
+        .private
+        .insert(ITEMS.into(), Value::Array(layout));
+    message
+}
+
+/// Parses one item into a message; `path` locates it in errors. An assistant-side item gives an
+/// assistant message of its own (use [`parse_items`] to group a run of them).
+pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
+    Ok(match parse_item(value, path)? {
+        Item::Assistant { parts, entry } => assistant_message(parts, vec![entry]),
+        Item::Standalone(message) => message,
+    })
+}
+
+fn parse_item(value: &Value, path: &str) -> Result<Item, ParseError> {
+    let mut fields = Fields::new(value, path, "an input item object")?;
+    let kind = match fields.get("type") {
+        None => None,
+        Some(_) => Some(fields.kind()?),
+    };
+    let single = |part: Part, entry: &str| Item::Assistant {
+        parts: vec![part],
+        entry: json!(entry),
+    };
+    match kind.as_deref() {
+        None | Some("message") => parse_message_item(fields, kind.is_some()),
+        Some("function_call") => {
+            fields.take("type");
+            let id = fields.required_str("call_id")?;
+            let name = fields.required_str("name")?;
+            let arguments = fields.required_str("arguments")?;
+            let part = Part::ToolCall {
+                id,
+                name,
+                arguments,
+                extra: fields.rest(),
+            };
+            Ok(single(part, "function_call"))
+        }
+        Some("custom_tool_call") => {
+            // `type` stays in `extra`: it marks the call as custom even when the turn's item
+            // layout no longer applies, or when the turn is converted to OpenAI Chat.
+            let id = fields.required_str("call_id")?;
+            let name = fields.required_str("name")?;
+            let arguments = fields.required_str("input")?;
+            let part = Part::ToolCall {
+                id,
+                name,
+                arguments,
+                extra: fields.rest(),
+            };
+            Ok(single(part, "custom_tool_call"))
+        }
+        Some("reasoning") => {
+            fields.take("type");
+            let encrypted = fields.optional_str("encrypted_content");
+            // `summary` and `content` stay verbatim in `extra`; their text is the readable part.
+            let text = reasoning_text(fields.get("summary"), fields.get("content"));
+            let part = Part::Reasoning {
+                text,
+                signature: None,
+                encrypted,
+                redacted: false,
+                extra: fields.rest(),
+            };
+            Ok(single(part, "reasoning"))
+        }
+        Some(kind @ ("function_call_output" | "custom_tool_call_output")) => {
+            let kind = kind.to_string();
+            fields.take("type");
+            let call_id = fields.required_str("call_id")?;
+            let output_path = fields.path_of("output");
+            let mut message = Message::new(Role::Tool, Vec::new());
+            message.hints = origin_hints(WIRE);
+            let (form, content) = match fields.take("output") {
+                Some(Value::String(text)) => (ContentForm::String, vec![Part::text(text)]),
+                Some(Value::Array(parts)) => (
+                    ContentForm::Parts,
+                    parse_parts(
+                        &parts,
+                        &output_path,
+                        "input_text",
+                        &mut message.hints.private,
+                    )?,
+                ),
+                Some(other) => {
+                    return Err(ParseError::at(
+                        output_path,
+                        format!(
+                            "output must be a string or an array of content parts, found {}",
+                            type_name(&other)
+                        ),
+                    ));
+                }
+                None => return Err(ParseError::at(output_path, "missing required field")),
+            };
+            message.hints.content_form = form;
+            if kind != "function_call_output" {
+                message.hints.private.insert(ITEM_TYPE.into(), json!(kind));
+            }
+            message.parts.push(Part::ToolResult {
+                call_id,
+                content,
+                is_error: false,
+                extra: fields.rest(),
+            });
+            Ok(Item::Standalone(message))
+        }
+        Some(kind) if kind.ends_with("_call") => Ok(single(
+            Part::Opaque {
+                value: value.clone(),
+            },
+            "opaque",
+        )),
+        Some(kind) => {
+            // Outputs of hosted tools, item references, and item types not known yet.
+            let role = if kind.ends_with("_output") {
+                Role::Tool
+            } else {
+                Role::User
+            };
+            let mut message = Message::new(
+                role,
+                vec![Part::Opaque {
+                    value: value.clone(),
+                }],
+            );
+            message.hints = origin_hints(WIRE);
+            message
+                .hints
+                .private
+                .insert(ITEM_TYPE.into(), json!("opaque"));
+            Ok(Item::Standalone(message))
+        }
+    }
+}
+
+/// The readable text of a reasoning item: its summary texts, then its reasoning texts.
+fn reasoning_text(summary: Option<&Value>, content: Option<&Value>) -> Option<String> {
+    let texts: Vec<&str> = [summary, content]
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter_map(|part| part.get("text").and_then(Value::as_str))
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
+}
+
+fn default_text_type(role: Role) -> &'static str {
+    if role == Role::Assistant {
+        "output_text"
+    } else {
+        "input_text"
+    }
+}
+
+fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseError> {
+    if typed {
+        fields.take("type");
+    }
+    let role_name = fields.required_str("role")?;
+    let role = match Role::parse(&role_name) {
+        Some(Role::Tool) => {
+            return Err(ParseError::at(
+                fields.path_of("role"),
+                "role \"tool\" is not valid in a Responses message (tool output is a function_call_output item)",
+            ));
+        }
+        Some(role) => role,
+        None => {
+            return Err(ParseError::at(
+                fields.path_of("role"),
+                format!("unknown role {role_name:?}"),
+            ));
+        }
+    };
+    let content_path = fields.path_of("content");
+    let mut private = Extra::new();
+    let (form, parts) = match fields.take("content") {
+        Some(Value::String(text)) => (ContentForm::String, vec![Part::text(text)]),
+        Some(Value::Array(parts)) => (
+            ContentForm::Parts,
+            parse_parts(&parts, &content_path, default_text_type(role), &mut private)?,
+        ),
+        Some(other) => {
+            return Err(ParseError::at(
+                content_path,
+                format!(
+                    "content must be a string or an array of content parts, found {}",
+                    type_name(&other)
+                ),
+            ));
+        }
+        None => return Err(ParseError::at(content_path, "missing required field")),
+    };
+    if !typed {
+        private.insert(UNTYPED.into(), Value::Bool(true));
+    }
+    let extra = fields.rest();
+    if role == Role::Assistant {
+        let mut entry = Map::new();
+        entry.insert("message".into(), json!(parts.len()));
+        if form == ContentForm::String {
+            entry.insert("form".into(), json!("string"));
+        }
+        put_extra(&mut entry, &private);
+        if !extra.is_empty() {
+            entry.insert("extra".into(), Value::Object(extra));
+        }
+        return Ok(Item::Assistant {
+            parts,
+            entry: Value::Object(entry),
+        });
+    }
+    let mut message = Message::new(role, parts);
+    message.hints = origin_hints(WIRE);
+    message.hints.content_form = form;
+    message.hints.private = private;
+    message.extra = extra;
+    Ok(Item::Standalone(message))
+}
+
+fn parse_parts(
+    parts: &[Value],
+    path: &str,
+    default_type: &str,
+    private: &mut Extra,
+) -> Result<Vec<Part>, ParseError> {
+    let mut out = Vec::with_capacity(parts.len());
+    for (i, value) in parts.iter().enumerate() {
+        let (part, wire_type) = parse_part(value, &index_path(path, i))?;
+        if let Some(wire_type) = wire_type.filter(|t| *t != default_type) {
+            record_at(private, PART_TYPES, i, wire_type);
+        }
+        out.push(part);
+    }
+    Ok(out)
+}
+
+/// Parses one content part; for a text part, the second value is its wire type.
+fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>), ParseError> {
+    let mut fields = Fields::new(value, path, "a content part object")?;
+    let kind = fields.kind()?;
+    let opaque = Ok((
+        Part::Opaque {
+            value: value.clone(),
+        },
+        None,
+    ));
+    match kind.as_str() {
+        "input_text" | "output_text" => {
+            fields.take("type");
+            let text = fields.required_str("text")?;
+            let wire = if kind == "input_text" {
+                "input_text"
+            } else {
+                "output_text"
+            };
+            Ok((
+                Part::Text {
+                    text,
+                    extra: fields.rest(),
+                },
+                Some(wire),
+            ))
+        }
+        "refusal" => {
+            fields.take("type");
+            let text = fields.required_str("refusal")?;
+            Ok((
+                Part::Text {
+                    text,
+                    extra: fields.rest(),
+                },
+                Some("refusal"),
+            ))
+        }
+        "input_image" | "input_file" => {
+            let url_key = if kind == "input_image" {
+                "image_url"
+            } else {
+                "file_data"
+            };
+            let Some(url) = fields.optional_str(url_key) else {
+                return opaque;
+            };
+            fields.take("type");
+            let part = Part::Data {
+                source: DataSource::Url { url },
+                wire_type: Some(kind),
+                extra: fields.rest(),
+            };
+            Ok((part, None))
+        }
+        _ => opaque,
+    }
+}
+
+/// Emits neutral messages as Responses input items.
+///
+/// Messages parsed from this format come back as exactly the items they were parsed from;
+/// others are converted as the module documentation describes.
 pub fn emit_messages(messages: &[Message]) -> Vec<Value> {
-    let _ = messages;
-    Vec::new()
+    let mut out = Vec::with_capacity(messages.len());
+    // Ids of the custom calls of the latest assistant turn: their outputs must be
+    // `custom_tool_call_output` items.
+    let mut custom_calls: Vec<String> = Vec::new();
+    for message in messages {
+        if message.role == Role::Assistant {
+            custom_calls = custom_call_ids(message);
+        }
+        emit_into(message, &custom_calls, &mut out);
+    }
+    out
 }
 
-/// Parses this format's `tools` array.
+fn custom_call_ids(message: &Message) -> Vec<String> {
+    message
+        .parts
+        .iter()
+        .enumerate()
+        .filter_map(|(index, part)| match part {
+            Part::ToolCall { id, .. } if is_custom_call(message, index) => Some(id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Emits one message as the items it stands for (an assistant turn may give several).
+pub fn emit_message(message: &Message) -> Vec<Value> {
+    emit_messages(std::slice::from_ref(message))
+}
+
+fn emit_into(message: &Message, custom_calls: &[String], out: &mut Vec<Value>) {
+    let same = same_origin(&message.hints, WIRE);
+    let native = native(&message.hints, WIRE);
+    if same {
+        if let Some(items) = layout_items(message) {
+            out.extend(items);
+            return;
+        }
+        if private_str(&message.hints, ITEM_TYPE) == Some("opaque")
+            && let [Part::Opaque { value }] = message.parts.as_slice()
+        {
+            out.push(value.clone());
+            return;
+        }
+    }
+    match message.role {
+        Role::Assistant => {
+            let mut pending: Vec<&Part> = Vec::new();
+            for (index, part) in message.parts.iter().enumerate() {
+                match part {
+                    Part::Text { .. } | Part::Data { .. } => pending.push(part),
+                    Part::Opaque { value } if native => {
+                        flush_assistant(&mut pending, native, out);
+                        out.push(value.clone());
+                    }
+                    Part::ToolCall { .. } => {
+                        flush_assistant(&mut pending, native, out);
+                        let kind = if is_custom_call(message, index) {
+                            "custom_tool_call"
+                        } else {
+                            "function_call"
+                        };
+                        out.push(call_item(part, kind, native));
+                    }
+                    Part::Reasoning { .. } if same || reasoning_portable(part, WIRE) => {
+                        flush_assistant(&mut pending, native, out);
+                        out.push(reasoning_item(part, same, native));
+                    }
+                    _ => {}
+                }
+            }
+            flush_assistant(&mut pending, native, out);
+        }
+        Role::User | Role::System | Role::Developer | Role::Tool => {
+            if same && !message.has_tool_results() && message.role != Role::Tool {
+                let parts: Vec<&Part> = message.parts.iter().collect();
+                out.push(same_message_item(
+                    message.role,
+                    &parts,
+                    message.hints.content_form,
+                    private_flag(&message.hints, UNTYPED),
+                    &message.extra,
+                    message.hints.private.get(PART_TYPES),
+                ));
+                return;
+            }
+            let role = if message.role == Role::Tool {
+                Role::User
+            } else {
+                message.role
+            };
+            let mut pending: Vec<&Part> = Vec::new();
+            for part in &message.parts {
+                if let Part::ToolResult { .. } = part {
+                    flush_message(role, &mut pending, native, out);
+                    out.push(output_item(message, part, same, native, custom_calls));
+                } else {
+                    pending.push(part);
+                }
+            }
+            flush_message(role, &mut pending, native, out);
+        }
+    }
+}
+
+/// The items of an assistant message parsed from this format, rebuilt from its item layout;
+/// `None` when the parts no longer match the layout (then the message is emitted canonically).
+fn layout_items(message: &Message) -> Option<Vec<Value>> {
+    let layout = message.hints.private.get(ITEMS)?.as_array()?;
+    let mut items = Vec::with_capacity(layout.len());
+    let mut cursor = 0;
+    for entry in layout {
+        match entry {
+            Value::String(kind) => {
+                let part = message.parts.get(cursor)?;
+                cursor += 1;
+                items.push(match (kind.as_str(), part) {
+                    ("function_call" | "custom_tool_call", Part::ToolCall { .. }) => {
+                        call_item(part, kind, true)
+                    }
+                    ("reasoning", Part::Reasoning { .. }) => reasoning_item(part, true, true),
+                    ("opaque", Part::Opaque { value }) => value.clone(),
+                    _ => return None,
+                });
+            }
+            Value::Object(spec) => {
+                let count = usize::try_from(spec.get("message")?.as_u64()?).ok()?;
+                let parts = message.parts.get(cursor..cursor.checked_add(count)?)?;
+                cursor += count;
+                if !parts.iter().all(|p| {
+                    matches!(
+                        p,
+                        Part::Text { .. } | Part::Data { .. } | Part::Opaque { .. }
+                    )
+                }) {
+                    return None;
+                }
+                let refs: Vec<&Part> = parts.iter().collect();
+                let form = if spec.get("form").and_then(Value::as_str) == Some("string") {
+                    ContentForm::String
+                } else {
+                    ContentForm::Parts
+                };
+                let untyped = spec.get(UNTYPED).and_then(Value::as_bool).unwrap_or(false);
+                let extra = match spec.get("extra") {
+                    Some(Value::Object(extra)) => extra.clone(),
+                    _ => Extra::new(),
+                };
+                items.push(same_message_item(
+                    Role::Assistant,
+                    &refs,
+                    form,
+                    untyped,
+                    &extra,
+                    spec.get(PART_TYPES),
+                ));
+            }
+            _ => return None,
+        }
+    }
+    (cursor == message.parts.len()).then_some(items)
+}
+
+/// A message item parsed from this format, rebuilt exactly.
+fn same_message_item(
+    role: Role,
+    parts: &[&Part],
+    form: ContentForm,
+    untyped: bool,
+    extra: &Extra,
+    part_types: Option<&Value>,
+) -> Value {
+    let part_type = |i: usize| {
+        part_types
+            .and_then(|t| t.get(i.to_string()))
+            .and_then(Value::as_str)
+    };
+    let mut obj = Map::new();
+    if !untyped {
+        obj.insert("type".into(), json!("message"));
+    }
+    obj.insert("role".into(), json!(role.as_str()));
+    let content = match (form, parts) {
+        (ContentForm::String, [Part::Text { text, extra }])
+            if extra.is_empty() && part_type(0).is_none() =>
+        {
+            json!(text)
+        }
+        _ => Value::Array(
+            parts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, part)| {
+                    let wire = part_type(i).unwrap_or(default_text_type(role));
+                    content_part(part, wire, role, true)
+                })
+                .collect(),
+        ),
+    };
+    obj.insert("content".into(), content);
+    put_extra(&mut obj, extra);
+    Value::Object(obj)
+}
+
+/// One content part. `text_type` is the wire type of a text part; `keep_extra` writes the part's
+/// own extra fields. `None` when the part has no place in a message.
+fn content_part(part: &Part, text_type: &str, role: Role, keep_extra: bool) -> Option<Value> {
+    let mut obj = Map::new();
+    let extra = match part {
+        Part::Text { text, extra } => {
+            obj.insert("type".into(), json!(text_type));
+            let key = if text_type == "refusal" {
+                "refusal"
+            } else {
+                "text"
+            };
+            obj.insert(key.into(), json!(text));
+            extra
+        }
+        Part::Data {
+            source,
+            wire_type,
+            extra,
+        } => {
+            let kind = data_kind(wire_type.as_deref(), source);
+            let marker = || {
+                let mut obj = Map::new();
+                obj.insert("type".into(), json!(default_text_type(role)));
+                obj.insert("text".into(), json!(omitted_data(kind, source, WIRE)));
+                Some(Value::Object(obj))
+            };
+            if role == Role::Assistant {
+                return marker();
+            }
+            match (kind, source) {
+                (DataKind::Image, _) => {
+                    let Some(url) = source_url(source) else {
+                        return marker();
+                    };
+                    obj.insert("type".into(), json!("input_image"));
+                    obj.insert("image_url".into(), json!(url));
+                    if !(keep_extra && wire_type.as_deref() == Some("input_image")) {
+                        obj.insert("detail".into(), json!(data_detail(extra).unwrap_or("auto")));
+                    }
+                }
+                (DataKind::File, DataSource::Url { url })
+                    if keep_extra && wire_type.as_deref() == Some("input_file") =>
+                {
+                    obj.insert("type".into(), json!("input_file"));
+                    obj.insert("file_data".into(), json!(url));
+                }
+                (DataKind::File, DataSource::Url { url })
+                    if url.starts_with("http://") || url.starts_with("https://") =>
+                {
+                    obj.insert("type".into(), json!("input_file"));
+                    obj.insert("file_url".into(), json!(url));
+                }
+                (DataKind::File, _) => {
+                    let Some((media_type, data)) = source_base64(source) else {
+                        return marker();
+                    };
+                    obj.insert("type".into(), json!("input_file"));
+                    obj.insert(
+                        "filename".into(),
+                        json!(file_name(data_file_name(extra), source)),
+                    );
+                    obj.insert(
+                        "file_data".into(),
+                        json!(super::common::data_url(&media_type, &data)),
+                    );
+                }
+                (DataKind::Audio, _) => return marker(),
+            }
+            extra
+        }
+        Part::Opaque { value } => return keep_extra.then(|| value.clone()),
+        Part::ToolCall { .. } | Part::ToolResult { .. } | Part::Reasoning { .. } => return None,
+    };
+    if keep_extra {
+        put_extra(&mut obj, extra);
+    }
+    Some(Value::Object(obj))
+}
+
+/// Writes the pending assistant content as one assistant message item.
+fn flush_assistant(pending: &mut Vec<&Part>, native: bool, out: &mut Vec<Value>) {
+    flush_message(Role::Assistant, pending, native, out);
+}
+
+/// Writes the pending content as one message item of `role` (nothing when there is none).
+fn flush_message(role: Role, pending: &mut Vec<&Part>, native: bool, out: &mut Vec<Value>) {
+    if pending.is_empty() {
+        return;
+    }
+    let content: Vec<Value> = pending
+        .drain(..)
+        .filter_map(|part| content_part(part, default_text_type(role), role, native))
+        .collect();
+    if !content.is_empty() {
+        out.push(json!({"type": "message", "role": role.as_str(), "content": content}));
+    }
+}
+
+/// A `function_call` or `custom_tool_call` item.
+fn call_item(part: &Part, kind: &str, keep_extra: bool) -> Value {
+    let Part::ToolCall {
+        id,
+        name,
+        arguments,
+        extra,
+    } = part
+    else {
+        return Value::Null;
+    };
+    let args_key = if kind == "custom_tool_call" {
+        "input"
+    } else {
+        "arguments"
+    };
+    let mut obj = Map::new();
+    obj.insert("type".into(), json!(kind));
+    obj.insert("name".into(), json!(name));
+    obj.insert(args_key.into(), json!(arguments));
+    obj.insert("call_id".into(), json!(id));
+    if keep_extra {
+        put_extra(&mut obj, extra);
+    }
+    Value::Object(obj)
+}
+
+/// A `reasoning` item: its own `summary`/`content`/`id` when it was parsed from this format
+/// (`exact`), a summary built from readable text otherwise, and the encrypted content
+/// byte-for-byte.
+fn reasoning_item(part: &Part, exact: bool, keep_extra: bool) -> Value {
+    let Part::Reasoning {
+        text,
+        encrypted,
+        extra,
+        ..
+    } = part
+    else {
+        return Value::Null;
+    };
+    let mut obj = Map::new();
+    obj.insert("type".into(), json!("reasoning"));
+    if keep_extra {
+        put_extra(&mut obj, extra);
+    }
+    if !exact && !obj.contains_key("summary") {
+        let summary = match text {
+            Some(text) => json!([{"type": "summary_text", "text": text}]),
+            None => json!([]),
+        };
+        obj.insert("summary".into(), summary);
+    }
+    if let Some(encrypted) = encrypted {
+        obj.insert("encrypted_content".into(), json!(encrypted));
+    }
+    Value::Object(obj)
+}
+
+/// A `function_call_output` (or `custom_tool_call_output`) item.
+fn output_item(
+    message: &Message,
+    part: &Part,
+    same: bool,
+    native: bool,
+    custom_calls: &[String],
+) -> Value {
+    let Part::ToolResult {
+        call_id,
+        content,
+        extra,
+        ..
+    } = part
+    else {
+        return Value::Null;
+    };
+    let same = same && message.role == Role::Tool;
+    let kind = if same {
+        private_str(&message.hints, ITEM_TYPE).unwrap_or("function_call_output")
+    } else if custom_calls.iter().any(|id| id == call_id) {
+        "custom_tool_call_output"
+    } else {
+        "function_call_output"
+    };
+    let mut obj = Map::new();
+    obj.insert("type".into(), json!(kind));
+    obj.insert("call_id".into(), json!(call_id));
+    let output = if same {
+        match (message.hints.content_form, content.as_slice()) {
+            (ContentForm::String, [Part::Text { text, extra }])
+                if extra.is_empty() && private_at(&message.hints, PART_TYPES, 0).is_none() =>
+            {
+                json!(text)
+            }
+            _ => Value::Array(
+                content
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, p)| {
+                        let wire =
+                            private_at(&message.hints, PART_TYPES, i).unwrap_or("input_text");
+                        content_part(p, wire, Role::User, true)
+                    })
+                    .collect(),
+            ),
+        }
+    } else {
+        let parts: Vec<Value> = content
+            .iter()
+            .filter_map(|p| content_part(p, "input_text", Role::User, native))
+            .collect();
+        match parts.as_slice() {
+            [] => json!(""),
+            [single]
+                if single.as_object().is_some_and(|o| {
+                    o.len() == 2 && o.get("type") == Some(&json!("input_text"))
+                }) =>
+            {
+                single.get("text").cloned().unwrap_or_default()
+            }
+            _ => Value::Array(parts),
+        }
+    };
+    obj.insert("output".into(), output);
+    if native {
+        put_extra(&mut obj, extra);
+    }
+    Value::Object(obj)
+}
+
+/// Parses a Responses `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    let _ = value;
-    Ok(Vec::new())
+    parse_tools_at(value, "$")
 }
 
-/// Emits tools in this format.
+fn parse_tools_at(value: &Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
+    let items = expect_array(value, path, "an array of tools")?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| parse_tool(item, &index_path(path, i)))
+        .collect()
+}
+
+fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
+    let mut fields = Fields::new(value, path, "a tool object")?;
+    let kind = fields.kind()?;
+    let mut hints = origin_hints(WIRE);
+    if kind != "function" {
+        // Hosted tools (web_search, file_search, mcp, custom grammars, …) are kept whole.
+        let name = value
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or(&kind)
+            .to_string();
+        hints.private.insert(VERBATIM.into(), value.clone());
+        return Ok(ToolSpec {
+            name,
+            description: None,
+            parameters: Value::Null,
+            extra: Extra::new(),
+            hints,
+        });
+    }
+    fields.take("type");
+    let name = fields.required_str("name")?;
+    let description = fields.optional_str("description");
+    let parameters = match fields.take("parameters") {
+        Some(parameters) => parameters,
+        None => {
+            hints
+                .private
+                .insert(NO_PARAMETERS.into(), Value::Bool(true));
+            Value::Null
+        }
+    };
+    Ok(ToolSpec {
+        name,
+        description,
+        parameters,
+        extra: fields.rest(),
+        hints,
+    })
+}
+
+/// Emits tools as a Responses `tools` array. Tools only another provider can run are left out.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    let _ = tools;
-    Vec::new()
+    tools.iter().filter_map(emit_tool).collect()
 }
 
-/// Parses a whole request body.
+fn emit_tool(tool: &ToolSpec) -> Option<Value> {
+    let same = same_origin(&tool.hints, WIRE);
+    if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
+        if same {
+            return Some(verbatim.clone());
+        }
+        return convert_custom_tool(verbatim, Wire::OpenAiChat, WIRE)
+            .filter(|_| same_origin(&tool.hints, Wire::OpenAiChat));
+    }
+    let mut obj = Map::new();
+    obj.insert("type".into(), json!("function"));
+    obj.insert("name".into(), json!(tool.name));
+    if let Some(description) = &tool.description {
+        obj.insert("description".into(), json!(description));
+    }
+    if same {
+        if !tool.hints.private.contains_key(NO_PARAMETERS) || !tool.parameters.is_null() {
+            obj.insert("parameters".into(), tool.parameters.clone());
+        }
+    } else {
+        obj.insert("parameters".into(), object_schema(&tool.parameters));
+    }
+    if native(&tool.hints, WIRE) {
+        put_extra(&mut obj, &tool.extra);
+    } else {
+        let strict = tool.extra.get("strict").filter(|v| v.is_boolean()).cloned();
+        obj.insert("strict".into(), strict.unwrap_or(Value::Bool(false)));
+    }
+    Some(Value::Object(obj))
+}
+
+/// Parses a whole Responses request body: `model`, `instructions` (as a leading system
+/// message), `input`, `tools`, and every other field kept in [`Request::extra`].
 pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
-    let _ = body;
-    Err(ParseError::at("$", "not implemented"))
+    let mut fields = Fields::new(body, "$", "a request object")?;
+    let model = fields.optional_str("model");
+    let mut hints = origin_hints(WIRE);
+    let mut messages = Vec::new();
+    if let Some(instructions) = fields.optional_str("instructions") {
+        let mut message = Message::system(instructions);
+        message.hints = origin_hints(WIRE);
+        message.hints.content_form = ContentForm::String;
+        message
+            .hints
+            .private
+            .insert(INSTRUCTIONS.into(), Value::Bool(true));
+        messages.push(message);
+    }
+    match fields.take("input") {
+        Some(input) => messages.extend(parse_input(&input, "$.input")?),
+        None => {
+            hints.private.insert(INPUT_ABSENT.into(), Value::Bool(true));
+        }
+    }
+    let tools = match fields.get("tools") {
+        // An empty list declares nothing: it stays in `extra` verbatim.
+        Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
+            Some(value) => parse_tools_at(&value, "$.tools")?,
+            None => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    Ok(Request {
+        model,
+        messages,
+        tools,
+        extra: fields.rest(),
+        hints,
+    })
 }
 
-/// Emits a whole request body.
+/// Emits a whole Responses request body.
 pub fn emit_request(request: &Request) -> Value {
-    let _ = request;
-    Value::Null
+    let mut obj = Map::new();
+    if let Some(model) = &request.model {
+        obj.insert("model".into(), json!(model));
+    }
+    let mut messages = request.messages.as_slice();
+    if let Some((first, rest)) = messages.split_first() {
+        let is_instructions =
+            same_origin(&first.hints, WIRE) && private_flag(&first.hints, INSTRUCTIONS);
+        if let (true, [Part::Text { text, .. }]) = (is_instructions, first.parts.as_slice()) {
+            obj.insert("instructions".into(), json!(text));
+            messages = rest;
+        }
+    }
+    let input_absent =
+        same_origin(&request.hints, WIRE) && private_flag(&request.hints, INPUT_ABSENT);
+    match messages {
+        [] if input_absent => {}
+        [only]
+            if same_origin(&only.hints, WIRE)
+                && private_flag(&only.hints, INPUT_STRING)
+                && only.role == Role::User
+                && matches!(only.parts.as_slice(), [Part::Text { extra, .. }] if extra.is_empty()) =>
+        {
+            obj.insert("input".into(), json!(only.text()));
+        }
+        _ => {
+            obj.insert("input".into(), Value::Array(emit_messages(messages)));
+        }
+    }
+    let tools = emit_tools(&request.tools);
+    if !tools.is_empty() || (same_origin(&request.hints, WIRE) && !request.tools.is_empty()) {
+        obj.insert("tools".into(), Value::Array(tools));
+    }
+    put_extra(&mut obj, &portable_request_extra(request, WIRE));
+    Value::Object(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(items: Value) {
+        let list = items.as_array().cloned().unwrap_or_default();
+        let messages = parse_items(&list).unwrap_or_else(|e| panic!("{e}: {items}"));
+        assert_eq!(Value::Array(emit_messages(&messages)), items);
+    }
+
+    #[test]
+    fn items_round_trip() {
+        let cases = [
+            json!([{"role": "user", "content": "hi"}]),
+            json!([{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]}]),
+            json!([{"type": "message", "role": "user", "id": "msg_1", "status": "completed", "content": [
+                {"type": "input_text", "text": "see"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "high"},
+                {"type": "input_image", "file_id": "file-1"},
+                {"type": "input_file", "file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"},
+                {"type": "output_text", "text": "odd but kept"}
+            ]}]),
+            json!([
+                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}], "content": null, "encrypted_content": "gAAA=="},
+                {"type": "message", "role": "assistant", "id": "msg_2", "content": [
+                    {"type": "output_text", "text": "calling", "annotations": []},
+                    {"type": "refusal", "refusal": "partly"}
+                ]},
+                {"role": "assistant", "content": "untyped"},
+                {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}", "status": "completed"},
+                {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{\"a\":1}"},
+                {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+                {"type": "function_call_output", "call_id": "c2", "output": [
+                    {"type": "input_text", "text": "img"},
+                    {"type": "input_image", "image_url": "https://x/y.png", "detail": "low"}
+                ]},
+                {"type": "custom_tool_call", "call_id": "c3", "name": "patch", "input": "*** Begin Patch"},
+                {"type": "custom_tool_call_output", "call_id": "c3", "output": "done"},
+                {"type": "item_reference", "id": "msg_0"},
+                {"type": "computer_call_output", "call_id": "cc", "output": {"type": "computer_screenshot"}}
+            ]),
+        ];
+        for case in cases {
+            round_trip(case);
+        }
+    }
+
+    #[test]
+    fn consecutive_assistant_side_items_form_one_message() {
+        let items = vec![
+            json!({"type": "reasoning", "summary": [], "encrypted_content": "x"}),
+            json!({"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"}),
+            json!({"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "a", "output": "1"}),
+            json!({"type": "function_call_output", "call_id": "b", "output": "2"}),
+        ];
+        let messages = parse_items(&items).expect("valid");
+        let roles: Vec<Role> = messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::Assistant, Role::Tool, Role::Tool]);
+        assert_eq!(messages[0].tool_calls().count(), 2);
+    }
+
+    #[test]
+    fn an_edited_turn_falls_back_to_canonical_items() {
+        let items = vec![
+            json!({"type": "reasoning", "summary": [], "encrypted_content": "x"}),
+            json!({"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"}),
+        ];
+        let mut messages = parse_items(&items).expect("valid");
+        messages[0].parts.insert(1, Part::text("note"));
+        let out = emit_messages(&messages);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0], items[0]);
+        assert_eq!(
+            out[1]["content"][0],
+            json!({"type": "output_text", "text": "note"})
+        );
+        assert_eq!(out[2], items[1]);
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let cases = [
+            json!({"model": "gpt-5", "instructions": "be brief", "input": "hi", "store": false}),
+            json!({"model": "gpt-5", "previous_response_id": "resp_1", "instructions": null}),
+            json!({"input": [{"role": "user", "content": "x"}], "tools": [
+                {"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}, "strict": true},
+                {"type": "web_search"},
+                {"type": "custom", "name": "patch", "format": {"type": "text"}}
+            ]}),
+        ];
+        for body in cases {
+            let request = parse_request(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+            assert_eq!(emit_request(&request), body);
+        }
+    }
+
+    #[test]
+    fn malformed_items_report_their_path() {
+        let cases = [
+            (
+                json!([{"role": "narrator", "content": "x"}]),
+                "$[0].role",
+                "unknown role",
+            ),
+            (
+                json!([{"role": "tool", "content": "x"}]),
+                "$[0].role",
+                "function_call_output",
+            ),
+            (json!([{"content": "x"}]), "$[0].role", "missing"),
+            (
+                json!([{"role": "user", "content": 4}]),
+                "$[0].content",
+                "found a number",
+            ),
+            (
+                json!([{"type": "function_call", "call_id": "a", "name": "f"}]),
+                "$[0].arguments",
+                "missing",
+            ),
+            (
+                json!([{"type": "function_call_output", "call_id": "a", "output": 1}]),
+                "$[0].output",
+                "found a number",
+            ),
+            (json!([{"type": 7}]), "$[0].type", "expected a string"),
+            (
+                json!([{"role": "user", "content": [{"type": "input_text"}]}]),
+                "$[0].content[0].text",
+                "missing",
+            ),
+            (json!(5), "$", "expected a string or an array"),
+        ];
+        for (input, path, needle) in cases {
+            let err = parse_messages(&input).expect_err("must fail");
+            assert_eq!(
+                err.position,
+                crate::Position::Path {
+                    line: None,
+                    path: path.into()
+                },
+                "{input}"
+            );
+            assert!(
+                err.message.contains(needle),
+                "{} does not contain {needle}",
+                err.message
+            );
+        }
+    }
+
+    #[test]
+    fn foreign_messages_become_valid_items() {
+        let mut thinking = Message::new(
+            Role::Assistant,
+            vec![
+                Part::Reasoning {
+                    text: Some("t".into()),
+                    signature: Some("s".into()),
+                    encrypted: None,
+                    redacted: false,
+                    extra: Extra::new(),
+                },
+                Part::text("ok"),
+                Part::tool_call("a", "f", "{}"),
+            ],
+        );
+        thinking.hints.origin = Some("anthropic".into());
+        let mut results = Message::new(
+            Role::User,
+            vec![Part::tool_result("a", "1"), Part::text("next")],
+        );
+        results.hints.origin = Some("anthropic".into());
+        let out = emit_messages(&[thinking, results]);
+        assert_eq!(
+            Value::Array(out),
+            json!([
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "a"},
+                {"type": "function_call_output", "call_id": "a", "output": "1"},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "next"}]}
+            ])
+        );
+    }
 }

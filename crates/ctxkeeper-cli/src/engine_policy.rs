@@ -1,0 +1,244 @@
+//! Replaying a trace under a real context policy: the engine runs as an agent host would run
+//! it (ingest every message, prepare the context before every model call, recover from
+//! overflow errors), archiving into a real workspace, and every removed item is verified to
+//! be recoverable afterwards.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use ctxkeeper::core::engine::{Event, PolicyConfig};
+use ctxkeeper::core::import::Session;
+use ctxkeeper::core::model::{Message, Part};
+use ctxkeeper::core::replay::{StepPolicy, StepRequest};
+use ctxkeeper::core::tokens::{TokenCache, TokenModel};
+use ctxkeeper::llm::Summarizer;
+use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope, Offloader};
+use ctxkeeper::{ContextManager, Settings};
+use tokio::runtime::Runtime;
+use tokio::sync::broadcast;
+
+/// A [`StepPolicy`] backed by a [`ContextManager`].
+pub struct EnginePolicy {
+    name: String,
+    policy: PolicyConfig,
+    window: u64,
+    runtime: Runtime,
+    offloader: Arc<dyn Offloader>,
+    summarizer: Arc<dyn Summarizer>,
+    session: Option<ActiveSession>,
+    compactions: usize,
+    archived_bytes: u64,
+    /// References that did not resolve plus removed content not found in the archive.
+    pub unrecoverable_items: usize,
+    /// Summaries that fell back to lossy truncation.
+    pub degraded_summaries: usize,
+    report_cache: TokenCache,
+}
+
+struct ActiveSession {
+    manager: ContextManager,
+    events: broadcast::Receiver<Event>,
+    scope: ArchiveScope,
+    originals: Vec<Message>,
+    refs: Vec<String>,
+    seen: usize,
+    fixed_tokens: u64,
+}
+
+impl std::fmt::Debug for EnginePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnginePolicy").field("name", &self.name).finish()
+    }
+}
+
+impl EnginePolicy {
+    pub fn new(
+        policy: PolicyConfig,
+        window: u64,
+        offloader: Arc<dyn Offloader>,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> std::io::Result<EnginePolicy> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        Ok(EnginePolicy {
+            name: policy.name.clone(),
+            policy,
+            window,
+            runtime,
+            offloader,
+            summarizer,
+            session: None,
+            compactions: 0,
+            archived_bytes: 0,
+            unrecoverable_items: 0,
+            degraded_summaries: 0,
+            report_cache: TokenCache::with_capacity(1 << 14),
+        })
+    }
+
+    /// Verifies the last session and stops. Call once after the replay.
+    pub fn finish(&mut self) -> Result<(), String> {
+        self.close_session()
+    }
+
+    fn drain_events(&mut self) {
+        let Some(active) = &mut self.session else { return };
+        while let Ok(event) = active.events.try_recv() {
+            match event {
+                Event::ContextCompactionEnd { archive_refs, summary_degraded, .. } => {
+                    self.compactions += 1;
+                    if summary_degraded {
+                        self.degraded_summaries += 1;
+                    }
+                    active.refs.extend(archive_refs);
+                }
+                Event::ToolResultTruncated { reference, .. } => active.refs.push(reference),
+                _ => {}
+            }
+        }
+    }
+
+    fn request(&mut self, compacted: bool, engine_before: std::time::Duration) -> Result<StepRequest<'static>, String> {
+        self.drain_events();
+        let Some(active) = &mut self.session else { return Err("no session".into()) };
+        let messages = active.manager.state().to_messages();
+        // Counted here for the report, with the harness's own cache: the engine's state is
+        // left as the engine left it, so its timing includes only the counting it needs.
+        let model = active.manager.engine().model().clone();
+        let message_tokens: Vec<u32> =
+            messages.iter().map(|m| self.report_cache.message_tokens(m, &model)).collect();
+        self.archived_bytes = active.manager.archived_bytes();
+        Ok(StepRequest {
+            messages: Cow::Owned(messages),
+            message_tokens,
+            fixed_tokens: active.fixed_tokens,
+            engine_time: active.manager.clock().engine.saturating_sub(engine_before),
+            compacted,
+        })
+    }
+
+    /// Checks that everything the session ever saw is either still in its context or
+    /// recoverable byte-for-byte from the archive.
+    fn close_session(&mut self) -> Result<(), String> {
+        self.drain_events();
+        let Some(active) = self.session.take() else { return Ok(()) };
+        let runtime = &self.runtime;
+        let offloader = &self.offloader;
+        let mut archived_messages: HashSet<String> = HashSet::new();
+        let mut archived_texts: HashSet<String> = HashSet::new();
+        for reference in &active.refs {
+            let bytes = runtime.block_on(offloader.read_all(&active.scope, &ArchiveRef(reference.clone())));
+            let Ok(bytes) = bytes else {
+                self.unrecoverable_items += 1;
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            if reference.contains(".jsonl") {
+                for line in text.lines() {
+                    if let Ok(message) = serde_json::from_str::<Message>(line) {
+                        collect_result_texts(&message, &mut archived_texts);
+                        if let Ok(json) = serde_json::to_string(&message) {
+                            archived_messages.insert(json);
+                        }
+                    }
+                }
+            } else {
+                archived_texts.insert(text);
+            }
+        }
+        let in_context: HashSet<String> = active
+            .manager
+            .state()
+            .messages()
+            .filter_map(|m| serde_json::to_string(m).ok())
+            .collect();
+        // Only what the engine was given can be asked back (the final reply never was).
+        for original in &active.originals[..active.seen.min(active.originals.len())] {
+            let Ok(json) = serde_json::to_string(original) else { continue };
+            if in_context.contains(&json) || archived_messages.contains(&json) {
+                continue;
+            }
+            // A tool result whose whole output was archived on its own is recoverable.
+            let mut texts = HashSet::new();
+            collect_result_texts(original, &mut texts);
+            let only_results = original.is_only_tool_results();
+            if only_results && !texts.is_empty() && texts.iter().all(|t| archived_texts.contains(t)) {
+                continue;
+            }
+            if std::env::var_os("CTXKEEPER_DEBUG_UNRECOVERABLE").is_some() {
+                eprintln!("unrecoverable: {}", json.chars().take(300).collect::<String>());
+            }
+            self.unrecoverable_items += 1;
+        }
+        Ok(())
+    }
+}
+
+fn collect_result_texts(message: &Message, out: &mut HashSet<String>) {
+    for part in &message.parts {
+        if let Part::ToolResult { content, .. } = part {
+            out.insert(Message::new(ctxkeeper::core::model::Role::Tool, content.clone()).text());
+        }
+    }
+}
+
+impl StepPolicy for EnginePolicy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn start_session(&mut self, session: &Session, model: &TokenModel) -> Result<(), String> {
+        self.close_session()?;
+        let fixed_tokens = u64::from(model.tools_tokens(&session.tools));
+        let settings = Settings {
+            policy: self.policy.clone(),
+            model: model.clone(),
+            window: self.window,
+            fixed_tokens,
+        };
+        let scope = ArchiveScope::session(&session.id);
+        let manager =
+            ContextManager::with_scope(settings, scope.clone(), self.offloader.clone(), self.summarizer.clone());
+        let events = manager.subscribe();
+        self.session = Some(ActiveSession {
+            manager,
+            events,
+            scope,
+            originals: session.messages.clone(),
+            refs: Vec::new(),
+            seen: 0,
+            fixed_tokens,
+        });
+        Ok(())
+    }
+
+    fn prepare<'h>(&mut self, history: &'h [Message]) -> Result<StepRequest<'h>, String> {
+        let Some(active) = &mut self.session else { return Err("no session".into()) };
+        let before = active.manager.clock().engine;
+        let runtime = &self.runtime;
+        for message in &history[active.seen.min(history.len())..] {
+            runtime.block_on(active.manager.ingest(message.clone())).map_err(|e| e.to_string())?;
+        }
+        active.seen = history.len();
+        let prepared = runtime.block_on(active.manager.prepare()).map_err(|e| e.to_string())?;
+        self.request(prepared.compacted, before)
+    }
+
+    fn recover_overflow(&mut self, attempt: u32, tokens: u64, window: u64) -> Result<Option<StepRequest<'static>>, String> {
+        let Some(active) = &mut self.session else { return Ok(None) };
+        let before = active.manager.clock().engine;
+        match self.runtime.block_on(active.manager.handle_overflow(attempt, tokens, Some(window))) {
+            Ok(_) => self.request(true, before).map(Some),
+            Err(ctxkeeper::Error::Unrecoverable { .. }) => Ok(None),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+
+    fn compactions(&self) -> usize {
+        self.compactions
+    }
+
+    fn archived_bytes(&self) -> u64 {
+        self.archived_bytes
+    }
+}

@@ -1,0 +1,518 @@
+//! `ctxkeeper sessions`: inspect and maintain a session store.
+//!
+//! ```text
+//! ctxkeeper sessions list                       sessions of the tenant, newest first
+//! ctxkeeper sessions show S                     what `/context` shows: messages, roles, tokens,
+//!                                               summary, extensions, archived items
+//! ctxkeeper sessions history S --last 5         the last entries of the session log
+//! ctxkeeper sessions search "disk full"         ranked hits across the tenant (or --session S)
+//! ctxkeeper sessions clear S                    removes the session's state and log
+//! ctxkeeper sessions gc --older-than 30d        retention clean-up
+//! ```
+//!
+//! Every command takes `--store URL` (or `CTXKEEPER_STORE`) and `--tenant T`. Without a store
+//! the default is SQLite at `$XDG_DATA_HOME/ctxkeeper/sessions.db`, else
+//! `$HOME/.local/share/ctxkeeper/sessions.db`, else `./.ctxkeeper/sessions.db`
+//! ([`default_store_url`]). A session is named by its id; `--user` and `--agent` pick one when
+//! the same id exists under several users or agents of the tenant.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Subcommand};
+use ctxkeeper_core::model::Role;
+use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use ctxkeeper_store::archive::{ArchiveEntry, Offloader};
+use ctxkeeper_store::{
+    HistoryPage, Retention, SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore,
+    format_timestamp, open_archive, open_store,
+};
+use serde_json::json;
+
+/// `ctxkeeper sessions …`
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// The session store: sqlite://PATH, file://DIR, postgres://…, mysql://…, redis://…,
+    /// memory:// (default: SQLite in the user's data directory, see the docs).
+    #[arg(long, global = true, value_name = "URL", env = "CTXKEEPER_STORE")]
+    pub store: Option<String>,
+
+    /// The tenant whose sessions are shown.
+    #[arg(long, global = true, default_value = "default", value_name = "TENANT")]
+    pub tenant: String,
+
+    /// Only this user's sessions (and the user of a session named by id).
+    #[arg(long, global = true, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Only this agent's sessions (and the agent of a session named by id).
+    #[arg(long, global = true, value_name = "AGENT")]
+    pub agent: Option<String>,
+
+    /// Print JSON instead of the human report.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: SessionsCommand,
+}
+
+/// The `sessions` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List the tenant's sessions, most recently updated first.
+    List,
+    /// Context statistics of a session: message count, role distribution, tokens, summary,
+    /// extensions and archived items.
+    Show {
+        /// The session id.
+        session: String,
+        /// The model whose tokenizer counts the context.
+        #[arg(long, default_value = "gpt-4o", value_name = "MODEL")]
+        model: String,
+        /// Where archived items live (a workspace directory or an archive URL); default: the
+        /// store's own database for SQL stores.
+        #[arg(long, value_name = "URL_OR_DIR")]
+        archive: Option<String>,
+    },
+    /// The last entries of a session's log.
+    History {
+        /// The session id.
+        session: String,
+        /// How many entries.
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        last: usize,
+        /// Only entries before this sequence number (to page backwards).
+        #[arg(long, value_name = "SEQ")]
+        before: Option<u64>,
+    },
+    /// Full-text search over session logs; every hit names its session.
+    Search {
+        /// Words to look for.
+        query: String,
+        /// Search one session instead of the whole tenant.
+        #[arg(long, value_name = "SESSION")]
+        session: Option<String>,
+        /// At most this many hits.
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        limit: usize,
+    },
+    /// Remove a session's state and log.
+    Clear {
+        /// The session id.
+        session: String,
+    },
+    /// Remove sessions not updated for a while (retention clean-up).
+    Gc {
+        /// Age limit: a number with a unit, s, m, h or d.
+        #[arg(long, default_value = "30d", value_name = "AGE")]
+        older_than: String,
+        /// Clean every tenant, not only --tenant.
+        #[arg(long)]
+        all_tenants: bool,
+    },
+}
+
+/// The store used when none is given: SQLite under `$XDG_DATA_HOME/ctxkeeper/`, else
+/// `$HOME/.local/share/ctxkeeper/`, else `./.ctxkeeper/`.
+pub fn default_store_url() -> String {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|home| PathBuf::from(home).join(".local/share"))
+        });
+    let path = match base {
+        Some(base) => base.join("ctxkeeper").join("sessions.db"),
+        None => PathBuf::from(".ctxkeeper").join("sessions.db"),
+    };
+    format!("sqlite://{}", path.display())
+}
+
+/// Runs the command on its own tokio runtime.
+pub fn run(args: &SessionsArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let mut out = String::new();
+    runtime.block_on(execute(args, &mut out))?;
+    print!("{out}");
+    Ok(())
+}
+
+/// Runs the command and writes its report to `out`.
+async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
+    let url = args.store.clone().unwrap_or_else(default_store_url);
+    let store = open_store(&url)
+        .await
+        .with_context(|| format!("cannot open the session store {}", ctxkeeper_store::redact(&url)))?;
+    match &args.command {
+        SessionsCommand::List => list(args, &*store, out).await,
+        SessionsCommand::Show { session, model, archive } => {
+            let archive = archive.clone().or_else(|| is_sql(&url).then(|| url.clone()));
+            show(args, &*store, session, model, archive.as_deref(), out).await
+        }
+        SessionsCommand::History { session, last, before } => {
+            let key = resolve(args, &*store, session).await?;
+            let page = HistoryPage { last: *last, before_seq: *before };
+            let entries = store.history(&key, page).await?;
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
+                return Ok(());
+            }
+            if entries.is_empty() {
+                writeln!(out, "no log entries for {key}")?;
+            }
+            for entry in entries {
+                let text = one_line(&entry.message.text(), 160);
+                let calls: Vec<&str> = entry.message.tool_calls().map(|(_, name, _)| name).collect();
+                let calls = if calls.is_empty() { String::new() } else { format!(" [calls {}]", calls.join(", ")) };
+                writeln!(
+                    out,
+                    "#{:<5} {}  {:<9} {text}{calls}",
+                    entry.seq,
+                    format_timestamp(entry.at_ms),
+                    entry.message.role.as_str()
+                )?;
+            }
+            Ok(())
+        }
+        SessionsCommand::Search { query, session, limit } => {
+            let mut search = match session {
+                Some(session) => SearchQuery::session(resolve(args, &*store, session).await?, query.as_str()),
+                None => SearchQuery::tenant(args.tenant.as_str(), query.as_str()),
+            };
+            search.limit = *limit;
+            let hits = store.search(&search).await?;
+            if args.json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&hits)?)?;
+                return Ok(());
+            }
+            if hits.is_empty() {
+                writeln!(out, "no matches for {query:?} in tenant {}", args.tenant)?;
+            }
+            for hit in hits {
+                writeln!(
+                    out,
+                    "{}  #{}  score {:.3}  {}",
+                    hit.key.session(),
+                    hit.seq,
+                    hit.score,
+                    one_line(&hit.snippet, 160)
+                )?;
+                if hit.key.user() != SessionKey::DEFAULT || hit.key.agent() != SessionKey::DEFAULT {
+                    writeln!(out, "    (user {}, agent {})", hit.key.user(), hit.key.agent())?;
+                }
+            }
+            Ok(())
+        }
+        SessionsCommand::Clear { session } => {
+            let key = resolve(args, &*store, session).await?;
+            let removed = store.delete(&key).await?;
+            if args.json {
+                writeln!(out, "{}", json!({"session": key, "removed": removed}))?;
+            } else if removed {
+                writeln!(out, "cleared {key}")?;
+            } else {
+                writeln!(out, "nothing to clear for {key}")?;
+            }
+            Ok(())
+        }
+        SessionsCommand::Gc { older_than, all_tenants } => {
+            let retention = Retention { max_age: parse_age(older_than)? };
+            let tenant = (!all_tenants).then_some(args.tenant.as_str());
+            let removed = store.cleanup(tenant, retention).await?;
+            if args.json {
+                writeln!(out, "{}", json!({"removed": removed, "older_than_secs": retention.max_age.as_secs()}))?;
+            } else {
+                let scope = tenant.map_or("all tenants".to_string(), |t| format!("tenant {t}"));
+                writeln!(out, "removed {removed} session(s) of {scope} not updated for {older_than}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn is_sql(url: &str) -> bool {
+    ["sqlite://", "postgres://", "postgresql://", "mysql://", "mariadb://"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+}
+
+fn filter(args: &SessionsArgs) -> SessionFilter {
+    SessionFilter { tenant: args.tenant.clone(), user: args.user.clone(), agent: args.agent.clone() }
+}
+
+/// The full key of a session named by id: `--user`/`--agent` when given, otherwise the one
+/// session of the tenant with that id (the default user and agent when there is none yet).
+async fn resolve(args: &SessionsArgs, store: &dyn SessionStore, session: &str) -> Result<SessionKey> {
+    if let (Some(user), Some(agent)) = (&args.user, &args.agent) {
+        return Ok(SessionKey::new(args.tenant.as_str(), user.as_str(), agent.as_str(), session)?);
+    }
+    let matches: Vec<SessionInfo> = store
+        .list(&filter(args))
+        .await?
+        .into_iter()
+        .filter(|info| info.key.session() == session)
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(one.key.clone()),
+        [] => Ok(SessionKey::new(
+            args.tenant.as_str(),
+            args.user.as_deref().unwrap_or(SessionKey::DEFAULT),
+            args.agent.as_deref().unwrap_or(SessionKey::DEFAULT),
+            session,
+        )?),
+        several => {
+            let names: Vec<String> = several.iter().map(|i| i.key.to_string()).collect();
+            bail!("session {session:?} exists more than once; pick one with --user and --agent: {}", names.join(", "))
+        }
+    }
+}
+
+async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -> Result<()> {
+    let sessions = store.list(&filter(args)).await?;
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        writeln!(out, "no sessions in tenant {}", args.tenant)?;
+        return Ok(());
+    }
+    writeln!(out, "{:<32} {:<12} {:<16} {:>8} {:>8}  updated", "session", "user", "agent", "version", "log")?;
+    for info in &sessions {
+        writeln!(
+            out,
+            "{:<32} {:<12} {:<16} {:>8} {:>8}  {}",
+            info.key.session(),
+            info.key.user(),
+            info.key.agent(),
+            info.version.map_or("-".to_string(), |v| v.to_string()),
+            info.log_len,
+            format_timestamp(info.updated_at_ms)
+        )?;
+    }
+    writeln!(out, "{} session(s)", sessions.len())?;
+    Ok(())
+}
+
+async fn show(
+    args: &SessionsArgs,
+    store: &dyn SessionStore,
+    session: &str,
+    model: &str,
+    archive: Option<&str>,
+    out: &mut String,
+) -> Result<()> {
+    let key = resolve(args, store, session).await?;
+    let info = store.list(&filter(args)).await?.into_iter().find(|i| i.key == key);
+    let Some(info) = info else {
+        return Err(anyhow!("no session {session:?} in tenant {}", args.tenant));
+    };
+    let loaded = store.load(&key).await?;
+    let context = loaded.as_ref().map(|v| v.state.context.as_slice()).unwrap_or_default();
+    let mut roles: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for message in context {
+        *roles.entry(message.role.as_str()).or_default() += 1;
+    }
+    let characters: usize = context.iter().map(|m| m.text().chars().count()).sum();
+    let token_model = TokenModel::for_model(model, &Profiles::builtin());
+    let tokens = token_model.messages_tokens(context);
+    let summary = loaded.as_ref().and_then(|v| v.state.summary.clone());
+    let extensions: Vec<String> =
+        loaded.as_ref().map(|v| v.state.extensions.keys().cloned().collect()).unwrap_or_default();
+    let archived: Option<Vec<ArchiveEntry>> = match archive {
+        Some(url) => {
+            let archive: std::sync::Arc<dyn Offloader> = open_archive(url)
+                .await
+                .with_context(|| format!("cannot open the archive {}", ctxkeeper_store::redact(url)))?;
+            Some(archive.list(&key.archive_scope()).await?)
+        }
+        None => None,
+    };
+
+    if args.json {
+        let report = json!({
+            "session": key,
+            "version": info.version,
+            "log_entries": info.log_len,
+            "created_at_ms": info.created_at_ms,
+            "updated_at_ms": info.updated_at_ms,
+            "messages": context.len(),
+            "roles": roles,
+            "characters": characters,
+            "tokens": tokens,
+            "model": model,
+            "summary_present": summary.is_some(),
+            "summary": summary,
+            "extensions": extensions,
+            "archived": archived,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+        return Ok(());
+    }
+
+    writeln!(out, "session     {key}")?;
+    match info.version {
+        Some(version) => writeln!(out, "state       version {version}, updated {}", format_timestamp(info.updated_at_ms))?,
+        None => writeln!(out, "state       none saved (log only), updated {}", format_timestamp(info.updated_at_ms))?,
+    }
+    writeln!(out, "messages    {} in context, {} in the session log", context.len(), info.log_len)?;
+    let order = [Role::System, Role::Developer, Role::User, Role::Assistant, Role::Tool];
+    let distribution: Vec<String> = order
+        .iter()
+        .filter_map(|role| roles.get(role.as_str()).map(|n| format!("{} {n}", role.as_str())))
+        .collect();
+    writeln!(out, "roles       {}", if distribution.is_empty() { "-".to_string() } else { distribution.join(", ") })?;
+    writeln!(out, "tokens      {} ({model}), {} characters", thousands(tokens), thousands(characters as u64))?;
+    match &summary {
+        Some(serde_json::Value::Object(fields)) => {
+            let names: Vec<&str> = fields.keys().map(String::as_str).collect();
+            writeln!(out, "summary     present ({})", names.join(", "))?;
+        }
+        Some(_) => writeln!(out, "summary     present")?,
+        None => writeln!(out, "summary     none")?,
+    }
+    writeln!(out, "extensions  {}", if extensions.is_empty() { "-".to_string() } else { extensions.join(", ") })?;
+    match archived {
+        Some(entries) if entries.is_empty() => writeln!(out, "archived    none")?,
+        Some(entries) => {
+            let bytes: u64 = entries.iter().map(|e| e.bytes).sum();
+            writeln!(out, "archived    {} item(s), {} bytes", entries.len(), thousands(bytes))?;
+            for entry in entries.iter().take(20) {
+                writeln!(out, "            {}  ({} bytes)", entry.reference, thousands(entry.bytes))?;
+            }
+            if entries.len() > 20 {
+                writeln!(out, "            … and {} more", entries.len() - 20)?;
+            }
+        }
+        None => writeln!(out, "archived    (no archive given: pass --archive DIR_OR_URL)")?,
+    }
+    Ok(())
+}
+
+/// `30d`, `12h`, `90m`, `3600s` (a bare number is seconds).
+fn parse_age(text: &str) -> Result<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().with_context(|| format!("bad age {text:?}: expected e.g. 30d"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        other => bail!("bad age unit {other:?} in {text:?}: use s, m, h or d"),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(seconds)))
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The text on one line, cut to about `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxkeeper_core::model::Message;
+    use ctxkeeper_store::AgentState;
+
+    fn args(store: &str, command: SessionsCommand) -> SessionsArgs {
+        SessionsArgs {
+            store: Some(store.to_string()),
+            tenant: "default".into(),
+            user: None,
+            agent: None,
+            json: false,
+            command,
+        }
+    }
+
+    async fn run_to_string(args: &SessionsArgs) -> Result<String> {
+        let mut out = String::new();
+        execute(args, &mut out).await?;
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn show_history_search_clear_and_gc_work_end_to_end() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = open_store(&url).await?;
+        let key = SessionKey::new("default", "default", "default", "s1")?;
+        let mut state = AgentState::new();
+        state.context = vec![
+            Message::system("rules"),
+            Message::user("check the disk"),
+            Message::tool_result("c1", "ERROR: disk full on /var"),
+            Message::assistant("The disk is full."),
+        ];
+        state.summary = Some(json!({"task_overview": "disk"}));
+        store.save(&key, &state, None).await?;
+        store.append(&key, &state.context).await?;
+        let archive = open_archive(&url).await?;
+        archive.offload_tool_result(&key.archive_scope(), "c1", "ERROR: disk full on /var").await?;
+
+        let shown = run_to_string(&args(&url, SessionsCommand::Show { session: "s1".into(), model: "gpt-4o".into(), archive: None })).await?;
+        assert!(shown.contains("messages    4 in context, 4 in the session log"), "{shown}");
+        assert!(shown.contains("system 1, user 1, assistant 1, tool 1"), "{shown}");
+        assert!(shown.contains("summary     present (task_overview)"), "{shown}");
+        assert!(shown.contains("sessions/s1/tool_result-c1.txt"), "{shown}");
+
+        let history = run_to_string(&args(&url, SessionsCommand::History { session: "s1".into(), last: 2, before: None })).await?;
+        assert_eq!(history.lines().count(), 2);
+        assert!(history.contains("#4"), "{history}");
+
+        let hits = run_to_string(&args(&url, SessionsCommand::Search { query: "disk full".into(), session: None, limit: 5 })).await?;
+        assert!(hits.lines().next().is_some_and(|l| l.starts_with("s1  #3")), "{hits}");
+
+        let listed = run_to_string(&args(&url, SessionsCommand::List)).await?;
+        assert!(listed.contains("s1") && listed.contains("1 session(s)"), "{listed}");
+
+        let gc = run_to_string(&args(&url, SessionsCommand::Gc { older_than: "30d".into(), all_tenants: false })).await?;
+        assert!(gc.starts_with("removed 0 session(s)"), "{gc}");
+        let cleared = run_to_string(&args(&url, SessionsCommand::Clear { session: "s1".into() })).await?;
+        assert!(cleared.starts_with("cleared"), "{cleared}");
+        assert!(store.load(&key).await?.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn ages_and_numbers_parse() -> Result<()> {
+        assert_eq!(parse_age("30d")?, Duration::from_secs(30 * 86_400));
+        assert_eq!(parse_age("90m")?, Duration::from_secs(5_400));
+        assert_eq!(parse_age("15")?, Duration::from_secs(15));
+        assert!(parse_age("3w").is_err());
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(12), "12");
+        assert!(default_store_url().starts_with("sqlite://"));
+        Ok(())
+    }
+}

@@ -1,0 +1,373 @@
+//! ctxkeeper: a context engine for LLM agents.
+//!
+//! A [`ContextManager`] owns one session's context. The agent host calls it around every model
+//! call:
+//!
+//! - [`ContextManager::ingest`] each message as it arrives (tool results over the cap are cut to
+//!   a preview, their whole output archived first);
+//! - [`ContextManager::prepare`] before each model call: compacts when a trigger fires and
+//!   returns the messages to send;
+//! - [`ContextManager::observe_usage`] with the input tokens the provider reported (drives the
+//!   reactive tiers and calibrates estimates);
+//! - [`ContextManager::handle_overflow`] when the provider answers that the context is too long:
+//!   compacts harder, within a hard bound, so the retry fits;
+//! - [`ContextManager::compact`] on demand, with a one-off policy override;
+//! - [`ContextManager::subscribe`] to receive every [`Event`].
+//!
+//! Content leaves the context only after the [`Offloader`] confirmed it is durably archived;
+//! a failed summarizer never fails the turn (its lossy fallback is marked degraded).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ctxkeeper::{ContextManager, Settings};
+//! use ctxkeeper::core::engine::presets;
+//! use ctxkeeper::core::model::Message;
+//! use ctxkeeper::core::tokens::{Profiles, TokenModel};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let settings = Settings {
+//!     policy: presets::preset("default").unwrap(),
+//!     model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
+//!     window: 128_000,
+//!     fixed_tokens: 0,
+//! };
+//! let offloader = Arc::new(ctxkeeper::store::LocalWorkspace::new(dir.path()).unwrap());
+//! let summarizer = Arc::new(ctxkeeper::llm::ExtractiveSummarizer::default());
+//! let mut context = ContextManager::new(settings, "session-1", offloader, summarizer);
+//! context.ingest(Message::user("hello")).await.unwrap();
+//! let prepared = context.prepare().await.unwrap();
+//! assert_eq!(prepared.messages.len(), 1);
+//! # });
+//! ```
+
+mod assembly;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use assembly::{Assembly, ContextProvider, Placement, SystemPromptHook, Transform};
+pub use ctxkeeper_core as core;
+pub use ctxkeeper_llm as llm;
+pub use ctxkeeper_store as store;
+
+use ctxkeeper_core::engine::{
+    ArchiveItem, Budget, CompactionReason, ContextState, Engine, Event, Ingest, Plan, PlanOutcome,
+    PlanRequest, PolicyConfig,
+};
+use ctxkeeper_core::model::Message;
+use ctxkeeper_core::tokens::TokenModel;
+use ctxkeeper_llm::Summarizer;
+use ctxkeeper_store::StoreError;
+use ctxkeeper_store::archive::{ArchiveScope, Offloader};
+use tokio::sync::broadcast;
+
+/// What a session's context manager needs to know.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub policy: PolicyConfig,
+    pub model: TokenModel,
+    /// The model's context window in tokens.
+    pub window: u64,
+    /// Tokens every request carries outside the context (tool schemas, overhead).
+    pub fixed_tokens: u64,
+}
+
+/// Errors of the context manager.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Archiving failed; the context is unchanged (nothing left it).
+    Archive(StoreError),
+    /// The policy override is invalid.
+    Config(String),
+    /// Overflow recovery gave up after its bounded attempts.
+    Unrecoverable { attempts: u32, tokens: u64 },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Archive(err) => write!(f, "archiving failed, context left unchanged: {err}"),
+            Error::Config(message) => write!(f, "invalid policy: {message}"),
+            Error::Unrecoverable { attempts, tokens } => write!(
+                f,
+                "context still too long after {attempts} recovery attempts ({tokens} tokens)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<StoreError> for Error {
+    fn from(err: StoreError) -> Error {
+        Error::Archive(err)
+    }
+}
+
+/// The messages to send for one model call.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub messages: Vec<Message>,
+    /// Request tokens (context + fixed); messages not yet counted exactly are estimated.
+    pub input_tokens: u64,
+    /// Whether a compaction ran while preparing.
+    pub compacted: bool,
+    /// Share of the window the request uses.
+    pub budget_used_pct: f64,
+}
+
+/// Timing of the engine's own work, kept apart from archive and summarizer latency.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineClock {
+    /// Time in the pure engine (ingest decisions, trigger checks, planning, applying).
+    pub engine: Duration,
+}
+
+/// One session's managed context.
+#[derive(Debug)]
+pub struct ContextManager {
+    engine: Engine,
+    settings: Settings,
+    scope: ArchiveScope,
+    offloader: Arc<dyn Offloader>,
+    summarizer: Arc<dyn Summarizer>,
+    state: ContextState,
+    last_usage: Option<u64>,
+    events: broadcast::Sender<Event>,
+    clock: EngineClock,
+    archived_bytes: u64,
+}
+
+impl ContextManager {
+    /// A manager for `session` in the default tenant.
+    pub fn new(
+        settings: Settings,
+        session: &str,
+        offloader: Arc<dyn Offloader>,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> ContextManager {
+        ContextManager::with_scope(settings, ArchiveScope::session(session), offloader, summarizer)
+    }
+
+    /// A manager for an explicit tenant + session scope.
+    pub fn with_scope(
+        settings: Settings,
+        scope: ArchiveScope,
+        offloader: Arc<dyn Offloader>,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> ContextManager {
+        let (events, _) = broadcast::channel(1024);
+        ContextManager {
+            engine: Engine::new(settings.policy.clone(), settings.model.clone()),
+            settings,
+            scope,
+            offloader,
+            summarizer,
+            state: ContextState::default(),
+            last_usage: None,
+            events,
+            clock: EngineClock::default(),
+            archived_bytes: 0,
+        }
+    }
+
+    /// Resumes from a saved state.
+    pub fn restore(&mut self, state: ContextState) {
+        self.state = state;
+    }
+
+    /// The managed context.
+    pub fn state(&self) -> &ContextState {
+        &self.state
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The engine's accumulated time.
+    pub fn clock(&self) -> EngineClock {
+        self.clock
+    }
+
+    /// Bytes written to the archive so far.
+    pub fn archived_bytes(&self) -> u64 {
+        self.archived_bytes
+    }
+
+    /// A receiver of every event from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    fn budget(&self) -> Budget {
+        Budget { window: self.settings.window, fixed_tokens: self.settings.fixed_tokens }
+    }
+
+    fn emit(&self, events: Vec<Event>) {
+        for event in events {
+            // No subscriber is fine: events are offered, not required.
+            let _ = self.events.send(event);
+        }
+    }
+
+    /// Appends a message to the context, capping oversized tool results first.
+    pub async fn ingest(&mut self, message: Message) -> Result<(), Error> {
+        let started = Instant::now();
+        let decision = self.engine.plan_ingest(&self.state, message);
+        self.clock.engine += started.elapsed();
+        match decision {
+            Ingest::Ready(message) => {
+                self.state.push(message);
+                Ok(())
+            }
+            Ingest::Cap(plan) => {
+                let refs = self.archive(&plan.archive).await?;
+                let started = Instant::now();
+                let events = self.engine.apply_ingest(&mut self.state, plan, &refs);
+                self.clock.engine += started.elapsed();
+                self.emit(events);
+                Ok(())
+            }
+        }
+    }
+
+    /// Records the input tokens the provider reported for the last call.
+    pub fn observe_usage(&mut self, input_tokens: u64) {
+        self.last_usage = Some(input_tokens);
+    }
+
+    /// Compacts if a trigger fires and returns the messages to send.
+    pub async fn prepare(&mut self) -> Result<Prepared, Error> {
+        let budget = self.budget();
+        let request = PlanRequest { reported_usage: self.last_usage.take(), ..PlanRequest::default() };
+        let started = Instant::now();
+        let plan = self.engine.plan(&mut self.state, &budget, &request);
+        self.clock.engine += started.elapsed();
+        let compacted = match plan {
+            Some(plan) => {
+                self.execute(plan).await?;
+                true
+            }
+            None => false,
+        };
+        Ok(self.prepared(compacted))
+    }
+
+    /// What `prepare` would do now, without doing it (a dry run).
+    pub fn plan(&mut self) -> Option<Plan> {
+        let budget = self.budget();
+        self.engine.plan(&mut self.state, &budget, &PlanRequest::default())
+    }
+
+    /// Compacts now, optionally under a one-off policy override (a TOML fragment) and with
+    /// focus instructions for the summarizer. Returns whether anything changed.
+    pub async fn compact(&mut self, overrides: Option<&str>, focus: Option<String>) -> Result<bool, Error> {
+        let engine = match overrides {
+            Some(fragment) => {
+                let policy = self.settings.policy.with_overrides(fragment).map_err(|e| Error::Config(e.0))?;
+                Engine::new(policy, self.settings.model.clone())
+            }
+            None => self.engine.clone(),
+        };
+        let budget = self.budget();
+        let request = PlanRequest { force: Some(CompactionReason::Manual), focus, ..PlanRequest::default() };
+        match engine.plan(&mut self.state, &budget, &request) {
+            Some(plan) => {
+                self.execute_with(&engine, plan).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Handles a provider's context-overflow error: compacts towards `limit` (the limit the
+    /// error stated, else the request size that failed), shrinking further on each attempt.
+    /// `attempt` starts at 1; past the policy's `overflow.max_attempts` this gives up, so a
+    /// retry loop always terminates.
+    pub async fn handle_overflow(
+        &mut self,
+        attempt: u32,
+        failed_tokens: u64,
+        limit: Option<u64>,
+    ) -> Result<Prepared, Error> {
+        let budget = self.budget();
+        let max_attempts = self.engine.config().overflow.max_attempts;
+        let tokens_before = self.engine.request_tokens(&mut self.state, &budget);
+        if attempt > max_attempts {
+            return Err(Error::Unrecoverable { attempts: max_attempts, tokens: tokens_before });
+        }
+        let shrink = self.engine.config().overflow.shrink_factor.powi(attempt as i32);
+        let base = limit.unwrap_or(failed_tokens).min(failed_tokens.max(1));
+        let target = ((base as f64) * shrink) as u64;
+        let request = PlanRequest {
+            force: Some(CompactionReason::Overflow),
+            target_tokens: Some(target),
+            ..PlanRequest::default()
+        };
+        let started = Instant::now();
+        let plan = self.engine.plan(&mut self.state, &budget, &request);
+        self.clock.engine += started.elapsed();
+        let Some(plan) = plan else {
+            return Err(Error::Unrecoverable { attempts: attempt, tokens: tokens_before });
+        };
+        self.execute(plan).await?;
+        let tokens_after = self.engine.request_tokens(&mut self.state, &budget);
+        self.emit(vec![Event::OverflowRecovered { attempt, tokens_before, tokens_after, limit }]);
+        Ok(self.prepared(true))
+    }
+
+    fn prepared(&mut self, compacted: bool) -> Prepared {
+        let budget = self.budget();
+        let started = Instant::now();
+        let input_tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
+        self.clock.engine += started.elapsed();
+        let budget_used_pct = input_tokens as f64 * 100.0 / budget.window.max(1) as f64;
+        self.emit(vec![Event::BudgetUsed { tokens: input_tokens, window: budget.window, pct: budget_used_pct }]);
+        Prepared { messages: self.state.to_messages(), input_tokens, compacted, budget_used_pct }
+    }
+
+    async fn execute(&mut self, plan: Plan) -> Result<(), Error> {
+        let engine = self.engine.clone();
+        self.execute_with(&engine, plan).await
+    }
+
+    /// Archives, summarizes, then applies: content leaves only after the archive confirmed.
+    async fn execute_with(&mut self, engine: &Engine, plan: Plan) -> Result<(), Error> {
+        let refs = self.archive(&plan.archive).await?;
+        let mut summaries = Vec::with_capacity(plan.summaries.len());
+        for request in &plan.summaries {
+            let summary = match self.summarizer.summarize(request).await {
+                Ok(summary) => summary,
+                // A failed summary never kills the turn: fall back, marked degraded.
+                Err(_) => ctxkeeper_llm::fallback_truncation(request),
+            };
+            summaries.push(summary);
+        }
+        let started = Instant::now();
+        let events = engine.apply(&mut self.state, plan, PlanOutcome { refs, summaries });
+        self.clock.engine += started.elapsed();
+        self.emit(events);
+        Ok(())
+    }
+
+    async fn archive(&mut self, items: &[ArchiveItem]) -> Result<Vec<String>, Error> {
+        let mut refs = Vec::with_capacity(items.len());
+        for item in items {
+            let reference = match item {
+                ArchiveItem::ToolResult { call_id, content } => {
+                    self.offloader.offload_tool_result(&self.scope, call_id, content).await?
+                }
+                ArchiveItem::Messages { messages } => {
+                    self.offloader.offload_context(&self.scope, messages).await?
+                }
+            };
+            self.archived_bytes += item.bytes();
+            refs.push(reference.0);
+        }
+        Ok(refs)
+    }
+}
