@@ -69,10 +69,10 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if window == 0 {
         bail!(InputError::BadOption("--window must be greater than 0".into()));
     }
-    let rules = match wire {
-        Wire::Anthropic => CheckRules::anthropic(),
-        Wire::OpenAiChat | Wire::Responses => CheckRules::openai(),
-    };
+    // The provider-neutral rules (tool pairing first of all) on what is sent; the wire
+    // adapter performs each format's structural conversions (merging roles, moving the system
+    // prompt) when it emits.
+    let rules = CheckRules::openai();
     if let Some(dir) = &args.emit_requests {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }

@@ -149,18 +149,34 @@ pub fn run(args: &SessionsArgs) -> Result<()> {
 /// Runs the command and writes its report to `out`.
 async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
     let url = args.store.clone().unwrap_or_else(default_store_url);
-    let store = open_store(&url)
-        .await
-        .with_context(|| format!("cannot open the session store {}", ctxkeeper_store::redact(&url)))?;
+    let store = open_store(&url).await.with_context(|| {
+        format!(
+            "cannot open the session store {}",
+            ctxkeeper_store::redact(&url)
+        )
+    })?;
     match &args.command {
         SessionsCommand::List => list(args, &*store, out).await,
-        SessionsCommand::Show { session, model, archive } => {
-            let archive = archive.clone().or_else(|| is_sql(&url).then(|| url.clone()));
+        SessionsCommand::Show {
+            session,
+            model,
+            archive,
+        } => {
+            let archive = archive
+                .clone()
+                .or_else(|| is_sql(&url).then(|| url.clone()));
             show(args, &*store, session, model, archive.as_deref(), out).await
         }
-        SessionsCommand::History { session, last, before } => {
+        SessionsCommand::History {
+            session,
+            last,
+            before,
+        } => {
             let key = resolve(args, &*store, session).await?;
-            let page = HistoryPage { last: *last, before_seq: *before };
+            let page = HistoryPage {
+                last: *last,
+                before_seq: *before,
+            };
             let entries = store.history(&key, page).await?;
             if args.json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
@@ -171,8 +187,16 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             }
             for entry in entries {
                 let text = one_line(&entry.message.text(), 160);
-                let calls: Vec<&str> = entry.message.tool_calls().map(|(_, name, _)| name).collect();
-                let calls = if calls.is_empty() { String::new() } else { format!(" [calls {}]", calls.join(", ")) };
+                let calls: Vec<&str> = entry
+                    .message
+                    .tool_calls()
+                    .map(|(_, name, _)| name)
+                    .collect();
+                let calls = if calls.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [calls {}]", calls.join(", "))
+                };
                 writeln!(
                     out,
                     "#{:<5} {}  {:<9} {text}{calls}",
@@ -183,9 +207,15 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             }
             Ok(())
         }
-        SessionsCommand::Search { query, session, limit } => {
+        SessionsCommand::Search {
+            query,
+            session,
+            limit,
+        } => {
             let mut search = match session {
-                Some(session) => SearchQuery::session(resolve(args, &*store, session).await?, query.as_str()),
+                Some(session) => {
+                    SearchQuery::session(resolve(args, &*store, session).await?, query.as_str())
+                }
                 None => SearchQuery::tenant(args.tenant.as_str(), query.as_str()),
             };
             search.limit = *limit;
@@ -207,7 +237,12 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
                     one_line(&hit.snippet, 160)
                 )?;
                 if hit.key.user() != SessionKey::DEFAULT || hit.key.agent() != SessionKey::DEFAULT {
-                    writeln!(out, "    (user {}, agent {})", hit.key.user(), hit.key.agent())?;
+                    writeln!(
+                        out,
+                        "    (user {}, agent {})",
+                        hit.key.user(),
+                        hit.key.agent()
+                    )?;
                 }
             }
             Ok(())
@@ -224,15 +259,27 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             }
             Ok(())
         }
-        SessionsCommand::Gc { older_than, all_tenants } => {
-            let retention = Retention { max_age: parse_age(older_than)? };
+        SessionsCommand::Gc {
+            older_than,
+            all_tenants,
+        } => {
+            let retention = Retention {
+                max_age: parse_age(older_than)?,
+            };
             let tenant = (!all_tenants).then_some(args.tenant.as_str());
             let removed = store.cleanup(tenant, retention).await?;
             if args.json {
-                writeln!(out, "{}", json!({"removed": removed, "older_than_secs": retention.max_age.as_secs()}))?;
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"removed": removed, "older_than_secs": retention.max_age.as_secs()})
+                )?;
             } else {
                 let scope = tenant.map_or("all tenants".to_string(), |t| format!("tenant {t}"));
-                writeln!(out, "removed {removed} session(s) of {scope} not updated for {older_than}")?;
+                writeln!(
+                    out,
+                    "removed {removed} session(s) of {scope} not updated for {older_than}"
+                )?;
             }
             Ok(())
         }
@@ -240,20 +287,39 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
 }
 
 fn is_sql(url: &str) -> bool {
-    ["sqlite://", "postgres://", "postgresql://", "mysql://", "mariadb://"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme))
+    [
+        "sqlite://",
+        "postgres://",
+        "postgresql://",
+        "mysql://",
+        "mariadb://",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme))
 }
 
 fn filter(args: &SessionsArgs) -> SessionFilter {
-    SessionFilter { tenant: args.tenant.clone(), user: args.user.clone(), agent: args.agent.clone() }
+    SessionFilter {
+        tenant: args.tenant.clone(),
+        user: args.user.clone(),
+        agent: args.agent.clone(),
+    }
 }
 
 /// The full key of a session named by id: `--user`/`--agent` when given, otherwise the one
 /// session of the tenant with that id (the default user and agent when there is none yet).
-async fn resolve(args: &SessionsArgs, store: &dyn SessionStore, session: &str) -> Result<SessionKey> {
+async fn resolve(
+    args: &SessionsArgs,
+    store: &dyn SessionStore,
+    session: &str,
+) -> Result<SessionKey> {
     if let (Some(user), Some(agent)) = (&args.user, &args.agent) {
-        return Ok(SessionKey::new(args.tenant.as_str(), user.as_str(), agent.as_str(), session)?);
+        return Ok(SessionKey::new(
+            args.tenant.as_str(),
+            user.as_str(),
+            agent.as_str(),
+            session,
+        )?);
     }
     let matches: Vec<SessionInfo> = store
         .list(&filter(args))
@@ -271,7 +337,10 @@ async fn resolve(args: &SessionsArgs, store: &dyn SessionStore, session: &str) -
         )?),
         several => {
             let names: Vec<String> = several.iter().map(|i| i.key.to_string()).collect();
-            bail!("session {session:?} exists more than once; pick one with --user and --agent: {}", names.join(", "))
+            bail!(
+                "session {session:?} exists more than once; pick one with --user and --agent: {}",
+                names.join(", ")
+            )
         }
     }
 }
@@ -286,7 +355,11 @@ async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -
         writeln!(out, "no sessions in tenant {}", args.tenant)?;
         return Ok(());
     }
-    writeln!(out, "{:<32} {:<12} {:<16} {:>8} {:>8}  updated", "session", "user", "agent", "version", "log")?;
+    writeln!(
+        out,
+        "{:<32} {:<12} {:<16} {:>8} {:>8}  updated",
+        "session", "user", "agent", "version", "log"
+    )?;
     for info in &sessions {
         writeln!(
             out,
@@ -312,12 +385,19 @@ async fn show(
     out: &mut String,
 ) -> Result<()> {
     let key = resolve(args, store, session).await?;
-    let info = store.list(&filter(args)).await?.into_iter().find(|i| i.key == key);
+    let info = store
+        .list(&filter(args))
+        .await?
+        .into_iter()
+        .find(|i| i.key == key);
     let Some(info) = info else {
         return Err(anyhow!("no session {session:?} in tenant {}", args.tenant));
     };
     let loaded = store.load(&key).await?;
-    let context = loaded.as_ref().map(|v| v.state.context.as_slice()).unwrap_or_default();
+    let context = loaded
+        .as_ref()
+        .map(|v| v.state.context.as_slice())
+        .unwrap_or_default();
     let mut roles: BTreeMap<&'static str, usize> = BTreeMap::new();
     for message in context {
         *roles.entry(message.role.as_str()).or_default() += 1;
@@ -326,13 +406,16 @@ async fn show(
     let token_model = TokenModel::for_model(model, &Profiles::builtin());
     let tokens = token_model.messages_tokens(context);
     let summary = loaded.as_ref().and_then(|v| v.state.summary.clone());
-    let extensions: Vec<String> =
-        loaded.as_ref().map(|v| v.state.extensions.keys().cloned().collect()).unwrap_or_default();
+    let extensions: Vec<String> = loaded
+        .as_ref()
+        .map(|v| v.state.extensions.keys().cloned().collect())
+        .unwrap_or_default();
     let archived: Option<Vec<ArchiveEntry>> = match archive {
         Some(url) => {
-            let archive: std::sync::Arc<dyn Offloader> = open_archive(url)
-                .await
-                .with_context(|| format!("cannot open the archive {}", ctxkeeper_store::redact(url)))?;
+            let archive: std::sync::Arc<dyn Offloader> =
+                open_archive(url).await.with_context(|| {
+                    format!("cannot open the archive {}", ctxkeeper_store::redact(url))
+                })?;
             Some(archive.list(&key.archive_scope()).await?)
         }
         None => None,
@@ -361,17 +444,53 @@ async fn show(
 
     writeln!(out, "session     {key}")?;
     match info.version {
-        Some(version) => writeln!(out, "state       version {version}, updated {}", format_timestamp(info.updated_at_ms))?,
-        None => writeln!(out, "state       none saved (log only), updated {}", format_timestamp(info.updated_at_ms))?,
+        Some(version) => writeln!(
+            out,
+            "state       version {version}, updated {}",
+            format_timestamp(info.updated_at_ms)
+        )?,
+        None => writeln!(
+            out,
+            "state       none saved (log only), updated {}",
+            format_timestamp(info.updated_at_ms)
+        )?,
     }
-    writeln!(out, "messages    {} in context, {} in the session log", context.len(), info.log_len)?;
-    let order = [Role::System, Role::Developer, Role::User, Role::Assistant, Role::Tool];
+    writeln!(
+        out,
+        "messages    {} in context, {} in the session log",
+        context.len(),
+        info.log_len
+    )?;
+    let order = [
+        Role::System,
+        Role::Developer,
+        Role::User,
+        Role::Assistant,
+        Role::Tool,
+    ];
     let distribution: Vec<String> = order
         .iter()
-        .filter_map(|role| roles.get(role.as_str()).map(|n| format!("{} {n}", role.as_str())))
+        .filter_map(|role| {
+            roles
+                .get(role.as_str())
+                .map(|n| format!("{} {n}", role.as_str()))
+        })
         .collect();
-    writeln!(out, "roles       {}", if distribution.is_empty() { "-".to_string() } else { distribution.join(", ") })?;
-    writeln!(out, "tokens      {} ({model}), {} characters", thousands(tokens), thousands(characters as u64))?;
+    writeln!(
+        out,
+        "roles       {}",
+        if distribution.is_empty() {
+            "-".to_string()
+        } else {
+            distribution.join(", ")
+        }
+    )?;
+    writeln!(
+        out,
+        "tokens      {} ({model}), {} characters",
+        thousands(tokens),
+        thousands(characters as u64)
+    )?;
     match &summary {
         Some(serde_json::Value::Object(fields)) => {
             let names: Vec<&str> = fields.keys().map(String::as_str).collect();
@@ -380,20 +499,41 @@ async fn show(
         Some(_) => writeln!(out, "summary     present")?,
         None => writeln!(out, "summary     none")?,
     }
-    writeln!(out, "extensions  {}", if extensions.is_empty() { "-".to_string() } else { extensions.join(", ") })?;
+    writeln!(
+        out,
+        "extensions  {}",
+        if extensions.is_empty() {
+            "-".to_string()
+        } else {
+            extensions.join(", ")
+        }
+    )?;
     match archived {
         Some(entries) if entries.is_empty() => writeln!(out, "archived    none")?,
         Some(entries) => {
             let bytes: u64 = entries.iter().map(|e| e.bytes).sum();
-            writeln!(out, "archived    {} item(s), {} bytes", entries.len(), thousands(bytes))?;
+            writeln!(
+                out,
+                "archived    {} item(s), {} bytes",
+                entries.len(),
+                thousands(bytes)
+            )?;
             for entry in entries.iter().take(20) {
-                writeln!(out, "            {}  ({} bytes)", entry.reference, thousands(entry.bytes))?;
+                writeln!(
+                    out,
+                    "            {}  ({} bytes)",
+                    entry.reference,
+                    thousands(entry.bytes)
+                )?;
             }
             if entries.len() > 20 {
                 writeln!(out, "            … and {} more", entries.len() - 20)?;
             }
         }
-        None => writeln!(out, "archived    (no archive given: pass --archive DIR_OR_URL)")?,
+        None => writeln!(
+            out,
+            "archived    (no archive given: pass --archive DIR_OR_URL)"
+        )?,
     }
     Ok(())
 }
@@ -405,7 +545,9 @@ fn parse_age(text: &str) -> Result<Duration> {
         Some((at, _)) => text.split_at(at),
         None => (text, "s"),
     };
-    let n: u64 = number.parse().with_context(|| format!("bad age {text:?}: expected e.g. 30d"))?;
+    let n: u64 = number
+        .parse()
+        .with_context(|| format!("bad age {text:?}: expected e.g. 30d"))?;
     let seconds = match unit {
         "s" => 1,
         "m" => 60,
@@ -420,7 +562,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -478,27 +620,84 @@ mod tests {
         store.save(&key, &state, None).await?;
         store.append(&key, &state.context).await?;
         let archive = open_archive(&url).await?;
-        archive.offload_tool_result(&key.archive_scope(), "c1", "ERROR: disk full on /var").await?;
+        archive
+            .offload_tool_result(&key.archive_scope(), "c1", "ERROR: disk full on /var")
+            .await?;
 
-        let shown = run_to_string(&args(&url, SessionsCommand::Show { session: "s1".into(), model: "gpt-4o".into(), archive: None })).await?;
-        assert!(shown.contains("messages    4 in context, 4 in the session log"), "{shown}");
-        assert!(shown.contains("system 1, user 1, assistant 1, tool 1"), "{shown}");
-        assert!(shown.contains("summary     present (task_overview)"), "{shown}");
+        let shown = run_to_string(&args(
+            &url,
+            SessionsCommand::Show {
+                session: "s1".into(),
+                model: "gpt-4o".into(),
+                archive: None,
+            },
+        ))
+        .await?;
+        assert!(
+            shown.contains("messages    4 in context, 4 in the session log"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("system 1, user 1, assistant 1, tool 1"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("summary     present (task_overview)"),
+            "{shown}"
+        );
         assert!(shown.contains("sessions/s1/tool_result-c1.txt"), "{shown}");
 
-        let history = run_to_string(&args(&url, SessionsCommand::History { session: "s1".into(), last: 2, before: None })).await?;
+        let history = run_to_string(&args(
+            &url,
+            SessionsCommand::History {
+                session: "s1".into(),
+                last: 2,
+                before: None,
+            },
+        ))
+        .await?;
         assert_eq!(history.lines().count(), 2);
         assert!(history.contains("#4"), "{history}");
 
-        let hits = run_to_string(&args(&url, SessionsCommand::Search { query: "disk full".into(), session: None, limit: 5 })).await?;
-        assert!(hits.lines().next().is_some_and(|l| l.starts_with("s1  #3")), "{hits}");
+        let hits = run_to_string(&args(
+            &url,
+            SessionsCommand::Search {
+                query: "disk full".into(),
+                session: None,
+                limit: 5,
+            },
+        ))
+        .await?;
+        // Both words beat one word; every hit names its session.
+        let order: Vec<&str> = hits.lines().map(|l| &l[..6]).collect();
+        assert!(
+            order[..2].contains(&"s1  #3") && order[..2].contains(&"s1  #4"),
+            "{hits}"
+        );
+        assert_eq!(order[2], "s1  #2", "{hits}");
 
         let listed = run_to_string(&args(&url, SessionsCommand::List)).await?;
-        assert!(listed.contains("s1") && listed.contains("1 session(s)"), "{listed}");
+        assert!(
+            listed.contains("s1") && listed.contains("1 session(s)"),
+            "{listed}"
+        );
 
-        let gc = run_to_string(&args(&url, SessionsCommand::Gc { older_than: "30d".into(), all_tenants: false })).await?;
+        let gc = run_to_string(&args(
+            &url,
+            SessionsCommand::Gc {
+                older_than: "30d".into(),
+                all_tenants: false,
+            },
+        ))
+        .await?;
         assert!(gc.starts_with("removed 0 session(s)"), "{gc}");
-        let cleared = run_to_string(&args(&url, SessionsCommand::Clear { session: "s1".into() })).await?;
+        let cleared = run_to_string(&args(
+            &url,
+            SessionsCommand::Clear {
+                session: "s1".into(),
+            },
+        ))
+        .await?;
         assert!(cleared.starts_with("cleared"), "{cleared}");
         assert!(store.load(&key).await?.is_none());
         Ok(())

@@ -69,11 +69,16 @@ pub struct LoadedTrace {
 /// Reads, detects, imports and (with `--concat`) joins the trace named by `args`.
 pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
     let path = args.trace.clone();
+    // Options first: a typo should not wait for a large file to be read.
+    let requested: Option<TraceFormat> = match args.format.as_str() {
+        "auto" => None,
+        other => Some(other.parse().map_err(InputError::BadOption)?),
+    };
     let text = read_text(&path)?;
-    let format = match args.format.as_str() {
-        "auto" => import::detect(&text, &file_name(&path))
+    let format = match requested {
+        Some(format) => format,
+        None => import::detect(&text, &file_name(&path))
             .ok_or_else(|| InputError::UnknownFormat { path: path.clone() })?,
-        other => other.parse().map_err(InputError::BadOption)?,
     };
     let Trace { sessions, warnings, .. } =
         import::import(&text, format).map_err(|error| InputError::Parse {

@@ -74,6 +74,23 @@ pub struct PolicyConfig {
     pub summary: SummaryConfig,
     /// Request-time budget notice shown to the agent.
     pub budget_notice: Option<BudgetNoticeConfig>,
+    /// How the engine counts messages it has not counted yet.
+    pub accounting: Accounting,
+}
+
+/// How token counts are obtained for decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accounting {
+    /// Every message is counted with the model's tokenizer before a decision: decisions are
+    /// exact, at the cost of tokenizing all new content when a trigger is near.
+    #[default]
+    Exact,
+    /// New messages are estimated from their size at the session's own bytes-per-token ratio
+    /// (learned from a sample counted exactly) plus a margin; triggers fire at 95 % of their
+    /// level. Steps never wait on the tokenizer; the real size may exceed a trigger by the
+    /// estimate's error (a few percent).
+    Estimate,
 }
 
 impl Default for PolicyConfig {
@@ -94,6 +111,7 @@ impl Default for PolicyConfig {
             overflow: OverflowConfig::default(),
             summary: SummaryConfig::default(),
             budget_notice: None,
+            accounting: Accounting::Exact,
         }
     }
 }

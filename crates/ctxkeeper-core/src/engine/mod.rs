@@ -46,7 +46,7 @@ mod stages;
 mod state;
 
 pub use config::{
-    BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig,
+    Accounting, BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig,
     Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 pub use stages::CLEARED_PREFIX;
@@ -204,6 +204,18 @@ impl Engine {
         state.sync_tokens(&self.model) + budget.fixed_tokens
     }
 
+    /// Tokens of the request under the policy's accounting: exact, or estimated for messages
+    /// not counted yet after calibrating on a sample.
+    pub fn accounted_tokens(&self, state: &mut ContextState, budget: &Budget) -> u64 {
+        match self.config.accounting {
+            Accounting::Exact => self.request_tokens(state, budget),
+            Accounting::Estimate => {
+                state.sample_exact(&self.model, 8);
+                self.approx_request_tokens(state, budget)
+            }
+        }
+    }
+
     /// Tokens the request would carry now, estimated for messages not yet counted: no
     /// tokenizer call, for budget displays.
     pub fn approx_request_tokens(&self, state: &mut ContextState, budget: &Budget) -> u64 {
@@ -248,9 +260,18 @@ impl Engine {
             }
         }
         if let Some(trigger) = self.trigger_tokens(budget) {
-            // Count exactly only when the cheap estimate comes near the trigger.
+            // The estimate (exact counts where known, the session's own bytes-per-token ratio
+            // plus a margin elsewhere) decides; exact counting happens while compacting, so a
+            // step that does not compact never runs the tokenizer. Firing at 95 % keeps the
+            // real size under the trigger even when the estimate is a little low.
             let approx = state.approx_tokens() + budget.fixed_tokens;
-            if approx * 10 >= trigger * 9 && self.request_tokens(state, budget) > trigger {
+            let fires = match self.config.accounting {
+                Accounting::Estimate => approx * 100 >= trigger * 95,
+                Accounting::Exact => {
+                    approx * 10 >= trigger * 9 && self.request_tokens(state, budget) > trigger
+                }
+            };
+            if fires && state.retry_allowed(approx) {
                 return Some(CompactionReason::Tokens);
             }
         }
@@ -280,7 +301,7 @@ impl Engine {
             Some(reason) => reason,
             None => self.triggered(state, budget, request.reported_usage)?,
         };
-        let tokens_before = self.request_tokens(state, budget);
+        let tokens_before = self.accounted_tokens(state, budget);
         let mut target = self.target_tokens(budget);
         if let Some(limit) = request.target_tokens {
             target = target.min(limit);
@@ -288,6 +309,7 @@ impl Engine {
         let mut draft = stages::Draft::new(self, state, budget, target, reason, request);
         draft.run();
         let plan = draft.finish(tokens_before);
+        state.refresh_calibration();
         let must_shrink = tokens_before > budget.window
             || matches!(
                 reason,
@@ -299,6 +321,9 @@ impl Engine {
         if plan.stages.is_empty()
             || (!must_shrink && plan.estimated_savings() < self.config.clear_at_least.max(1))
         {
+            // Nothing worth doing: do not plan again until the context grows noticeably (the
+            // same compaction repeating without progress is a loop).
+            state.hold_retries(tokens_before, budget.window / 20);
             return None;
         }
         Some(plan)
@@ -354,7 +379,7 @@ impl Engine {
         }
         state.replace_entries(draft);
         state.compactions += 1;
-        let tokens_after = state.sync_tokens(&self.model) + fixed_tokens;
+        let tokens_after = self.accounted_tokens(state, &Budget { window: 0, fixed_tokens });
         let messages_after = state.entries.len();
 
         let mut events = Vec::with_capacity(archive.len() + 2);
@@ -399,7 +424,7 @@ impl Engine {
         }
         let mut message = message;
         let mut archive = Vec::new();
-        let tokens_before = u64::from(self.model.message_tokens(&message));
+        let original = message.clone();
         for part in &mut message.parts {
             let Part::ToolResult { call_id, content, .. } = part else { continue };
             let tool = tool_name_for(state, call_id);
@@ -412,12 +437,13 @@ impl Engine {
             }
             let marker = ref_marker(archive.len());
             archive.push(ArchiveItem::ToolResult { call_id: call_id.clone(), content: full.clone() });
-            let preview = stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &self.model, &marker);
+            let preview = stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &marker);
             *content = vec![Part::text(preview)];
         }
         if archive.is_empty() {
-            return Ingest::Ready(message);
+            return Ingest::Ready(original);
         }
+        let tokens_before = u64::from(self.model.message_tokens(&original));
         let tokens_after = u64::from(self.model.message_tokens(&message));
         Ingest::Cap(IngestPlan { archive, tokens_before, tokens_after, message })
     }

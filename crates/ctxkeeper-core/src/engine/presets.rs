@@ -19,7 +19,7 @@
 //! summary never replaces the prefix with nothing.
 
 use super::config::{
-    IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig, Stage, SummaryConfig,
+    Accounting, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig, Stage, SummaryConfig,
     SummaryPlacement, ToolResultCap,
 };
 use crate::summary::{SummaryField, SummarySchema};
@@ -105,6 +105,7 @@ fn default() -> PolicyConfig {
             },
             summarize_stage(),
         ],
+        accounting: Accounting::Estimate,
         ..PolicyConfig::default()
     }
 }

@@ -52,12 +52,23 @@ impl<'a> Draft<'a> {
         reason: CompactionReason,
         request: &PlanRequest,
     ) -> Draft<'a> {
-        let tokens_at_start = state.sync_tokens(&engine.model) + budget.fixed_tokens;
+        let tokens_at_start = engine.accounted_tokens(state, budget);
+        let estimate_only = engine.config.accounting == super::Accounting::Estimate;
+        let mut entries = state.entries.clone();
+        if estimate_only {
+            // Unknown counts become estimates in the draft: planning never waits on the
+            // tokenizer. Rewritten entries are counted exactly (they are small).
+            for entry in &mut entries {
+                if entry.tokens.is_none() {
+                    entry.estimated = Some(state.estimate_entry(entry) as u32);
+                }
+            }
+        }
         Draft {
             window: budget.window,
             tokens_at_start,
             engine,
-            entries: state.entries.clone(),
+            entries,
             previous_summary: state.summary.clone(),
             fixed_tokens: budget.fixed_tokens,
             target,
@@ -77,7 +88,7 @@ impl<'a> Draft<'a> {
     /// Request tokens of the draft as it stands.
     fn total(&mut self) -> u64 {
         let model = &self.engine.model;
-        self.entries.iter_mut().map(|e| u64::from(e.tokens(model))).sum::<u64>() + self.fixed_tokens
+        self.entries.iter_mut().map(|e| u64::from(e.planning_tokens(model))).sum::<u64>() + self.fixed_tokens
     }
 
     fn over_target(&mut self) -> bool {
@@ -264,15 +275,20 @@ impl<'a> Draft<'a> {
                 let Part::ToolResult { call_id, content, .. } = &self.entries[index].message.parts[part_index] else {
                     continue;
                 };
-                let text = join_text(content);
-                if text.starts_with(CLEARED_PREFIX) {
+                if content.first().and_then(Part::as_text).is_some_and(|t| t.starts_with(CLEARED_PREFIX)) {
                     continue;
                 }
+                let text = join_text(content);
                 let name = last_calls.iter().find(|(id, _)| id == call_id).map(|(_, n)| n.clone());
                 if name.as_deref().is_some_and(|n| exclude.iter().any(|x| x == n)) {
                     continue;
                 }
-                let tokens = u64::from(self.model().text_tokens(&text));
+                // The entry's count stands for its result (one result per tool message is
+                // the rule); no re-count of large outputs.
+                let tokens = match self.entries[index].tokens.or(self.entries[index].estimated) {
+                    Some(count) if self.entries[index].message.parts.len() == 1 => u64::from(count),
+                    _ => text.len() as u64 / 4,
+                };
                 if tokens <= min_tokens {
                     continue;
                 }
@@ -350,7 +366,7 @@ impl<'a> Draft<'a> {
                     Some((_, existing)) => existing.clone(),
                     None => self.push_archive(ArchiveItem::ToolResult { call_id: call_id.clone(), content: text.clone() }),
                 };
-                let preview = head_tail_preview(&text, max_chars / 2, max_chars / 2, self.model(), &reference);
+                let preview = head_tail_preview(&text, max_chars / 2, max_chars / 2, &reference);
                 let entry = &mut self.entries[index];
                 if let Part::ToolResult { content, .. } = &mut entry.message.parts[part_index] {
                     *content = vec![Part::text(preview)];
@@ -439,7 +455,7 @@ impl<'a> Draft<'a> {
                 let model = &self.engine.model;
                 while index > start && acc < keep {
                     index -= 1;
-                    acc += u64::from(self.entries[index].tokens(model));
+                    acc += u64::from(self.entries[index].planning_tokens(model));
                 }
                 cut = cut.min(index);
             }
@@ -447,7 +463,7 @@ impl<'a> Draft<'a> {
                 // Keep as much recent context as fits the target next to the summary.
                 let instructions: u64 = {
                     let model = &self.engine.model;
-                    self.entries[..start].iter_mut().map(|e| u64::from(e.tokens(model))).sum()
+                    self.entries[..start].iter_mut().map(|e| u64::from(e.planning_tokens(model))).sum()
                 };
                 let reserve = u64::from(self.engine.config.summary.max_summary_tokens) + 64;
                 let available = self.target.saturating_sub(self.fixed_tokens + instructions + reserve);
@@ -455,7 +471,7 @@ impl<'a> Draft<'a> {
                 let mut index = len;
                 let model = &self.engine.model;
                 while index > start {
-                    let tokens = u64::from(self.entries[index - 1].tokens(model));
+                    let tokens = u64::from(self.entries[index - 1].planning_tokens(model));
                     if acc + tokens > available {
                         break;
                     }
@@ -535,7 +551,7 @@ impl<'a> Draft<'a> {
             entry.meta.archived.push(marker);
             entry.meta.pending_fill = true;
             // A summary is bounded by its budget and is typically far shorter than its input.
-            let group_tokens: u32 = group.iter().map(|e| e.tokens.unwrap_or(0)).sum();
+            let group_tokens: u32 = group.iter().map(|e| e.tokens.or(e.estimated).unwrap_or(0)).sum();
             let estimate = self.model().message_tokens(&entry.message)
                 + self.engine.config.summary.max_summary_tokens.min(group_tokens / 2);
             entry.tokens = Some(estimate);
@@ -554,18 +570,20 @@ impl<'a> Draft<'a> {
     /// the rest without a summary call: the hard bound of overflow recovery.
     fn clear(&mut self, keep_turns: usize) -> bool {
         let start = self.conversation_start();
-        let all = turns(&self.entries);
-        let candidates = [
-            all.len().checked_sub(keep_turns.max(1)).and_then(|k| all.get(k)).map(|t| t.start),
-            Some(self.protected_start(1)),
-            api_rounds(&self.entries).last().map(|r| r.end),
-        ];
         let mut changed = false;
-        for cut in candidates.into_iter().flatten() {
+        // Ever harder cuts, each computed on the context the previous one left.
+        for hardness in 0..3 {
             if !self.over_target() {
                 break;
             }
-            let mut cut = cut;
+            let all = turns(&self.entries);
+            let cut = match hardness {
+                0 => all.len().checked_sub(keep_turns.max(1)).and_then(|k| all.get(k)).map(|t| t.start),
+                1 => Some(self.protected_start(1)),
+                _ => api_rounds(&self.entries).last().map(|r| r.end),
+            };
+            let Some(mut cut) = cut else { continue };
+            cut = cut.min(self.entries.len());
             while cut > start && !is_safe_split(&self.entries, cut) {
                 cut -= 1;
             }
@@ -624,6 +642,7 @@ impl<'a> Draft<'a> {
 /// Marks an entry as rewritten: its placeholders wait for `reference`, its count is stale.
 fn mark_rewritten(entry: &mut Entry, reference: &str) {
     entry.tokens = None;
+    entry.estimated = None;
     entry.meta.pending_fill = true;
     if !entry.meta.archived.iter().any(|r| r == reference) {
         entry.meta.archived.push(reference.to_string());
@@ -640,7 +659,7 @@ fn split_groups(entries: &[Entry], threshold: Option<u64>, model: &TokenModel) -
     let mut current: Vec<Entry> = Vec::new();
     let mut current_tokens = 0u64;
     for (index, entry) in entries.iter().enumerate() {
-        let tokens = u64::from(entry.tokens.unwrap_or_else(|| model.message_tokens(&entry.message)));
+        let tokens = u64::from(entry.tokens.or(entry.estimated).unwrap_or_else(|| model.message_tokens(&entry.message)));
         let can_split = is_safe_split(entries, index);
         if can_split && !current.is_empty() && current_tokens + tokens > threshold {
             groups.push(std::mem::take(&mut current));
@@ -656,25 +675,17 @@ fn split_groups(entries: &[Entry], threshold: Option<u64>, model: &TokenModel) -
 }
 
 /// A head + tail preview of `text` with a marker naming where the whole output is.
-pub(super) fn head_tail_preview(
-    text: &str,
-    head_chars: usize,
-    tail_chars: usize,
-    model: &TokenModel,
-    reference: &str,
-) -> String {
+pub(super) fn head_tail_preview(text: &str, head_chars: usize, tail_chars: usize, reference: &str) -> String {
     let chars = text.chars().count();
     if chars <= head_chars + tail_chars {
         return text.to_string();
     }
     let head_end = text.char_indices().nth(head_chars).map_or(text.len(), |(i, _)| i);
     let tail_start = text.char_indices().nth(chars - tail_chars).map_or(text.len(), |(i, _)| i);
-    let omitted = &text[head_end..tail_start];
-    let omitted_tokens = model.text_tokens(omitted);
     format!(
-        "{}\n\n[… {} characters ({omitted_tokens} tokens) omitted; the whole output is archived at {reference} …]\n\n{}",
+        "{}\n\n[… {} characters omitted; the whole output is archived at {reference} …]\n\n{}",
         &text[..head_end],
-        omitted.chars().count(),
+        chars - head_chars - tail_chars,
         &text[tail_start..]
     )
 }

@@ -41,17 +41,29 @@ pub struct Entry {
     /// Cached token count of `message` (per-message overhead included).
     #[serde(skip)]
     pub tokens: Option<u32>,
+    /// A size estimate standing in for `tokens` while a compaction is planned.
+    #[serde(skip)]
+    pub estimated: Option<u32>,
 }
 
 impl Entry {
     /// An entry for a message, not yet counted.
     pub fn new(message: Message) -> Entry {
-        Entry { message, meta: EntryMeta::default(), tokens: None }
+        Entry { message, meta: EntryMeta::default(), tokens: None, estimated: None }
     }
 
     /// The message's token count, counted once.
     pub fn tokens(&mut self, model: &TokenModel) -> u32 {
         *self.tokens.get_or_insert_with(|| model.message_tokens(&self.message))
+    }
+
+    /// The count to plan with: exact when known, else the estimate when one was made, else
+    /// counted now.
+    pub fn planning_tokens(&mut self, model: &TokenModel) -> u32 {
+        match (self.tokens, self.estimated) {
+            (Some(count), _) | (None, Some(count)) => count,
+            (None, None) => self.tokens(model),
+        }
     }
 }
 
@@ -86,6 +98,9 @@ pub struct ContextState {
     calibration_bytes: u64,
     #[serde(skip)]
     calibration_tokens: u64,
+    /// After a plan found nothing worth doing, token triggers stay quiet below this size.
+    #[serde(skip)]
+    hold_below: u64,
 }
 
 impl ContextState {
@@ -155,6 +170,31 @@ impl ContextState {
         self.total_tokens + self.pending_estimate
     }
 
+    /// Whether a token trigger may plan again at `tokens` (see [`ContextState::hold_retries`]).
+    pub fn retry_allowed(&self, tokens: u64) -> bool {
+        tokens >= self.hold_below
+    }
+
+    /// Keeps token triggers quiet until the context reaches `tokens + growth`.
+    pub fn hold_retries(&mut self, tokens: u64, growth: u64) {
+        self.hold_below = tokens + growth.max(1);
+    }
+
+    /// Recomputes the bytes-per-token calibration from every entry counted exactly.
+    pub fn refresh_calibration(&mut self) {
+        let (mut bytes, mut tokens) = (0, 0);
+        for entry in &self.entries {
+            if let Some(count) = entry.tokens {
+                bytes += message_bytes(&entry.message);
+                tokens += u64::from(count);
+            }
+        }
+        if tokens > 0 {
+            self.calibration_bytes = bytes;
+            self.calibration_tokens = tokens;
+        }
+    }
+
     /// Forgets the running total after entries were rewritten (counts per entry survive where
     /// the entry did).
     pub fn invalidate_totals(&mut self) {
@@ -167,6 +207,33 @@ impl ContextState {
     /// Replaces all entries (after a compaction) and recounts lazily.
     pub fn replace_entries(&mut self, entries: Vec<Entry>) {
         self.entries = entries;
+        self.hold_below = 0;
+        self.invalidate_totals();
+    }
+}
+
+impl ContextState {
+    /// An entry's count if known, else its estimate at the session's ratio.
+    pub fn estimate_entry(&self, entry: &Entry) -> u64 {
+        match entry.tokens {
+            Some(count) => u64::from(count),
+            None => estimate_tokens(message_bytes(&entry.message), self.calibration_bytes, self.calibration_tokens),
+        }
+    }
+
+    /// Counts exactly every `stride`-th entry not counted yet (by log position), so the
+    /// bytes-per-token ratio stays calibrated without tokenizing everything.
+    pub fn sample_exact(&mut self, model: &TokenModel, stride: u64) {
+        let mut bytes = 0;
+        let mut tokens = 0;
+        for entry in &mut self.entries {
+            if entry.tokens.is_none() && entry.meta.log_index.is_none_or(|i| i % stride.max(1) == 0) {
+                bytes += message_bytes(&entry.message);
+                tokens += u64::from(entry.tokens(model));
+            }
+        }
+        self.calibration_bytes += bytes;
+        self.calibration_tokens += tokens;
         self.invalidate_totals();
     }
 }
