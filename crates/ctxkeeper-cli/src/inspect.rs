@@ -26,7 +26,12 @@ pub struct InspectArgs {
 pub fn run(args: &InspectArgs) -> Result<()> {
     let loaded = trace_input::load(&args.trace)?;
     // A stored trace may end while tools still run, so the trailing round may be open.
-    let stats = TraceStats::compute(&loaded.sessions, &loaded.tokens, &CheckRules::history(), args.top);
+    let stats = TraceStats::compute(
+        &loaded.sessions,
+        &loaded.tokens,
+        &CheckRules::history(),
+        args.top,
+    );
     if args.trace.json {
         let profile = &loaded.tokens.profile;
         let body = json!({
@@ -70,7 +75,11 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
         thousands(stats.tool_schema_tokens)
     );
 
-    let _ = writeln!(out, "{:<14}{:>10}{:>14}{:>8}", "role", "messages", "tokens", "share");
+    let _ = writeln!(
+        out,
+        "{:<14}{:>10}{:>14}{:>8}",
+        "role", "messages", "tokens", "share"
+    );
     for (role, tally) in &stats.by_role {
         let _ = writeln!(
             out,
@@ -81,7 +90,11 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
             share(tally.tokens, stats.total_tokens)
         );
     }
-    let _ = writeln!(out, "\n{:<14}{:>10}{:>14}{:>8}", "part kind", "parts", "tokens", "share");
+    let _ = writeln!(
+        out,
+        "\n{:<14}{:>10}{:>14}{:>8}",
+        "part kind", "parts", "tokens", "share"
+    );
     for (kind, tally) in stats.part_kinds_in_order() {
         let _ = writeln!(
             out,
@@ -130,7 +143,10 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
             let _ = writeln!(out, "  {kind:<30}{:>8}", thousands(*count));
         }
         for violation in stats.violations.iter().take(20) {
-            let part = violation.part.map(|p| format!(" part {p}")).unwrap_or_default();
+            let part = violation
+                .part
+                .map(|p| format!(" part {p}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  {} message {}{}: {}",
@@ -151,7 +167,11 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
 }
 
 fn share(part: u64, total: u64) -> f64 {
-    if total == 0 { 0.0 } else { part as f64 * 100.0 / total as f64 }
+    if total == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / total as f64
+    }
 }
 
 /// `1234567` → `1,234,567`.
@@ -159,7 +179,7 @@ pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

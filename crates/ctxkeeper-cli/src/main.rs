@@ -3,9 +3,9 @@
 //! The binary is glue: it reads files, parses arguments and prints reports; every decision is
 //! made by the library crates.
 
-mod engine_policy;
 mod inspect;
 mod replay;
+mod sessions;
 mod summarizers;
 mod trace_input;
 
@@ -34,6 +34,8 @@ enum Command {
     /// Replay a trace as the agent lived it (one model call per assistant message) and report
     /// tokens, window overflows, violations and engine time.
     Replay(replay::ReplayArgs),
+    /// Inspect and maintain stored sessions: list, show, history, search, clear, gc.
+    Sessions(sessions::SessionsArgs),
 }
 
 /// Options shared by commands that read a trace.
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Replay(args) => replay::run(&args),
+        Command::Sessions(args) => sessions::run(&args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

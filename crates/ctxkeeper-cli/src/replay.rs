@@ -15,7 +15,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::TraceArgs;
-use crate::engine_policy::EnginePolicy;
 use crate::inspect::thousands;
 use crate::trace_input::{self, InputError, LoadedTrace};
 
@@ -67,7 +66,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let policy = resolve_policy(&args.policy, loaded.policy_overrides.as_deref())?;
     let window = args.window.unwrap_or(loaded.tokens.profile.context_window);
     if window == 0 {
-        bail!(InputError::BadOption("--window must be greater than 0".into()));
+        bail!(InputError::BadOption(
+            "--window must be greater than 0".into()
+        ));
     }
     // The provider-neutral rules (tool pairing first of all) on what is sent; the wire
     // adapter performs each format's structural conversions (merging roles, moving the system
@@ -94,8 +95,14 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
 
     let (report, extra) = if policy.name == "none" && policy.stages.is_empty() {
-        let report = replay(&loaded.sessions, &loaded.tokens, &options, &mut Unmanaged::default(), &mut observer)
-            .map_err(anyhow::Error::msg)?;
+        let report = replay(
+            &loaded.sessions,
+            &loaded.tokens,
+            &options,
+            &mut Unmanaged::default(),
+            &mut observer,
+        )
+        .map_err(anyhow::Error::msg)?;
         (report, None)
     } else {
         let temp;
@@ -106,25 +113,46 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 temp.path()
             }
         };
-        let offloader = Arc::new(
-            LocalWorkspace::new(workspace_dir)
-                .with_context(|| format!("cannot open the workspace {}", workspace_dir.display()))?,
-        );
+        let offloader =
+            Arc::new(LocalWorkspace::new(workspace_dir).with_context(|| {
+                format!("cannot open the workspace {}", workspace_dir.display())
+            })?);
         let summarizer = make_summarizer(args)?;
-        let mut engine = EnginePolicy::new(policy, window, offloader, summarizer)?;
-        let report = replay(&loaded.sessions, &loaded.tokens, &options, &mut engine, &mut observer)
-            .map_err(anyhow::Error::msg)?;
-        engine.finish().map_err(anyhow::Error::msg)?;
-        let baseline = replay(&loaded.sessions, &loaded.tokens, &options, &mut Unmanaged::default(), &mut |_| {
-            Ok::<(), String>(())
-        })
+        let mut engine =
+            ctxkeeper::replay::PolicyReplay::new(policy, window, offloader, summarizer)?;
+        let report = replay(
+            &loaded.sessions,
+            &loaded.tokens,
+            &options,
+            &mut engine,
+            &mut observer,
+        )
         .map_err(anyhow::Error::msg)?;
-        (report, Some((engine.unrecoverable_items, engine.degraded_summaries, baseline)))
+        engine.finish().map_err(anyhow::Error::msg)?;
+        let baseline = replay(
+            &loaded.sessions,
+            &loaded.tokens,
+            &options,
+            &mut Unmanaged::default(),
+            &mut |_| Ok::<(), String>(()),
+        )
+        .map_err(anyhow::Error::msg)?;
+        (
+            report,
+            Some((
+                engine.unrecoverable_items,
+                engine.degraded_summaries,
+                baseline,
+            )),
+        )
     };
     progress.finish_and_clear();
 
     if args.trace.json {
-        println!("{}", serde_json::to_string_pretty(&report_json(&loaded, &report, wire, extra.as_ref()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report_json(&loaded, &report, wire, extra.as_ref()))?
+        );
     } else {
         print!("{}", render(&loaded, &report, extra.as_ref()));
     }
@@ -148,7 +176,11 @@ fn resolve_policy(name: &str, overrides: Option<&str>) -> Result<PolicyConfig> {
 }
 
 fn make_summarizer(args: &ReplayArgs) -> Result<Arc<dyn Summarizer>> {
-    crate::summarizers::build(&args.summarizer, args.summarizer_url.as_deref(), args.summarizer_model.as_deref())
+    crate::summarizers::build(
+        &args.summarizer,
+        args.summarizer_url.as_deref(),
+        args.summarizer_model.as_deref(),
+    )
 }
 
 fn progress_bar(total: u64) -> ProgressBar {
@@ -191,7 +223,9 @@ fn report_json(
         "model": loaded.model,
         "wire": wire.as_str(),
     });
-    if let (Some(object), serde_json::Value::Object(fields)) = (body.as_object_mut(), figures(report)) {
+    if let (Some(object), serde_json::Value::Object(fields)) =
+        (body.as_object_mut(), figures(report))
+    {
         object.extend(fields);
         let (unrecoverable, degraded, baseline) = match extra {
             Some((u, d, b)) => (*u, *d, figures(b)),
@@ -204,7 +238,11 @@ fn report_json(
     body
 }
 
-fn render(loaded: &LoadedTrace, report: &ReplayReport, extra: Option<&(usize, usize, ReplayReport)>) -> String {
+fn render(
+    loaded: &LoadedTrace,
+    report: &ReplayReport,
+    extra: Option<&(usize, usize, ReplayReport)>,
+) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{}  ({}, model {}, window {} tokens, policy {})\n",
@@ -216,20 +254,42 @@ fn render(loaded: &LoadedTrace, report: &ReplayReport, extra: Option<&(usize, us
     ));
     let baseline = extra.map(|(_, _, b)| b);
     let vs = |value: u64, base: Option<u64>| match base {
-        Some(base) if base > 0 => format!("{}  ({:.0}% of unmanaged)", thousands(value), value as f64 * 100.0 / base as f64),
+        Some(base) if base > 0 => format!(
+            "{}  ({:.0}% of unmanaged)",
+            thousands(value),
+            value as f64 * 100.0 / base as f64
+        ),
         _ => thousands(value),
     };
     let mut rows = vec![
         ("sessions", thousands(report.sessions as u64)),
         ("messages", thousands(report.messages as u64)),
         ("model calls (steps)", thousands(report.steps as u64)),
-        ("peak input tokens", vs(report.peak_input_tokens, baseline.map(|b| b.peak_input_tokens))),
-        ("cumulative input tokens", vs(report.cumulative_input_tokens, baseline.map(|b| b.cumulative_input_tokens))),
+        (
+            "peak input tokens",
+            vs(
+                report.peak_input_tokens,
+                baseline.map(|b| b.peak_input_tokens),
+            ),
+        ),
+        (
+            "cumulative input tokens",
+            vs(
+                report.cumulative_input_tokens,
+                baseline.map(|b| b.cumulative_input_tokens),
+            ),
+        ),
         (
             "uncached input tokens",
-            vs(report.cumulative_uncached_input_tokens, baseline.map(|b| b.cumulative_uncached_input_tokens)),
+            vs(
+                report.cumulative_uncached_input_tokens,
+                baseline.map(|b| b.cumulative_uncached_input_tokens),
+            ),
         ),
-        ("stable prefix ratio", format!("{:.3}", report.stable_prefix_ratio)),
+        (
+            "stable prefix ratio",
+            format!("{:.3}", report.stable_prefix_ratio),
+        ),
         (
             "steps over the window",
             format!(
@@ -238,15 +298,27 @@ fn render(loaded: &LoadedTrace, report: &ReplayReport, extra: Option<&(usize, us
                 pct(report.overflowed_steps, report.steps)
             ),
         ),
-        ("provider-rule violations", thousands(report.violations as u64)),
+        (
+            "provider-rule violations",
+            thousands(report.violations as u64),
+        ),
     ];
     if let Some((unrecoverable, degraded, _)) = extra {
         rows.push(("compactions", thousands(report.compactions as u64)));
-        rows.push(("overflow recoveries", thousands(report.overflow_recoveries as u64)));
-        rows.push(("archived", format!("{} bytes", thousands(report.archived_bytes))));
+        rows.push((
+            "overflow recoveries",
+            thousands(report.overflow_recoveries as u64),
+        ));
+        rows.push((
+            "archived",
+            format!("{} bytes", thousands(report.archived_bytes)),
+        ));
         rows.push(("unrecoverable items", thousands(*unrecoverable as u64)));
         rows.push(("degraded summaries", thousands(*degraded as u64)));
-        rows.push(("recent rounds verbatim (min)", report.min_recent_rounds_verbatim.to_string()));
+        rows.push((
+            "recent rounds verbatim (min)",
+            report.min_recent_rounds_verbatim.to_string(),
+        ));
     }
     rows.push((
         "engine time per step",
@@ -261,14 +333,26 @@ fn render(loaded: &LoadedTrace, report: &ReplayReport, extra: Option<&(usize, us
         out.push_str(&format!("  {label:<30}{value}\n"));
     }
     if let Some(base) = baseline {
-        out.push_str(&sparkline("unmanaged", &base.input_tokens_per_step, report.window));
+        out.push_str(&sparkline(
+            "unmanaged",
+            &base.input_tokens_per_step,
+            report.window,
+        ));
     }
-    out.push_str(&sparkline(&report.policy, &report.input_tokens_per_step, report.window));
+    out.push_str(&sparkline(
+        &report.policy,
+        &report.input_tokens_per_step,
+        report.window,
+    ));
     out
 }
 
 fn pct(part: usize, whole: usize) -> f64 {
-    if whole == 0 { 0.0 } else { part as f64 * 100.0 / whole as f64 }
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
 }
 
 /// A one-line chart of input tokens per step, scaled to the larger of the peak and the window.

@@ -16,7 +16,10 @@ pub const DEFAULT_MODEL: &str = "gpt-4o";
 #[derive(Debug)]
 pub enum InputError {
     /// The file could not be read.
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The file is not UTF-8 text.
     NotUtf8 { path: PathBuf, valid_up_to: usize },
     /// The format could not be detected.
@@ -24,7 +27,11 @@ pub enum InputError {
     /// A `--format` or `--wire` value that is not known.
     BadOption(String),
     /// The content does not parse.
-    Parse { path: PathBuf, format: TraceFormat, error: ParseError },
+    Parse {
+        path: PathBuf,
+        format: TraceFormat,
+        error: ParseError,
+    },
     /// The configuration file is invalid.
     Config { path: PathBuf, message: String },
 }
@@ -34,17 +41,34 @@ impl fmt::Display for InputError {
         match self {
             InputError::Read { path, source } => write!(f, "{}: {source}", path.display()),
             InputError::NotUtf8 { path, valid_up_to } => {
-                write!(f, "{}: byte {valid_up_to}: not valid UTF-8 text", path.display())
+                write!(
+                    f,
+                    "{}: byte {valid_up_to}: not valid UTF-8 text",
+                    path.display()
+                )
             }
             InputError::UnknownFormat { path } => write!(
                 f,
                 "{}: cannot tell the trace format from its content; pass --format (one of {})",
                 path.display(),
-                TraceFormat::ALL.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+                TraceFormat::ALL
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             InputError::BadOption(message) => f.write_str(message),
-            InputError::Parse { path, format, error } => {
-                write!(f, "{}: {error} (reading it as {})", path.display(), format.as_str())
+            InputError::Parse {
+                path,
+                format,
+                error,
+            } => {
+                write!(
+                    f,
+                    "{}: {error} (reading it as {})",
+                    path.display(),
+                    format.as_str()
+                )
             }
             InputError::Config { path, message } => write!(f, "{}: {message}", path.display()),
         }
@@ -80,14 +104,22 @@ pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
         None => import::detect(&text, &file_name(&path))
             .ok_or_else(|| InputError::UnknownFormat { path: path.clone() })?,
     };
-    let Trace { sessions, warnings, .. } =
-        import::import(&text, format).map_err(|error| InputError::Parse {
-            path: path.clone(),
-            format,
-            error,
-        })?;
+    let Trace {
+        sessions, warnings, ..
+    } = import::import(&text, format).map_err(|error| InputError::Parse {
+        path: path.clone(),
+        format,
+        error,
+    })?;
     let sessions = if args.concat {
-        vec![Trace { format, sessions, warnings: warnings.clone() }.concat()]
+        vec![
+            Trace {
+                format,
+                sessions,
+                warnings: warnings.clone(),
+            }
+            .concat(),
+        ]
     } else {
         sessions
     };
@@ -98,7 +130,15 @@ pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
         .or_else(|| sessions.iter().find_map(|s| s.model.clone()))
         .unwrap_or_else(|| DEFAULT_MODEL.to_string());
     let tokens = TokenModel::for_model(&model, &profiles);
-    Ok(LoadedTrace { path, format, sessions, warnings, model, tokens, policy_overrides })
+    Ok(LoadedTrace {
+        path,
+        format,
+        sessions,
+        warnings,
+        model,
+        tokens,
+        policy_overrides,
+    })
 }
 
 /// Reads the configuration file: `[models."NAME"]` profile overrides and a `[policy]` table.
@@ -107,12 +147,18 @@ fn load_config(config: Option<&Path>) -> Result<(Profiles, Option<String>), Inpu
         return Ok((Profiles::builtin(), None));
     };
     let text = read_text(path)?;
-    let bad = |message: String| InputError::Config { path: path.to_path_buf(), message };
-    let mut table: toml::Table = toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
+    let bad = |message: String| InputError::Config {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut table: toml::Table =
+        toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
     let policy = table.remove("policy");
     let models = table.remove("models");
     if let Some(unknown) = table.keys().next() {
-        return Err(bad(format!("unknown section {unknown:?} (expected [models.\"NAME\"] or [policy])")));
+        return Err(bad(format!(
+            "unknown section {unknown:?} (expected [models.\"NAME\"] or [policy])"
+        )));
     }
     let profiles = match models {
         Some(models) => {
@@ -131,8 +177,10 @@ fn load_config(config: Option<&Path>) -> Result<(Profiles, Option<String>), Inpu
 }
 
 fn read_text(path: &Path) -> Result<String, InputError> {
-    let bytes = std::fs::read(path)
-        .map_err(|source| InputError::Read { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| InputError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     String::from_utf8(bytes).map_err(|err| InputError::NotUtf8 {
         path: path.to_path_buf(),
         valid_up_to: err.utf8_error().valid_up_to(),
@@ -140,5 +188,7 @@ fn read_text(path: &Path) -> Result<String, InputError> {
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }

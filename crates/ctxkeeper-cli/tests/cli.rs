@@ -16,7 +16,9 @@ fn bin() -> Command {
 fn traces_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("CTXKEEPER_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces"));
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
+        });
     if dir.is_dir() {
         Some(dir)
     } else {
@@ -27,10 +29,20 @@ fn traces_dir() -> Option<PathBuf> {
 
 /// Every trace file of the shared set.
 fn traces() -> Vec<PathBuf> {
-    let Some(dir) = traces_dir() else { return Vec::new() };
+    let Some(dir) = traces_dir() else {
+        return Vec::new();
+    };
     let mut files = Vec::new();
-    for sub in ["tau-bench", "swe-agent", "openhands", "claude-code", "codex"] {
-        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else { continue };
+    for sub in [
+        "tau-bench",
+        "swe-agent",
+        "openhands",
+        "claude-code",
+        "codex",
+    ] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.file_name().is_some_and(|n| n != "LICENSE") {
@@ -39,7 +51,10 @@ fn traces() -> Vec<PathBuf> {
         }
     }
     files.sort();
-    assert!(files.len() >= 6, "expected the six shared traces, found {files:?}");
+    assert!(
+        files.len() >= 6,
+        "expected the six shared traces, found {files:?}"
+    );
     files
 }
 
@@ -62,8 +77,13 @@ fn inspect_and_baseline_replay_succeed_on_every_trace() {
     for trace in traces() {
         let path = trace.to_str().expect("utf-8 path");
         let inspect = json_of(&run(&["inspect", path, "--json"]));
-        assert!(inspect["stats"]["messages"].as_u64().unwrap_or(0) > 0, "{path}");
-        let report = json_of(&run(&["replay", path, "--policy", "none", "--json", "--window", "16000"]));
+        assert!(
+            inspect["stats"]["messages"].as_u64().unwrap_or(0) > 0,
+            "{path}"
+        );
+        let report = json_of(&run(&[
+            "replay", path, "--policy", "none", "--json", "--window", "16000",
+        ]));
         for field in [
             "trace",
             "format",
@@ -79,7 +99,10 @@ fn inspect_and_baseline_replay_succeed_on_every_trace() {
             assert!(!report[field].is_null(), "{path}: missing {field}");
         }
         for field in ["total", "p50_step", "p99_step"] {
-            assert!(report["engine_time_us"][field].is_number(), "{path}: engine_time_us.{field}");
+            assert!(
+                report["engine_time_us"][field].is_number(),
+                "{path}: engine_time_us.{field}"
+            );
         }
         assert_eq!(report["violations"], 0, "{path}");
         assert!(report["steps"].as_u64().unwrap_or(0) > 0, "{path}");
@@ -93,7 +116,11 @@ fn emitted_pairing_violations(dir: &Path, wire: Wire) -> usize {
         Wire::Anthropic => CheckRules::anthropic(),
         _ => CheckRules::openai(),
     };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).expect("emit dir").flatten().map(|e| e.path()).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("emit dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     files.sort();
     assert!(!files.is_empty());
     for (index, file) in files.iter().enumerate() {
@@ -105,10 +132,20 @@ fn emitted_pairing_violations(dir: &Path, wire: Wire) -> usize {
     }
     let mut violations = 0;
     for file in files {
-        let body: Value = serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
-        assert!(body["model"].is_string(), "{}: the model is named", file.display());
-        let request = wire.parse_request(&body).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        violations += check(&request.messages, &rules).iter().filter(|v| v.kind.is_tool_pairing()).count();
+        let body: Value =
+            serde_json::from_slice(&std::fs::read(&file).expect("read")).expect("json");
+        assert!(
+            body["model"].is_string(),
+            "{}: the model is named",
+            file.display()
+        );
+        let request = wire
+            .parse_request(&body)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        violations += check(&request.messages, &rules)
+            .iter()
+            .filter(|v| v.kind.is_tool_pairing())
+            .count();
     }
     violations
 }
@@ -124,7 +161,12 @@ fn emitted_requests_add_no_tool_pairing_violation_to_any_trace() {
         let source_violations: usize = source
             .sessions
             .iter()
-            .map(|s| check(&s.messages, &CheckRules::history()).iter().filter(|v| v.kind.is_tool_pairing()).count())
+            .map(|s| {
+                check(&s.messages, &CheckRules::history())
+                    .iter()
+                    .filter(|v| v.kind.is_tool_pairing())
+                    .count()
+            })
             .sum();
         for wire in [Wire::OpenAiChat, Wire::Anthropic] {
             let dir = tempfile::tempdir().expect("temp dir");
@@ -145,7 +187,12 @@ fn emitted_requests_add_no_tool_pairing_violation_to_any_trace() {
                 "{path} as {}: {emitted} pairing violations emitted, source has {source_violations}",
                 wire.as_str()
             );
-            assert_eq!(emitted, 0, "{path} as {}: the shared traces are clean", wire.as_str());
+            assert_eq!(
+                emitted,
+                0,
+                "{path} as {}: the shared traces are clean",
+                wire.as_str()
+            );
             assert_eq!(report["violations"], 0);
         }
     }
@@ -155,11 +202,21 @@ fn emitted_requests_add_no_tool_pairing_violation_to_any_trace() {
 fn tau_bench_concatenates_into_one_long_session() {
     let Some(dir) = traces_dir() else { return };
     let path = dir.join("tau-bench/gpt-4o-airline.json");
-    let report = json_of(&run(&["replay", path.to_str().expect("utf-8"), "--concat", "--json", "--window", "16000"]));
+    let report = json_of(&run(&[
+        "replay",
+        path.to_str().expect("utf-8"),
+        "--concat",
+        "--json",
+        "--window",
+        "16000",
+    ]));
     assert_eq!(report["sessions"], 1);
     assert_eq!(report["messages"], 5_109);
     assert_eq!(report["steps"], 2_454);
-    assert!(report["overflowed_steps"].as_u64().unwrap_or(0) > 2_000, "most steps overflow 16k unmanaged");
+    assert!(
+        report["overflowed_steps"].as_u64().unwrap_or(0) > 2_000,
+        "most steps overflow 16k unmanaged"
+    );
 }
 
 #[test]
@@ -167,7 +224,9 @@ fn the_demo_trace_replays_under_every_policy() {
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
     let demo = demo.to_str().expect("utf-8");
     for policy in ctxkeeper_core::engine::presets::NAMES {
-        let report = json_of(&run(&["replay", demo, "--policy", policy, "--window", "16000", "--json"]));
+        let report = json_of(&run(&[
+            "replay", demo, "--policy", policy, "--window", "16000", "--json",
+        ]));
         assert_eq!(report["policy"], policy);
         assert_eq!(report["violations"], 0, "{policy}");
         assert_eq!(report["unrecoverable_items"], 0, "{policy}");
@@ -176,7 +235,10 @@ fn the_demo_trace_replays_under_every_policy() {
     let output = run(&["replay", demo, "--policy", "default", "--window", "16000"]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success());
-    assert!(text.contains("peak input tokens") && text.contains("% of unmanaged"), "{text}");
+    assert!(
+        text.contains("peak input tokens") && text.contains("% of unmanaged"),
+        "{text}"
+    );
 }
 
 /// A bad-input case: the file's content and what the one-line error must mention.
@@ -193,9 +255,15 @@ fn assert_input_error(name: &str, content: &[u8], extra_args: &[&str], expect: &
         assert_eq!(output.status.code(), Some(2), "{name} {command}: {stderr}");
         let lines: Vec<&str> = stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{name} {command}: one line, got {stderr:?}");
-        assert!(lines[0].starts_with("error: ") && lines[0].contains(path), "{name}: {stderr}");
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(path),
+            "{name}: {stderr}"
+        );
         for needle in expect {
-            assert!(lines[0].contains(needle), "{name} {command}: {needle:?} missing in {stderr}");
+            assert!(
+                lines[0].contains(needle),
+                "{name} {command}: {needle:?} missing in {stderr}"
+            );
         }
         assert!(!stderr.contains("panicked"), "{name}: {stderr}");
     }
@@ -203,7 +271,12 @@ fn assert_input_error(name: &str, content: &[u8], extra_args: &[&str], expect: &
 
 #[test]
 fn malformed_input_is_a_one_line_error_with_file_and_position() {
-    assert_input_error("truncated.json", br#"[{"task_id": 1, "traj": [{"role": "user", "content": "hi"#, &[], &["line 1"]);
+    assert_input_error(
+        "truncated.json",
+        br#"[{"task_id": 1, "traj": [{"role": "user", "content": "hi"#,
+        &[],
+        &["line 1"],
+    );
     assert_input_error(
         "wrong-type.json",
         br#"{"model": "gpt-4o", "messages": [{"role": "user", "content": 42}]}"#,
@@ -216,7 +289,12 @@ fn malformed_input_is_a_one_line_error_with_file_and_position() {
         &["--format", "openai-chat"],
         &["narrator"],
     );
-    assert_input_error("binary.json", &[0xff, 0xfe, 0x00, 0x41], &[], &["UTF-8", "byte 0"]);
+    assert_input_error(
+        "binary.json",
+        &[0xff, 0xfe, 0x00, 0x41],
+        &[],
+        &["UTF-8", "byte 0"],
+    );
     assert_input_error("empty.json", b"", &[], &["format"]);
 }
 
@@ -224,14 +302,27 @@ fn malformed_input_is_a_one_line_error_with_file_and_position() {
 fn a_50_mb_single_line_is_handled_without_a_crash() {
     // A valid 50 MB one-line request, then the same line cut short.
     let big = "x".repeat(50 * 1024 * 1024);
-    let body = format!(r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"{big}"}},{{"role":"assistant","content":"ok"}}]}}"#);
+    let body = format!(
+        r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"{big}"}},{{"role":"assistant","content":"ok"}}]}}"#
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let whole = dir.path().join("big.json");
     std::fs::write(&whole, &body).expect("write");
-    let report = json_of(&run(&["replay", whole.to_str().expect("utf-8"), "--json", "--format", "openai-chat"]));
+    let report = json_of(&run(&[
+        "replay",
+        whole.to_str().expect("utf-8"),
+        "--json",
+        "--format",
+        "openai-chat",
+    ]));
     assert_eq!(report["steps"], 1);
     assert!(report["peak_input_tokens"].as_u64().unwrap_or(0) > 1_000_000);
-    assert_input_error("big-cut.json", &body.as_bytes()[..body.len() - 40], &["--format", "openai-chat"], &["line 1"]);
+    assert_input_error(
+        "big-cut.json",
+        &body.as_bytes()[..body.len() - 40],
+        &["--format", "openai-chat"],
+        &["line 1"],
+    );
 }
 
 #[test]

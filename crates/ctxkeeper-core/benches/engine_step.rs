@@ -21,14 +21,16 @@ use ctxkeeper_core::summary::Summary;
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let policy = args.first().cloned().unwrap_or_else(|| "default".into());
     let window: u64 = args.get(1).and_then(|w| w.parse().ok()).unwrap_or(16_000);
     let runs: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(3);
 
-    let root = std::env::var("CTXKEEPER_TRACES").unwrap_or_else(|_| {
-        format!("{}/../../../shared/data/traces", env!("CARGO_MANIFEST_DIR"))
-    });
+    let root = std::env::var("CTXKEEPER_TRACES")
+        .unwrap_or_else(|_| format!("{}/../../../shared/data/traces", env!("CARGO_MANIFEST_DIR")));
     let path = format!("{root}/tau-bench/gpt-4o-airline.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!("SKIP: engine_step bench: trace not found at {path}");
@@ -47,7 +49,10 @@ fn main() {
     let engine = Engine::new(config, model.clone());
     // Load the tokenizer first: its one-time start-up is not a per-step cost.
     let _ = model.text_tokens("warm up");
-    let budget = Budget { window, fixed_tokens: u64::from(model.tools_tokens(&session.tools)) };
+    let budget = Budget {
+        window,
+        fixed_tokens: u64::from(model.tools_tokens(&session.tools)),
+    };
 
     let mut quiet_p50 = Vec::new();
     let mut quiet_p99 = Vec::new();
@@ -71,7 +76,25 @@ fn main() {
                     step += started.elapsed();
                 }
                 let micros = step.as_secs_f64() * 1e6;
-                if compacted { busy.push(micros) } else { quiet.push(micros) }
+                if std::env::var_os("ENGINE_STEP_CHECK").is_some() {
+                    let real: u64 = state
+                        .messages()
+                        .map(|m| u64::from(model.message_tokens(m)))
+                        .sum::<u64>()
+                        + budget.fixed_tokens;
+                    let approx = state.approx_tokens() + budget.fixed_tokens;
+                    if real > engine.trigger_tokens(&budget).unwrap_or(u64::MAX) {
+                        println!(
+                            "over trigger: real {real} approx {approx} entries {} compacted {compacted}",
+                            state.entries.len()
+                        );
+                    }
+                }
+                if compacted {
+                    busy.push(micros)
+                } else {
+                    quiet.push(micros)
+                }
                 step = Duration::ZERO;
             }
             let started = Instant::now();
@@ -84,7 +107,8 @@ fn main() {
                     step += started.elapsed();
                 }
                 Ingest::Cap(plan) => {
-                    let refs: Vec<String> = (0..plan.archive.len()).map(|i| format!("r{i}")).collect();
+                    let refs: Vec<String> =
+                        (0..plan.archive.len()).map(|i| format!("r{i}")).collect();
                     let started = Instant::now();
                     engine.apply_ingest(&mut state, plan, &refs);
                     step += started.elapsed();
@@ -94,7 +118,11 @@ fn main() {
         counts = (quiet.len(), busy.len());
         quiet_p50.push(percentile(&quiet, 0.5));
         quiet_p99.push(percentile(&quiet, 0.99));
-        busy_mean.push(if busy.is_empty() { 0.0 } else { busy.iter().sum::<f64>() / busy.len() as f64 });
+        busy_mean.push(if busy.is_empty() {
+            0.0
+        } else {
+            busy.iter().sum::<f64>() / busy.len() as f64
+        });
     }
     println!(
         "engine_step policy={policy} window={window} messages={} steps: {} quiet, {} compacting; \
@@ -109,15 +137,23 @@ fn main() {
 }
 
 /// Instant archive references and a fixed-size summary per request.
-fn stand_in_outcome(archive: &[ArchiveItem], summaries: &[ctxkeeper_core::summary::SummaryRequest]) -> PlanOutcome {
+fn stand_in_outcome(
+    archive: &[ArchiveItem],
+    summaries: &[ctxkeeper_core::summary::SummaryRequest],
+) -> PlanOutcome {
     PlanOutcome {
-        refs: (0..archive.len()).map(|i| format!("sessions/bench/item-{i}")).collect(),
+        refs: (0..archive.len())
+            .map(|i| format!("sessions/bench/item-{i}"))
+            .collect(),
         summaries: summaries
             .iter()
             .map(|request| {
                 let mut summary = Summary::empty(&request.schema, "bench");
                 for field in &request.schema.fields {
-                    summary.set(&field.name, "a summary sentence of moderate length ".repeat(8));
+                    summary.set(
+                        &field.name,
+                        "a summary sentence of moderate length ".repeat(8),
+                    );
                 }
                 summary
             })

@@ -57,7 +57,12 @@ pub struct StepRequest<'h> {
 impl StepRequest<'_> {
     /// Total input tokens of the request.
     pub fn input_tokens(&self) -> u64 {
-        self.fixed_tokens + self.message_tokens.iter().map(|&t| u64::from(t)).sum::<u64>()
+        self.fixed_tokens
+            + self
+                .message_tokens
+                .iter()
+                .map(|&t| u64::from(t))
+                .sum::<u64>()
     }
 }
 
@@ -243,7 +248,11 @@ pub fn replay<E: From<String>>(
                 let mut attempt = 0;
                 while request.input_tokens() > options.window {
                     attempt += 1;
-                    match policy.recover_overflow(attempt, request.input_tokens(), options.window)? {
+                    match policy.recover_overflow(
+                        attempt,
+                        request.input_tokens(),
+                        options.window,
+                    )? {
                         Some(smaller) => {
                             report.overflow_recoveries += 1;
                             engine_time += smaller.engine_time;
@@ -284,7 +293,11 @@ pub fn replay<E: From<String>>(
         }
     }
 
-    report.stable_prefix_ratio = if report.steps == 0 { 0.0 } else { stable_ratios / report.steps as f64 };
+    report.stable_prefix_ratio = if report.steps == 0 {
+        0.0
+    } else {
+        stable_ratios / report.steps as f64
+    };
     report.compactions = policy.compactions();
     report.archived_bytes = policy.archived_bytes();
     report.engine_time_us = summarize_times(&step_times);
@@ -308,16 +321,25 @@ fn stable_prefix_tokens(previous: Option<&[Message]>, request: &StepRequest<'_>)
 
 /// How many of the most recent API rounds of `history` appear unchanged at the end of
 /// `request`, up to [`VERBATIM_ROUNDS_CAP`].
-fn recent_rounds_verbatim(history: &[Message], round_starts: &[usize], request: &[Message]) -> usize {
-    let mut kept = 0;
+fn recent_rounds_verbatim(
+    history: &[Message],
+    round_starts: &[usize],
+    request: &[Message],
+) -> usize {
     let mut end = history.len();
-    for &start in round_starts.iter().rev().take(VERBATIM_ROUNDS_CAP) {
+    for (kept, &start) in round_starts
+        .iter()
+        .rev()
+        .take(VERBATIM_ROUNDS_CAP)
+        .enumerate()
+    {
         let round = &history[start..end];
         let tail = history.len() - start;
-        if request.len() < tail || request[request.len() - tail..request.len() - (history.len() - end)] != *round {
+        if request.len() < tail
+            || request[request.len() - tail..request.len() - (history.len() - end)] != *round
+        {
             return kept;
         }
-        kept += 1;
         end = start;
     }
     VERBATIM_ROUNDS_CAP
@@ -325,19 +347,37 @@ fn recent_rounds_verbatim(history: &[Message], round_starts: &[usize], request: 
 
 fn summarize_times(times: &[(Duration, bool)]) -> EngineTime {
     let micros: Vec<f64> = times.iter().map(|(d, _)| d.as_secs_f64() * 1e6).collect();
-    let quiet: Vec<f64> = times.iter().filter(|(_, c)| !c).map(|(d, _)| d.as_secs_f64() * 1e6).collect();
-    let busy: Vec<f64> = times.iter().filter(|(_, c)| *c).map(|(d, _)| d.as_secs_f64() * 1e6).collect();
+    let quiet: Vec<f64> = times
+        .iter()
+        .filter(|(_, c)| !c)
+        .map(|(d, _)| d.as_secs_f64() * 1e6)
+        .collect();
+    let busy: Vec<f64> = times
+        .iter()
+        .filter(|(_, c)| *c)
+        .map(|(d, _)| d.as_secs_f64() * 1e6)
+        .collect();
     let head = &micros[..micros.len().min(500)];
     let tail = &micros[micros.len().saturating_sub(500)..];
     EngineTime {
         total: micros.iter().sum(),
         p50_step: percentile(&micros, 0.50),
         p99_step: percentile(&micros, 0.99),
-        first_500: TimeSummary { p50: percentile(head, 0.50), p99: percentile(head, 0.99) },
-        last_500: TimeSummary { p50: percentile(tail, 0.50), p99: percentile(tail, 0.99) },
+        first_500: TimeSummary {
+            p50: percentile(head, 0.50),
+            p99: percentile(head, 0.99),
+        },
+        last_500: TimeSummary {
+            p50: percentile(tail, 0.50),
+            p99: percentile(tail, 0.99),
+        },
         p50_quiet_step: percentile(&quiet, 0.50),
         p99_quiet_step: percentile(&quiet, 0.99),
-        mean_compacting_step: if busy.is_empty() { 0.0 } else { busy.iter().sum::<f64>() / busy.len() as f64 },
+        mean_compacting_step: if busy.is_empty() {
+            0.0
+        } else {
+            busy.iter().sum::<f64>() / busy.len() as f64
+        },
     }
 }
 
@@ -359,14 +399,27 @@ mod tests {
     use crate::tokens::Profiles;
 
     fn session(messages: Vec<Message>) -> Session {
-        Session { id: "s".into(), messages, ..Session::default() }
+        Session {
+            id: "s".into(),
+            messages,
+            ..Session::default()
+        }
     }
 
     fn run(sessions: &[Session], window: u64) -> ReplayReport {
         let model = TokenModel::for_model("gpt-4o", &Profiles::builtin());
-        let options = ReplayOptions { window, rules: CheckRules::openai() };
-        replay::<String>(sessions, &model, &options, &mut Unmanaged::default(), &mut |_| Ok(()))
-            .unwrap_or_default()
+        let options = ReplayOptions {
+            window,
+            rules: CheckRules::openai(),
+        };
+        replay::<String>(
+            sessions,
+            &model,
+            &options,
+            &mut Unmanaged::default(),
+            &mut |_| Ok(()),
+        )
+        .unwrap_or_default()
     }
 
     #[test]
@@ -375,13 +428,21 @@ mod tests {
         let messages = vec![
             Message::system("be brief"),
             Message::user("what is 2+2"),
-            Message::assistant_with_calls("", vec![Part::tool_call("c", "calc", "{\"e\":\"2+2\"}")]),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call("c", "calc", "{\"e\":\"2+2\"}")],
+            ),
             Message::tool_result("c", "4"),
             Message::assistant("4"),
         ];
         let expected: Vec<u64> = [2usize, 4]
             .iter()
-            .map(|&n| messages[..n].iter().map(|m| u64::from(model.message_tokens(m))).sum())
+            .map(|&n| {
+                messages[..n]
+                    .iter()
+                    .map(|m| u64::from(model.message_tokens(m)))
+                    .sum()
+            })
             .collect();
         let report = run(&[session(messages)], 10_000);
         assert_eq!(report.steps, 2);
@@ -412,7 +473,10 @@ mod tests {
         let one = session(vec![Message::user("a"), Message::assistant("b")]);
         let report = run(&[one.clone(), one], 1_000);
         assert_eq!(report.steps, 2);
-        assert_eq!(report.input_tokens_per_step[0], report.input_tokens_per_step[1]);
+        assert_eq!(
+            report.input_tokens_per_step[0],
+            report.input_tokens_per_step[1]
+        );
         assert_eq!(report.sessions, 2);
     }
 
@@ -426,7 +490,10 @@ mod tests {
             Message::tool_result("b", "2"),
         ];
         let starts = [1, 3];
-        assert_eq!(recent_rounds_verbatim(&history, &starts, &history), VERBATIM_ROUNDS_CAP);
+        assert_eq!(
+            recent_rounds_verbatim(&history, &starts, &history),
+            VERBATIM_ROUNDS_CAP
+        );
         let mut edited = history.clone();
         edited[2] = Message::tool_result("a", "cleared");
         assert_eq!(recent_rounds_verbatim(&history, &starts, &edited), 1);

@@ -84,7 +84,10 @@ impl TraceStats {
         rules: &CheckRules,
         top: usize,
     ) -> TraceStats {
-        let mut stats = TraceStats { sessions: sessions.len(), ..TraceStats::default() };
+        let mut stats = TraceStats {
+            sessions: sessions.len(),
+            ..TraceStats::default()
+        };
         let mut ids: BTreeSet<&str> = BTreeSet::new();
         let mut parts: Vec<LargeItem> = Vec::new();
 
@@ -96,10 +99,18 @@ impl TraceStats {
                 stats.messages += 1;
                 let tokens = u64::from(model.message_tokens(message));
                 stats.total_tokens += tokens;
-                stats.by_role.entry(message.role.to_string()).or_default().add(tokens);
+                stats
+                    .by_role
+                    .entry(message.role.to_string())
+                    .or_default()
+                    .add(tokens);
                 for (part_index, part) in message.parts.iter().enumerate() {
                     let part_tokens = u64::from(model.part_tokens(part));
-                    stats.by_part_kind.entry(part.kind().as_str().to_string()).or_default().add(part_tokens);
+                    stats
+                        .by_part_kind
+                        .entry(part.kind().as_str().to_string())
+                        .or_default()
+                        .add(part_tokens);
                     if let Part::ToolCall { id, name, .. } = part {
                         stats.tool_calls += 1;
                         ids.insert(id);
@@ -117,7 +128,10 @@ impl TraceStats {
                 }
             }
             for violation in check(&session.messages, rules) {
-                *stats.violations_by_kind.entry(violation.kind.as_str().to_string()).or_default() += 1;
+                *stats
+                    .violations_by_kind
+                    .entry(violation.kind.as_str().to_string())
+                    .or_default() += 1;
                 stats.violations.push(LocatedViolation {
                     session: session.id.clone(),
                     message: violation.message,
@@ -130,11 +144,12 @@ impl TraceStats {
         stats.distinct_tool_call_ids = ids.len();
 
         // Largest first; ties keep trace order so the report is deterministic.
-        parts.sort_by(|a, b| b.tokens.cmp(&a.tokens));
+        parts.sort_by_key(|item| std::cmp::Reverse(item.tokens));
         parts.truncate(top);
         for item in &mut parts {
             let session = sessions.iter().find(|s| s.id == item.session);
-            if let Some(part) = session.and_then(|s| s.messages[item.message].parts.get(item.part)) {
+            if let Some(part) = session.and_then(|s| s.messages[item.message].parts.get(item.part))
+            {
                 item.preview = preview(part, 80);
             }
         }
@@ -155,7 +170,9 @@ impl TraceStats {
 pub fn preview(part: &Part, max_chars: usize) -> String {
     let text = match part {
         Part::Text { text, .. } => text.clone(),
-        Part::ToolCall { name, arguments, .. } => format!("{name}({arguments})"),
+        Part::ToolCall {
+            name, arguments, ..
+        } => format!("{name}({arguments})"),
         Part::ToolResult { .. } | Part::Reasoning { .. } => {
             crate::model::Message::new(crate::model::Role::Tool, vec![part.clone()]).text()
         }
@@ -195,7 +212,10 @@ mod tests {
         assert_eq!(stats.tool_calls, 1);
         assert_eq!(stats.tool_calls_by_name["search"], 1);
         assert_eq!(stats.largest.len(), 2);
-        assert_eq!((stats.largest[0].message, stats.largest[0].kind.as_str()), (2, "tool_result"));
+        assert_eq!(
+            (stats.largest[0].message, stats.largest[0].kind.as_str()),
+            (2, "tool_result")
+        );
         assert!(stats.largest[0].preview.starts_with("result result"));
         assert_eq!(stats.violations_by_kind["orphan_tool_result"], 1);
         assert_eq!(stats.violations[0].session, "s1");

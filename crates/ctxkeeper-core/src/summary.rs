@@ -151,13 +151,22 @@ pub struct Summary {
 impl Summary {
     /// A summary with every field of `schema` empty.
     pub fn empty(schema: &SummarySchema, produced_by: &str) -> Summary {
-        let fields = schema.fields.iter().map(|f| (f.name.clone(), Value::String(String::new()))).collect();
-        Summary { fields, produced_by: produced_by.to_string(), degraded: false }
+        let fields = schema
+            .fields
+            .iter()
+            .map(|f| (f.name.clone(), Value::String(String::new())))
+            .collect();
+        Summary {
+            fields,
+            produced_by: produced_by.to_string(),
+            degraded: false,
+        }
     }
 
     /// Sets a field's text.
     pub fn set(&mut self, field: &str, text: impl Into<String>) {
-        self.fields.insert(field.to_string(), Value::String(text.into()));
+        self.fields
+            .insert(field.to_string(), Value::String(text.into()));
     }
 
     /// A field's text ("" when absent or not a string).
@@ -168,9 +177,16 @@ impl Summary {
     /// Checks a summarizer's JSON answer against the schema: an object whose schema fields are
     /// strings. Missing fields are reported, not tolerated, so the caller can retry; unknown
     /// fields are ignored.
-    pub fn from_json(value: &Value, schema: &SummarySchema, produced_by: &str) -> Result<Summary, String> {
+    pub fn from_json(
+        value: &Value,
+        schema: &SummarySchema,
+        produced_by: &str,
+    ) -> Result<Summary, String> {
         let Some(object) = value.as_object() else {
-            return Err(format!("summary must be a JSON object, got {}", type_name(value)));
+            return Err(format!(
+                "summary must be a JSON object, got {}",
+                type_name(value)
+            ));
         };
         let mut summary = Summary::empty(schema, produced_by);
         let mut missing = Vec::new();
@@ -183,7 +199,11 @@ impl Summary {
                     summary.set(&field.name, lines.join("\n"));
                 }
                 Some(other) => {
-                    return Err(format!("field {:?} must be a string, got {}", field.name, type_name(other)));
+                    return Err(format!(
+                        "field {:?} must be a string, got {}",
+                        field.name,
+                        type_name(other)
+                    ));
                 }
                 None => missing.push(field.name.as_str()),
             }
@@ -191,7 +211,10 @@ impl Summary {
         if missing.is_empty() {
             Ok(summary)
         } else {
-            Err(format!("summary is missing field(s): {}", missing.join(", ")))
+            Err(format!(
+                "summary is missing field(s): {}",
+                missing.join(", ")
+            ))
         }
     }
 
@@ -247,10 +270,16 @@ mod tests {
         let err = Summary::from_json(&json!({"task_overview": 3}), &schema, "t").err();
         assert!(err.is_some_and(|e| e.contains("must be a string")));
         assert!(Summary::from_json(&json!("text"), &schema, "t").is_err());
-        let full: Map<String, Value> =
-            schema.fields.iter().map(|f| (f.name.clone(), json!(["a", "b"]))).collect();
+        let full: Map<String, Value> = schema
+            .fields
+            .iter()
+            .map(|f| (f.name.clone(), json!(["a", "b"])))
+            .collect();
         let summary = Summary::from_json(&Value::Object(full), &schema, "t").ok();
-        assert_eq!(summary.map(|s| s.get("next_steps").to_string()), Some("a\nb".to_string()));
+        assert_eq!(
+            summary.map(|s| s.get("next_steps").to_string()),
+            Some("a\nb".to_string())
+        );
     }
 
     #[test]

@@ -1,8 +1,6 @@
 //! Property tests of the message-model invariants over generated agent histories.
 
-use ctxkeeper_core::model::{
-    CheckRules, Message, Part, Role, check, repair, safe_split_points,
-};
+use ctxkeeper_core::model::{CheckRules, Message, Part, Role, check, repair, safe_split_points};
 use proptest::prelude::*;
 
 /// Tool-call ids come from a tiny pool so that reuse, duplicates and orphans are common.
@@ -48,7 +46,9 @@ fn well_formed_turn() -> impl Strategy<Value = Vec<Message>> {
         let ids: Vec<String> = (0..calls).map(|k| format!("call_{k}")).collect();
         let assistant = Message::assistant_with_calls(
             "",
-            ids.iter().map(|id| Part::tool_call(id, "tool", "{}")).collect(),
+            ids.iter()
+                .map(|id| Part::tool_call(id, "tool", "{}"))
+                .collect(),
         );
         let mut order = ids.clone();
         order.rotate_left((seed as usize) % calls);
@@ -56,14 +56,17 @@ fn well_formed_turn() -> impl Strategy<Value = Vec<Message>> {
         round.extend(order.iter().map(|id| Message::tool_result(id, "ok")));
         round
     });
-    ("[a-z]{1,8}", prop::collection::vec(round, 0..4), "[a-z]{1,8}").prop_map(
-        |(ask, rounds, reply)| {
+    (
+        "[a-z]{1,8}",
+        prop::collection::vec(round, 0..4),
+        "[a-z]{1,8}",
+    )
+        .prop_map(|(ask, rounds, reply)| {
             let mut turn = vec![Message::user(ask)];
             turn.extend(rounds.into_iter().flatten());
             turn.push(Message::assistant(reply));
             turn
-        },
-    )
+        })
 }
 
 fn well_formed() -> impl Strategy<Value = Vec<Message>> {

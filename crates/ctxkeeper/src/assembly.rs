@@ -94,7 +94,10 @@ impl std::fmt::Debug for Assembly {
 impl Assembly {
     /// An assembly with a base system prompt.
     pub fn new(base: impl Into<String>) -> Assembly {
-        Assembly { base: base.into(), ..Assembly::default() }
+        Assembly {
+            base: base.into(),
+            ..Assembly::default()
+        }
     }
 
     /// Adds a skill listed in the system prompt.
@@ -127,7 +130,9 @@ impl Assembly {
             }
             prompt.truncate(prompt.trim_end().len());
         }
-        self.hooks.iter().fold(prompt, |p, hook| hook.on_system_prompt(p))
+        self.hooks
+            .iter()
+            .fold(prompt, |p, hook| hook.on_system_prompt(p))
     }
 
     /// The messages for one model call: system prompt, providers placed before the history,

@@ -42,6 +42,7 @@
 //! ```
 
 mod assembly;
+pub mod replay;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,7 +149,12 @@ impl ContextManager {
         offloader: Arc<dyn Offloader>,
         summarizer: Arc<dyn Summarizer>,
     ) -> ContextManager {
-        ContextManager::with_scope(settings, ArchiveScope::session(session), offloader, summarizer)
+        ContextManager::with_scope(
+            settings,
+            ArchiveScope::session(session),
+            offloader,
+            summarizer,
+        )
     }
 
     /// A manager for an explicit tenant + session scope.
@@ -204,7 +210,10 @@ impl ContextManager {
     }
 
     fn budget(&self) -> Budget {
-        Budget { window: self.settings.window, fixed_tokens: self.settings.fixed_tokens }
+        Budget {
+            window: self.settings.window,
+            fixed_tokens: self.settings.fixed_tokens,
+        }
     }
 
     fn emit(&self, events: Vec<Event>) {
@@ -243,7 +252,10 @@ impl ContextManager {
     /// Compacts if a trigger fires and returns the messages to send.
     pub async fn prepare(&mut self) -> Result<Prepared, Error> {
         let budget = self.budget();
-        let request = PlanRequest { reported_usage: self.last_usage.take(), ..PlanRequest::default() };
+        let request = PlanRequest {
+            reported_usage: self.last_usage.take(),
+            ..PlanRequest::default()
+        };
         let started = Instant::now();
         let plan = self.engine.plan(&mut self.state, &budget, &request);
         self.clock.engine += started.elapsed();
@@ -260,21 +272,34 @@ impl ContextManager {
     /// What `prepare` would do now, without doing it (a dry run).
     pub fn plan(&mut self) -> Option<Plan> {
         let budget = self.budget();
-        self.engine.plan(&mut self.state, &budget, &PlanRequest::default())
+        self.engine
+            .plan(&mut self.state, &budget, &PlanRequest::default())
     }
 
     /// Compacts now, optionally under a one-off policy override (a TOML fragment) and with
     /// focus instructions for the summarizer. Returns whether anything changed.
-    pub async fn compact(&mut self, overrides: Option<&str>, focus: Option<String>) -> Result<bool, Error> {
+    pub async fn compact(
+        &mut self,
+        overrides: Option<&str>,
+        focus: Option<String>,
+    ) -> Result<bool, Error> {
         let engine = match overrides {
             Some(fragment) => {
-                let policy = self.settings.policy.with_overrides(fragment).map_err(|e| Error::Config(e.0))?;
+                let policy = self
+                    .settings
+                    .policy
+                    .with_overrides(fragment)
+                    .map_err(|e| Error::Config(e.0))?;
                 Engine::new(policy, self.settings.model.clone())
             }
             None => self.engine.clone(),
         };
         let budget = self.budget();
-        let request = PlanRequest { force: Some(CompactionReason::Manual), focus, ..PlanRequest::default() };
+        let request = PlanRequest {
+            force: Some(CompactionReason::Manual),
+            focus,
+            ..PlanRequest::default()
+        };
         match engine.plan(&mut self.state, &budget, &request) {
             Some(plan) => {
                 self.execute_with(&engine, plan).await?;
@@ -298,9 +323,17 @@ impl ContextManager {
         let max_attempts = self.engine.config().overflow.max_attempts;
         let tokens_before = self.engine.request_tokens(&mut self.state, &budget);
         if attempt > max_attempts {
-            return Err(Error::Unrecoverable { attempts: max_attempts, tokens: tokens_before });
+            return Err(Error::Unrecoverable {
+                attempts: max_attempts,
+                tokens: tokens_before,
+            });
         }
-        let shrink = self.engine.config().overflow.shrink_factor.powi(attempt as i32);
+        let shrink = self
+            .engine
+            .config()
+            .overflow
+            .shrink_factor
+            .powi(attempt as i32);
         let base = limit.unwrap_or(failed_tokens).min(failed_tokens.max(1));
         let target = ((base as f64) * shrink) as u64;
         let request = PlanRequest {
@@ -312,11 +345,19 @@ impl ContextManager {
         let plan = self.engine.plan(&mut self.state, &budget, &request);
         self.clock.engine += started.elapsed();
         let Some(plan) = plan else {
-            return Err(Error::Unrecoverable { attempts: attempt, tokens: tokens_before });
+            return Err(Error::Unrecoverable {
+                attempts: attempt,
+                tokens: tokens_before,
+            });
         };
         self.execute(plan).await?;
         let tokens_after = self.engine.request_tokens(&mut self.state, &budget);
-        self.emit(vec![Event::OverflowRecovered { attempt, tokens_before, tokens_after, limit }]);
+        self.emit(vec![Event::OverflowRecovered {
+            attempt,
+            tokens_before,
+            tokens_after,
+            limit,
+        }]);
         Ok(self.prepared(true))
     }
 
@@ -326,8 +367,17 @@ impl ContextManager {
         let input_tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
         self.clock.engine += started.elapsed();
         let budget_used_pct = input_tokens as f64 * 100.0 / budget.window.max(1) as f64;
-        self.emit(vec![Event::BudgetUsed { tokens: input_tokens, window: budget.window, pct: budget_used_pct }]);
-        Prepared { messages: self.state.to_messages(), input_tokens, compacted, budget_used_pct }
+        self.emit(vec![Event::BudgetUsed {
+            tokens: input_tokens,
+            window: budget.window,
+            pct: budget_used_pct,
+        }]);
+        Prepared {
+            messages: self.state.to_messages(),
+            input_tokens,
+            compacted,
+            budget_used_pct,
+        }
     }
 
     async fn execute(&mut self, plan: Plan) -> Result<(), Error> {
@@ -359,10 +409,14 @@ impl ContextManager {
         for item in items {
             let reference = match item {
                 ArchiveItem::ToolResult { call_id, content } => {
-                    self.offloader.offload_tool_result(&self.scope, call_id, content).await?
+                    self.offloader
+                        .offload_tool_result(&self.scope, call_id, content)
+                        .await?
                 }
                 ArchiveItem::Messages { messages } => {
-                    self.offloader.offload_context(&self.scope, messages).await?
+                    self.offloader
+                        .offload_context(&self.scope, messages)
+                        .await?
                 }
             };
             self.archived_bytes += item.bytes();

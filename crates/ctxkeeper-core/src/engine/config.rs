@@ -87,7 +87,7 @@ pub enum Accounting {
     #[default]
     Exact,
     /// New messages are estimated from their size at the session's own bytes-per-token ratio
-    /// (learned from a sample counted exactly) plus a margin; triggers fire at 95 % of their
+    /// (learned from a sample counted exactly) plus a margin; triggers fire at 92 % of their
     /// level. Steps never wait on the tokenizer; the real size may exceed a trigger by the
     /// estimate's error (a few percent).
     Estimate,
@@ -141,8 +141,8 @@ impl PolicyConfig {
     /// top-level keys replace this policy's.
     pub fn with_overrides(&self, fragment: &str) -> Result<PolicyConfig, ConfigError> {
         let mut base = toml::Table::try_from(self).map_err(|e| ConfigError(e.to_string()))?;
-        let patch: toml::Table =
-            toml::from_str(fragment).map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
+        let patch: toml::Table = toml::from_str(fragment)
+            .map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
         for (key, value) in patch {
             base.insert(key, value);
         }
@@ -163,7 +163,10 @@ impl PolicyConfig {
             )));
         }
         if !(self.target_ratio >= 0.0 && self.target_ratio < 1.0) {
-            return Err(ConfigError(format!("target_ratio must be in [0, 1), got {}", self.target_ratio)));
+            return Err(ConfigError(format!(
+                "target_ratio must be in [0, 1), got {}",
+                self.target_ratio
+            )));
         }
         if let Some(ratio) = self.trigger_ratio
             && self.target_ratio >= ratio
@@ -174,12 +177,17 @@ impl PolicyConfig {
             )));
         }
         if let Some(reactive) = &self.reactive
-            && !(reactive.micro_trigger_pct < reactive.full_trigger_pct && reactive.full_trigger_pct <= 100.0)
+            && !(reactive.micro_trigger_pct < reactive.full_trigger_pct
+                && reactive.full_trigger_pct <= 100.0)
         {
-            return Err(ConfigError("reactive: micro_trigger_pct must be below full_trigger_pct (≤ 100)".into()));
+            return Err(ConfigError(
+                "reactive: micro_trigger_pct must be below full_trigger_pct (≤ 100)".into(),
+            ));
         }
         if self.overflow.max_attempts == 0 {
-            return Err(ConfigError("overflow.max_attempts must be at least 1".into()));
+            return Err(ConfigError(
+                "overflow.max_attempts must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -405,7 +413,11 @@ pub struct OverflowConfig {
 
 impl Default for OverflowConfig {
     fn default() -> OverflowConfig {
-        OverflowConfig { max_attempts: 3, shrink_factor: 0.6, stages: Vec::new() }
+        OverflowConfig {
+            max_attempts: 3,
+            shrink_factor: 0.6,
+            stages: Vec::new(),
+        }
     }
 }
 
@@ -472,7 +484,9 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_rejected_with_their_name() {
-        let err = PolicyConfig::from_toml_str("triger_ratio = 0.5").err().map(|e| e.0);
+        let err = PolicyConfig::from_toml_str("triger_ratio = 0.5")
+            .err()
+            .map(|e| e.0);
         assert!(err.is_some_and(|e| e.contains("triger_ratio")));
     }
 
@@ -484,7 +498,13 @@ mod tests {
         .unwrap_or_default();
         assert_eq!(policy.trigger_tokens, Some(80_000));
         assert_eq!(policy.min_messages, 20);
-        assert!(matches!(policy.stages[0], Stage::Summarize { keep_messages: Some(10), .. }));
+        assert!(matches!(
+            policy.stages[0],
+            Stage::Summarize {
+                keep_messages: Some(10),
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -497,7 +517,9 @@ mod tests {
     #[test]
     fn overrides_replace_top_level_keys() {
         let base = PolicyConfig::default();
-        let patched = base.with_overrides("target_ratio = 0.1\nkeep_recent_rounds = 1").unwrap_or_default();
+        let patched = base
+            .with_overrides("target_ratio = 0.1\nkeep_recent_rounds = 1")
+            .unwrap_or_default();
         assert_eq!(patched.target_ratio, 0.1);
         assert_eq!(patched.keep_recent_rounds, 1);
         assert_eq!(patched.trigger_ratio, base.trigger_ratio);

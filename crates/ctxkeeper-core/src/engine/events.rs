@@ -69,11 +69,25 @@ pub enum Event {
     /// A compaction was considered and not run.
     CompactionSkipped { reason: String, tokens: u64 },
     /// A tool result was cut to a preview at ingest.
-    ToolResultTruncated { call_id: String, tokens_before: u64, tokens_after: u64, reference: String },
+    ToolResultTruncated {
+        call_id: String,
+        tokens_before: u64,
+        tokens_after: u64,
+        reference: String,
+    },
     /// Content was written to the archive.
-    ContentOffloaded { reference: String, bytes: u64, kind: String },
+    ContentOffloaded {
+        reference: String,
+        bytes: u64,
+        kind: String,
+    },
     /// A context-overflow error was handled by compacting harder.
-    OverflowRecovered { attempt: u32, tokens_before: u64, tokens_after: u64, limit: Option<u64> },
+    OverflowRecovered {
+        attempt: u32,
+        tokens_before: u64,
+        tokens_after: u64,
+        limit: Option<u64>,
+    },
     /// Budget use before a model call.
     BudgetUsed { tokens: u64, window: u64, pct: f64 },
 }

@@ -46,11 +46,11 @@ mod stages;
 mod state;
 
 pub use config::{
-    Accounting, BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig,
-    Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+    Accounting, BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PolicyConfig,
+    ReactiveConfig, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
-pub use stages::CLEARED_PREFIX;
 pub use events::{CompactionReason, Event};
+pub use stages::CLEARED_PREFIX;
 pub use state::{ContextState, Entry, EntryMeta};
 
 use serde::{Deserialize, Serialize};
@@ -98,7 +98,11 @@ impl ArchiveItem {
             ArchiveItem::ToolResult { content, .. } => content.len() as u64,
             ArchiveItem::Messages { messages } => messages
                 .iter()
-                .map(|m| serde_json::to_string(m).map(|s| s.len() as u64 + 1).unwrap_or(0))
+                .map(|m| {
+                    serde_json::to_string(m)
+                        .map(|s| s.len() as u64 + 1)
+                        .unwrap_or(0)
+                })
                 .sum(),
         }
     }
@@ -132,7 +136,8 @@ impl Plan {
 
     /// Estimated tokens removed.
     pub fn estimated_savings(&self) -> u64 {
-        self.tokens_before.saturating_sub(self.estimated_tokens_after)
+        self.tokens_before
+            .saturating_sub(self.estimated_tokens_after)
     }
 }
 
@@ -224,7 +229,10 @@ impl Engine {
 
     /// The token level above which the policy compacts, if it has a token trigger.
     pub fn trigger_tokens(&self, budget: &Budget) -> Option<u64> {
-        let ratio = self.config.trigger_ratio.map(|r| (r * budget.window as f64) as u64);
+        let ratio = self
+            .config
+            .trigger_ratio
+            .map(|r| (r * budget.window as f64) as u64);
         match (ratio, self.config.trigger_tokens) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -262,11 +270,11 @@ impl Engine {
         if let Some(trigger) = self.trigger_tokens(budget) {
             // The estimate (exact counts where known, the session's own bytes-per-token ratio
             // plus a margin elsewhere) decides; exact counting happens while compacting, so a
-            // step that does not compact never runs the tokenizer. Firing at 95 % keeps the
+            // step that does not compact never runs the tokenizer. Firing at 92 % keeps the
             // real size under the trigger even when the estimate is a little low.
             let approx = state.approx_tokens() + budget.fixed_tokens;
             let fires = match self.config.accounting {
-                Accounting::Estimate => approx * 100 >= trigger * 95,
+                Accounting::Estimate => approx * 100 >= trigger * 92,
                 Accounting::Exact => {
                     approx * 10 >= trigger * 9 && self.request_tokens(state, budget) > trigger
                 }
@@ -275,7 +283,11 @@ impl Engine {
                 return Some(CompactionReason::Tokens);
             }
         }
-        if self.config.trigger_messages.is_some_and(|m| state.entries.len() > m) {
+        if self
+            .config
+            .trigger_messages
+            .is_some_and(|m| state.entries.len() > m)
+        {
             return Some(CompactionReason::Messages);
         }
         if let Some(max_turns) = self.config.trigger_turns
@@ -309,7 +321,6 @@ impl Engine {
         let mut draft = stages::Draft::new(self, state, budget, target, reason, request);
         draft.run();
         let plan = draft.finish(tokens_before);
-        state.refresh_calibration();
         let must_shrink = tokens_before > budget.window
             || matches!(
                 reason,
@@ -346,7 +357,13 @@ impl Engine {
             ..
         } = plan;
         let refs: Vec<String> = (0..archive.len())
-            .map(|i| outcome.refs.get(i).cloned().unwrap_or_else(|| "(not archived)".to_string()))
+            .map(|i| {
+                outcome
+                    .refs
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| "(not archived)".to_string())
+            })
             .collect();
         let mut degraded = false;
         let summaries: Vec<Summary> = (0..requests.len())
@@ -363,8 +380,10 @@ impl Engine {
                 }
             })
             .collect();
-        let rendered: Vec<String> =
-            summaries.iter().map(|s| s.render(&self.config.summary.schema)).collect();
+        let rendered: Vec<String> = summaries
+            .iter()
+            .map(|s| s.render(&self.config.summary.schema))
+            .collect();
 
         for entry in draft.iter_mut().filter(|e| e.meta.pending_fill) {
             fill_message(&mut entry.message, &refs, &rendered);
@@ -372,14 +391,23 @@ impl Engine {
                 *reference = fill_text(reference, &refs, &rendered);
             }
             entry.meta.pending_fill = false;
-            entry.tokens = None;
+            // Written by the engine and small: counted exactly now, so estimates never drift on
+            // the summary, which stays in the context for many steps.
+            entry.tokens = Some(self.model.message_tokens(&entry.message));
+            entry.estimated = None;
         }
         if let Some(last) = summaries.last() {
             state.summary = Some(last.clone());
         }
         state.replace_entries(draft);
         state.compactions += 1;
-        let tokens_after = self.accounted_tokens(state, &Budget { window: 0, fixed_tokens });
+        let tokens_after = self.accounted_tokens(
+            state,
+            &Budget {
+                window: 0,
+                fixed_tokens,
+            },
+        );
         let messages_after = state.entries.len();
 
         let mut events = Vec::with_capacity(archive.len() + 2);
@@ -426,9 +454,17 @@ impl Engine {
         let mut archive = Vec::new();
         let original = message.clone();
         for part in &mut message.parts {
-            let Part::ToolResult { call_id, content, .. } = part else { continue };
+            let Part::ToolResult {
+                call_id, content, ..
+            } = part
+            else {
+                continue;
+            };
             let tool = tool_name_for(state, call_id);
-            if tool.as_deref().is_some_and(|t| cap.exclude_tools.iter().any(|x| x == t)) {
+            if tool
+                .as_deref()
+                .is_some_and(|t| cap.exclude_tools.iter().any(|x| x == t))
+            {
                 continue;
             }
             let full = join_text(content);
@@ -436,7 +472,10 @@ impl Engine {
                 continue;
             }
             let marker = ref_marker(archive.len());
-            archive.push(ArchiveItem::ToolResult { call_id: call_id.clone(), content: full.clone() });
+            archive.push(ArchiveItem::ToolResult {
+                call_id: call_id.clone(),
+                content: full.clone(),
+            });
             let preview = stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &marker);
             *content = vec![Part::text(preview)];
         }
@@ -445,14 +484,33 @@ impl Engine {
         }
         let tokens_before = u64::from(self.model.message_tokens(&original));
         let tokens_after = u64::from(self.model.message_tokens(&message));
-        Ingest::Cap(IngestPlan { archive, tokens_before, tokens_after, message })
+        Ingest::Cap(IngestPlan {
+            archive,
+            tokens_before,
+            tokens_after,
+            message,
+        })
     }
 
     /// Pushes a capped message with its archive references filled in.
-    pub fn apply_ingest(&self, state: &mut ContextState, plan: IngestPlan, refs: &[String]) -> Vec<Event> {
-        let IngestPlan { archive, tokens_before, tokens_after, mut message } = plan;
+    pub fn apply_ingest(
+        &self,
+        state: &mut ContextState,
+        plan: IngestPlan,
+        refs: &[String],
+    ) -> Vec<Event> {
+        let IngestPlan {
+            archive,
+            tokens_before,
+            tokens_after,
+            mut message,
+        } = plan;
         let refs: Vec<String> = (0..archive.len())
-            .map(|i| refs.get(i).cloned().unwrap_or_else(|| "(not archived)".to_string()))
+            .map(|i| {
+                refs.get(i)
+                    .cloned()
+                    .unwrap_or_else(|| "(not archived)".to_string())
+            })
             .collect();
         fill_message(&mut message, &refs, &[]);
         state.push(message);
@@ -460,7 +518,10 @@ impl Engine {
             entry.meta.archived = refs.clone();
             for (item, reference) in archive.iter().zip(&refs) {
                 if let ArchiveItem::ToolResult { call_id, .. } = item {
-                    entry.meta.result_refs.push((call_id.clone(), reference.clone()));
+                    entry
+                        .meta
+                        .result_refs
+                        .push((call_id.clone(), reference.clone()));
                 }
             }
         }
@@ -481,7 +542,10 @@ impl Engine {
 
     fn exceeds_cap(&self, cap: &ToolResultCap, text: &str, multiplier: u32) -> bool {
         let m = u64::from(multiplier.max(1));
-        if cap.max_chars.is_some_and(|max| text.chars().count() as u64 > max as u64 * m) {
+        if cap
+            .max_chars
+            .is_some_and(|max| text.chars().count() as u64 > max as u64 * m)
+        {
             return true;
         }
         match cap.max_tokens {
@@ -505,7 +569,11 @@ impl Engine {
     ) -> SummaryRequest {
         SummaryRequest {
             messages,
-            previous: if self.config.summary.incremental { previous } else { None },
+            previous: if self.config.summary.incremental {
+                previous
+            } else {
+                None
+            },
             schema: self.config.summary.schema.clone(),
             prompt: self.config.summary.compression_prompt.clone(),
             focus,
@@ -528,7 +596,12 @@ fn tool_name_for(state: &ContextState, call_id: &str) -> Option<String> {
         .iter()
         .rev()
         .find(|e| e.message.role == Role::Assistant)
-        .and_then(|e| e.message.tool_calls().find(|(id, _, _)| *id == call_id).map(|(_, n, _)| n.to_string()))
+        .and_then(|e| {
+            e.message
+                .tool_calls()
+                .find(|(id, _, _)| *id == call_id)
+                .map(|(_, n, _)| n.to_string())
+        })
 }
 
 /// All text of a list of parts, joined by newlines.
@@ -544,25 +617,25 @@ fn fill_message(message: &mut Message, refs: &[String], summaries: &[String]) {
 
 fn fill_part(part: &mut Part, refs: &[String], summaries: &[String]) {
     match part {
-        Part::Text { text, .. } => {
-            if text.contains(FILL_OPEN) {
-                *text = fill_text(text, refs, summaries);
-            }
+        Part::Text { text, .. } if text.contains(FILL_OPEN) => {
+            *text = fill_text(text, refs, summaries);
         }
         Part::ToolResult { content, .. } => {
             for inner in content {
                 fill_part(inner, refs, summaries);
             }
         }
-        Part::ToolCall { arguments, .. } => {
-            if arguments.contains(FILL_OPEN) {
-                // Arguments are JSON text: the reference is inserted JSON-escaped.
-                let escaped: Vec<String> = refs
-                    .iter()
-                    .map(|r| serde_json::to_string(r).map(|s| s[1..s.len() - 1].to_string()).unwrap_or_default())
-                    .collect();
-                *arguments = fill_text(arguments, &escaped, summaries);
-            }
+        Part::ToolCall { arguments, .. } if arguments.contains(FILL_OPEN) => {
+            // Arguments are JSON text: the reference is inserted JSON-escaped.
+            let escaped: Vec<String> = refs
+                .iter()
+                .map(|r| {
+                    serde_json::to_string(r)
+                        .map(|s| s[1..s.len() - 1].to_string())
+                        .unwrap_or_default()
+                })
+                .collect();
+            *arguments = fill_text(arguments, &escaped, summaries);
         }
         _ => {}
     }
@@ -582,7 +655,10 @@ fn fill_text(text: &str, refs: &[String], summaries: &[String]) -> String {
         let value = if let Some(i) = key.strip_prefix("ref:") {
             i.parse::<usize>().ok().and_then(|i| refs.get(i)).cloned()
         } else if let Some(i) = key.strip_prefix("summary:") {
-            i.parse::<usize>().ok().and_then(|i| summaries.get(i)).cloned()
+            i.parse::<usize>()
+                .ok()
+                .and_then(|i| summaries.get(i))
+                .cloned()
         } else {
             None
         };

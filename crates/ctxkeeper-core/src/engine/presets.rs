@@ -11,7 +11,7 @@
 //! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear |
 //! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, arguments over 2,000 characters truncated, overflow: compact everything and retry once |
 //! | `none` | nothing: the unmanaged baseline |
-//! | `default` | ctxkeeper: cap huge results at ingest, mask old tool outputs, then summarize, with hysteresis so the cached prefix stays stable between compactions |
+//! | `default` | ctxkeeper: cap huge results at ingest, mask old tool outputs, then summarize deep (to 20 % of the window), keeping the last 3 rounds verbatim, so the cached prefix stays stable between few compactions |
 //!
 //! The presets fix the seeds' documented bugs (see `SEED-NOTES.md`): the whole output is
 //! archived (not only the remainder), the kept tail is counted on the conversation only (not
@@ -65,7 +65,11 @@ fn summarize_stage() -> Stage {
 }
 
 fn none() -> PolicyConfig {
-    PolicyConfig { name: "none".into(), trigger_ratio: None, ..PolicyConfig::default() }
+    PolicyConfig {
+        name: "none".into(),
+        trigger_ratio: None,
+        ..PolicyConfig::default()
+    }
 }
 
 /// ctxkeeper's own policy.
@@ -75,13 +79,17 @@ fn none() -> PolicyConfig {
 /// - When the request crosses 80 % of the window, old tool outputs are cleared first
 ///   (observation masking: the cheapest large saving), keeping the last 3 rounds verbatim;
 ///   if that is not enough, the prefix is summarized incrementally.
-/// - A compaction goes well below the trigger (to 45 %), so the prefix then stays
-///   byte-stable for many steps and the provider's prompt cache keeps hitting.
+/// - A compaction goes far below the trigger (to 20 % of the window, plus the rounds that
+///   must stay verbatim): every compaction rewrites whatever follows the system prompt, so
+///   few deep compactions cost less uncached input than many shallow ones, and between them
+///   the prefix stays byte-stable and the provider's prompt cache keeps hitting.
+/// - New messages are estimated from their size (calibrated on a sample counted exactly), so
+///   a step that does not compact never waits on the tokenizer.
 fn default() -> PolicyConfig {
     PolicyConfig {
         name: "default".into(),
         trigger_ratio: Some(0.8),
-        target_ratio: 0.45,
+        target_ratio: 0.2,
         keep_recent_rounds: 3,
         ingest: IngestConfig {
             tool_result: Some(ToolResultCap {
@@ -188,11 +196,20 @@ fn reme(mode: Mode) -> PolicyConfig {
             schema: SummarySchema {
                 fields: vec![
                     field("overall_goal", "Overall goal", "The user's overall goal."),
-                    field("key_knowledge", "Key knowledge", "Facts, constraints and findings to remember."),
-                    field("recent_actions", "Recent actions", "What was just done and its results."),
+                    field(
+                        "key_knowledge",
+                        "Key knowledge",
+                        "Facts, constraints and findings to remember.",
+                    ),
+                    field(
+                        "recent_actions",
+                        "Recent actions",
+                        "What was just done and its results.",
+                    ),
                 ],
             },
-            summary_template: "{summary}\n\n(The original messages are stored in {reference}.)".into(),
+            summary_template: "{summary}\n\n(The original messages are stored in {reference}.)"
+                .into(),
             incremental: false,
             ..SummaryConfig::default()
         },
@@ -249,17 +266,38 @@ fn cowagent() -> PolicyConfig {
         target_ratio: 0.85,
         keep_recent_rounds: 0,
         stages: vec![
-            Stage::CapResults { max_chars: 20_000, keep_rounds: 0, historical_only: true, always: true },
-            Stage::TrimTurns { max_turns: 20, drop_fraction: 0.5 },
-            Stage::CompressTurns { min_turns_for_drop: 5 },
+            Stage::CapResults {
+                max_chars: 20_000,
+                keep_rounds: 0,
+                historical_only: true,
+                always: true,
+            },
+            Stage::TrimTurns {
+                max_turns: 20,
+                drop_fraction: 0.5,
+            },
+            Stage::CompressTurns {
+                min_turns_for_drop: 5,
+            },
         ],
-        summary: SummaryConfig { placement: SummaryPlacement::Memory, ..SummaryConfig::default() },
+        summary: SummaryConfig {
+            placement: SummaryPlacement::Memory,
+            ..SummaryConfig::default()
+        },
         overflow: OverflowConfig {
             max_attempts: 2,
             shrink_factor: 0.6,
             stages: vec![
-                Stage::TrimTurns { max_turns: 5, drop_fraction: 1.0 },
-                Stage::CapResults { max_chars: 10_000, keep_rounds: 0, historical_only: false, always: false },
+                Stage::TrimTurns {
+                    max_turns: 5,
+                    drop_fraction: 1.0,
+                },
+                Stage::CapResults {
+                    max_chars: 10_000,
+                    keep_rounds: 0,
+                    historical_only: false,
+                    always: false,
+                },
                 Stage::Clear { keep_turns: 1 },
             ],
         },
@@ -286,8 +324,15 @@ fn harness() -> PolicyConfig {
                 head_chars: 2_000,
                 tail_chars: 2_000,
                 exclude_tools: [
-                    "read_file", "write_file", "edit_file", "grep_files", "glob_files", "list_files",
-                    "memory_search", "memory_get", "session_search",
+                    "read_file",
+                    "write_file",
+                    "edit_file",
+                    "grep_files",
+                    "glob_files",
+                    "list_files",
+                    "memory_search",
+                    "memory_get",
+                    "session_search",
                 ]
                 .map(String::from)
                 .to_vec(),
@@ -296,7 +341,10 @@ fn harness() -> PolicyConfig {
             max_images: None,
         },
         stages: vec![
-            Stage::TruncateArgs { max_arg_length: 2_000, truncation_text: "... [truncated] ...".into() },
+            Stage::TruncateArgs {
+                max_arg_length: 2_000,
+                truncation_text: "... [truncated] ...".into(),
+            },
             Stage::Summarize {
                 keep_tokens: None,
                 keep_messages: Some(10),
@@ -309,16 +357,33 @@ fn harness() -> PolicyConfig {
         summary: SummaryConfig {
             schema: SummarySchema {
                 fields: vec![
-                    field("session_intent", "SESSION INTENT", "What the user wants from this session."),
-                    field("summary", "SUMMARY", "What happened so far, decisions and results."),
-                    field("artifacts", "ARTIFACTS", "Files, commands, identifiers and other artifacts produced or used."),
+                    field(
+                        "session_intent",
+                        "SESSION INTENT",
+                        "What the user wants from this session.",
+                    ),
+                    field(
+                        "summary",
+                        "SUMMARY",
+                        "What happened so far, decisions and results.",
+                    ),
+                    field(
+                        "artifacts",
+                        "ARTIFACTS",
+                        "Files, commands, identifiers and other artifacts produced or used.",
+                    ),
                     field("next_steps", "NEXT STEPS", "What remains to be done."),
                 ],
             },
-            summary_template: "{summary}\n\n(Compacted {count} messages; originals offloaded to {reference}.)".into(),
+            summary_template:
+                "{summary}\n\n(Compacted {count} messages; originals offloaded to {reference}.)"
+                    .into(),
             ..SummaryConfig::default()
         },
-        overflow: OverflowConfig { max_attempts: 1, ..OverflowConfig::default() },
+        overflow: OverflowConfig {
+            max_attempts: 1,
+            ..OverflowConfig::default()
+        },
         ..PolicyConfig::default()
     }
 }

@@ -88,7 +88,11 @@ impl<'a> Draft<'a> {
     /// Request tokens of the draft as it stands.
     fn total(&mut self) -> u64 {
         let model = &self.engine.model;
-        self.entries.iter_mut().map(|e| u64::from(e.planning_tokens(model))).sum::<u64>() + self.fixed_tokens
+        self.entries
+            .iter_mut()
+            .map(|e| u64::from(e.planning_tokens(model)))
+            .sum::<u64>()
+            + self.fixed_tokens
     }
 
     fn over_target(&mut self) -> bool {
@@ -125,9 +129,12 @@ impl<'a> Draft<'a> {
                 stages.push(Stage::Clear { keep_turns: 1 });
                 stages
             }
-            CompactionReason::Maintenance => {
-                config.stages.iter().filter(|s| s.runs_always()).cloned().collect()
-            }
+            CompactionReason::Maintenance => config
+                .stages
+                .iter()
+                .filter(|s| s.runs_always())
+                .cloned()
+                .collect(),
             _ => config.stages.clone(),
         };
         let forced_stage = matches!(
@@ -147,16 +154,31 @@ impl<'a> Draft<'a> {
 
     fn apply(&mut self, stage: &Stage) -> bool {
         match stage {
-            Stage::TruncateArgs { max_arg_length, truncation_text } => {
-                self.truncate_args(*max_arg_length, truncation_text)
-            }
-            Stage::Mask { keep_rounds, min_result_tokens, exclude_tools, clear_inputs } => {
-                self.mask(*keep_rounds, *min_result_tokens, exclude_tools, *clear_inputs)
-            }
-            Stage::CapResults { max_chars, keep_rounds, historical_only, .. } => {
-                self.cap_results(*max_chars, *keep_rounds, *historical_only)
-            }
-            Stage::TrimTurns { max_turns, drop_fraction } => {
+            Stage::TruncateArgs {
+                max_arg_length,
+                truncation_text,
+            } => self.truncate_args(*max_arg_length, truncation_text),
+            Stage::Mask {
+                keep_rounds,
+                min_result_tokens,
+                exclude_tools,
+                clear_inputs,
+            } => self.mask(
+                *keep_rounds,
+                *min_result_tokens,
+                exclude_tools,
+                *clear_inputs,
+            ),
+            Stage::CapResults {
+                max_chars,
+                keep_rounds,
+                historical_only,
+                ..
+            } => self.cap_results(*max_chars, *keep_rounds, *historical_only),
+            Stage::TrimTurns {
+                max_turns,
+                drop_fraction,
+            } => {
                 let count = turns(&self.entries).len();
                 if count <= *max_turns {
                     return false;
@@ -186,9 +208,14 @@ impl<'a> Draft<'a> {
                         return false;
                     }
                 }
-                let keep_tokens = keep_tokens
-                    .or(keep_ratio.map(|r| (r * self.window as f64) as u64));
-                self.summarize(keep_tokens, *keep_messages, *group_token_threshold, *oldest_rounds)
+                let keep_tokens =
+                    keep_tokens.or(keep_ratio.map(|r| (r * self.window as f64) as u64));
+                self.summarize(
+                    keep_tokens,
+                    *keep_messages,
+                    *group_token_threshold,
+                    *oldest_rounds,
+                )
             }
             Stage::Clear { keep_turns } => self.clear(*keep_turns),
         }
@@ -196,7 +223,10 @@ impl<'a> Draft<'a> {
 
     /// Index of the first entry after the leading instructions.
     fn conversation_start(&self) -> usize {
-        self.entries.iter().position(|e| !e.message.role.is_instruction()).unwrap_or(self.entries.len())
+        self.entries
+            .iter()
+            .position(|e| !e.message.role.is_instruction())
+            .unwrap_or(self.entries.len())
     }
 
     /// Index from which entries are never touched: the start of the `keep`-th API round from
@@ -234,12 +264,17 @@ impl<'a> Draft<'a> {
             if entry.meta.pinned || entry.message.role != Role::Assistant {
                 continue;
             }
-            let long = entry.message.tool_calls().any(|(_, _, args)| args.len() > max_len);
+            let long = entry
+                .message
+                .tool_calls()
+                .any(|(_, _, args)| args.len() > max_len);
             if !long {
                 continue;
             }
             let original = entry.message.clone();
-            let marker = self.push_archive(ArchiveItem::Messages { messages: vec![original] });
+            let marker = self.push_archive(ArchiveItem::Messages {
+                messages: vec![original],
+            });
             let notice = format!("{truncation_text} (full arguments archived at {marker})");
             let entry = &mut self.entries[index];
             for part in &mut entry.message.parts {
@@ -255,7 +290,13 @@ impl<'a> Draft<'a> {
         changed
     }
 
-    fn mask(&mut self, keep_rounds: usize, min_tokens: u64, exclude: &[String], clear_inputs: bool) -> bool {
+    fn mask(
+        &mut self,
+        keep_rounds: usize,
+        min_tokens: u64,
+        exclude: &[String],
+        clear_inputs: bool,
+    ) -> bool {
         let protect = self.protected_start(keep_rounds);
         let mut changed = false;
         let mut last_calls: Vec<(String, String)> = Vec::new();
@@ -263,7 +304,10 @@ impl<'a> Draft<'a> {
         for index in self.conversation_start()..protect {
             let message = &self.entries[index].message;
             if message.role == Role::Assistant {
-                last_calls = message.tool_calls().map(|(id, name, _)| (id.to_string(), name.to_string())).collect();
+                last_calls = message
+                    .tool_calls()
+                    .map(|(id, name, _)| (id.to_string(), name.to_string()))
+                    .collect();
                 last_assistant = Some(index);
                 continue;
             }
@@ -272,15 +316,28 @@ impl<'a> Draft<'a> {
             }
             let mut cleared_calls = Vec::new();
             for part_index in 0..self.entries[index].message.parts.len() {
-                let Part::ToolResult { call_id, content, .. } = &self.entries[index].message.parts[part_index] else {
+                let Part::ToolResult {
+                    call_id, content, ..
+                } = &self.entries[index].message.parts[part_index]
+                else {
                     continue;
                 };
-                if content.first().and_then(Part::as_text).is_some_and(|t| t.starts_with(CLEARED_PREFIX)) {
+                if content
+                    .first()
+                    .and_then(Part::as_text)
+                    .is_some_and(|t| t.starts_with(CLEARED_PREFIX))
+                {
                     continue;
                 }
                 let text = join_text(content);
-                let name = last_calls.iter().find(|(id, _)| id == call_id).map(|(_, n)| n.clone());
-                if name.as_deref().is_some_and(|n| exclude.iter().any(|x| x == n)) {
+                let name = last_calls
+                    .iter()
+                    .find(|(id, _)| id == call_id)
+                    .map(|(_, n)| n.clone());
+                if name
+                    .as_deref()
+                    .is_some_and(|n| exclude.iter().any(|x| x == n))
+                {
                     continue;
                 }
                 // The entry's count stands for its result (one result per tool message is
@@ -294,14 +351,24 @@ impl<'a> Draft<'a> {
                 }
                 let call_id = call_id.clone();
                 let has_media = content.iter().any(|p| !matches!(p, Part::Text { .. }));
-                let reference = match self.entries[index].meta.result_refs.iter().find(|(id, _)| *id == call_id) {
+                let reference = match self.entries[index]
+                    .meta
+                    .result_refs
+                    .iter()
+                    .find(|(id, _)| *id == call_id)
+                {
                     // Capped at ingest: the whole output is archived already.
                     Some((_, existing)) => existing.clone(),
                     None if has_media => {
                         let part = self.entries[index].message.parts[part_index].clone();
-                        self.push_archive(ArchiveItem::Messages { messages: vec![Message::new(Role::Tool, vec![part])] })
+                        self.push_archive(ArchiveItem::Messages {
+                            messages: vec![Message::new(Role::Tool, vec![part])],
+                        })
                     }
-                    None => self.push_archive(ArchiveItem::ToolResult { call_id: call_id.clone(), content: text }),
+                    None => self.push_archive(ArchiveItem::ToolResult {
+                        call_id: call_id.clone(),
+                        content: text,
+                    }),
                 };
                 let placeholder = format!(
                     "{CLEARED_PREFIX}: {} output of {tokens} tokens; the full output is archived at {reference}]",
@@ -315,7 +382,10 @@ impl<'a> Draft<'a> {
                 cleared_calls.push(call_id);
                 changed = true;
             }
-            if clear_inputs && !cleared_calls.is_empty() && let Some(assistant) = last_assistant {
+            if clear_inputs
+                && !cleared_calls.is_empty()
+                && let Some(assistant) = last_assistant
+            {
                 changed |= self.clear_call_inputs(assistant, &cleared_calls);
             }
         }
@@ -330,13 +400,17 @@ impl<'a> Draft<'a> {
         if !needs {
             return false;
         }
-        let marker = self.push_archive(ArchiveItem::Messages { messages: vec![original] });
+        let marker = self.push_archive(ArchiveItem::Messages {
+            messages: vec![original],
+        });
         let entry = &mut self.entries[assistant];
         for part in &mut entry.message.parts {
             if let Part::ToolCall { id, arguments, .. } = part
                 && calls.iter().any(|c| c == id)
             {
-                *arguments = serde_json::json!({ "_cleared": format!("arguments archived at {marker}") }).to_string();
+                *arguments =
+                    serde_json::json!({ "_cleared": format!("arguments archived at {marker}") })
+                        .to_string();
             }
         }
         mark_rewritten(entry, &marker);
@@ -354,7 +428,10 @@ impl<'a> Draft<'a> {
                 continue;
             }
             for part_index in 0..self.entries[index].message.parts.len() {
-                let Part::ToolResult { call_id, content, .. } = &self.entries[index].message.parts[part_index] else {
+                let Part::ToolResult {
+                    call_id, content, ..
+                } = &self.entries[index].message.parts[part_index]
+                else {
                     continue;
                 };
                 let text = join_text(content);
@@ -362,9 +439,17 @@ impl<'a> Draft<'a> {
                     continue;
                 }
                 let call_id = call_id.clone();
-                let reference = match self.entries[index].meta.result_refs.iter().find(|(id, _)| *id == call_id) {
+                let reference = match self.entries[index]
+                    .meta
+                    .result_refs
+                    .iter()
+                    .find(|(id, _)| *id == call_id)
+                {
                     Some((_, existing)) => existing.clone(),
-                    None => self.push_archive(ArchiveItem::ToolResult { call_id: call_id.clone(), content: text.clone() }),
+                    None => self.push_archive(ArchiveItem::ToolResult {
+                        call_id: call_id.clone(),
+                        content: text.clone(),
+                    }),
                 };
                 let preview = head_tail_preview(&text, max_chars / 2, max_chars / 2, &reference);
                 let entry = &mut self.entries[index];
@@ -406,7 +491,10 @@ impl<'a> Draft<'a> {
                 m.role == Role::Assistant && !m.has_tool_calls() && !m.parts.is_empty()
             });
             for index in turn.start + 1..end {
-                if Some(index) != reply && !self.entries[index].meta.pinned && !self.entries[index].meta.summary {
+                if Some(index) != reply
+                    && !self.entries[index].meta.pinned
+                    && !self.entries[index].meta.summary
+                {
                     removed.push(index);
                 }
             }
@@ -414,7 +502,10 @@ impl<'a> Draft<'a> {
         if removed.is_empty() {
             return false;
         }
-        let messages: Vec<Message> = removed.iter().map(|&i| self.entries[i].message.clone()).collect();
+        let messages: Vec<Message> = removed
+            .iter()
+            .map(|&i| self.entries[i].message.clone())
+            .collect();
         let marker = self.push_archive(ArchiveItem::Messages { messages });
         let mut keep = vec![true; self.entries.len()];
         for &index in &removed {
@@ -463,10 +554,15 @@ impl<'a> Draft<'a> {
                 // Keep as much recent context as fits the target next to the summary.
                 let instructions: u64 = {
                     let model = &self.engine.model;
-                    self.entries[..start].iter_mut().map(|e| u64::from(e.planning_tokens(model))).sum()
+                    self.entries[..start]
+                        .iter_mut()
+                        .map(|e| u64::from(e.planning_tokens(model)))
+                        .sum()
                 };
                 let reserve = u64::from(self.engine.config.summary.max_summary_tokens) + 64;
-                let available = self.target.saturating_sub(self.fixed_tokens + instructions + reserve);
+                let available = self
+                    .target
+                    .saturating_sub(self.fixed_tokens + instructions + reserve);
                 let mut acc = 0u64;
                 let mut index = len;
                 let model = &self.engine.model;
@@ -527,8 +623,15 @@ impl<'a> Draft<'a> {
         for (group_index, group) in groups.into_iter().enumerate() {
             let messages: Vec<Message> = group.iter().map(|e| e.message.clone()).collect();
             let count = messages.len();
-            let marker = self.push_archive(ArchiveItem::Messages { messages: messages.clone() });
-            let request = self.engine.summary_request(messages, previous.take(), self.reason, self.focus.clone());
+            let marker = self.push_archive(ArchiveItem::Messages {
+                messages: messages.clone(),
+            });
+            let request = self.engine.summary_request(
+                messages,
+                previous.take(),
+                self.reason,
+                self.focus.clone(),
+            );
             let summary_index = self.summaries.len();
             self.summaries.push(request);
             if placement == SummaryPlacement::Memory {
@@ -551,9 +654,17 @@ impl<'a> Draft<'a> {
             entry.meta.archived.push(marker);
             entry.meta.pending_fill = true;
             // A summary is bounded by its budget and is typically far shorter than its input.
-            let group_tokens: u32 = group.iter().map(|e| e.tokens.or(e.estimated).unwrap_or(0)).sum();
+            let group_tokens: u32 = group
+                .iter()
+                .map(|e| e.tokens.or(e.estimated).unwrap_or(0))
+                .sum();
             let estimate = self.model().message_tokens(&entry.message)
-                + self.engine.config.summary.max_summary_tokens.min(group_tokens / 2);
+                + self
+                    .engine
+                    .config
+                    .summary
+                    .max_summary_tokens
+                    .min(group_tokens / 2);
             entry.tokens = Some(estimate);
             summary_entries.push(entry);
         }
@@ -578,7 +689,11 @@ impl<'a> Draft<'a> {
             }
             let all = turns(&self.entries);
             let cut = match hardness {
-                0 => all.len().checked_sub(keep_turns.max(1)).and_then(|k| all.get(k)).map(|t| t.start),
+                0 => all
+                    .len()
+                    .checked_sub(keep_turns.max(1))
+                    .and_then(|k| all.get(k))
+                    .map(|t| t.start),
                 1 => Some(self.protected_start(1)),
                 _ => api_rounds(&self.entries).last().map(|r| r.end),
             };
@@ -659,7 +774,12 @@ fn split_groups(entries: &[Entry], threshold: Option<u64>, model: &TokenModel) -
     let mut current: Vec<Entry> = Vec::new();
     let mut current_tokens = 0u64;
     for (index, entry) in entries.iter().enumerate() {
-        let tokens = u64::from(entry.tokens.or(entry.estimated).unwrap_or_else(|| model.message_tokens(&entry.message)));
+        let tokens = u64::from(
+            entry
+                .tokens
+                .or(entry.estimated)
+                .unwrap_or_else(|| model.message_tokens(&entry.message)),
+        );
         let can_split = is_safe_split(entries, index);
         if can_split && !current.is_empty() && current_tokens + tokens > threshold {
             groups.push(std::mem::take(&mut current));
@@ -675,13 +795,24 @@ fn split_groups(entries: &[Entry], threshold: Option<u64>, model: &TokenModel) -
 }
 
 /// A head + tail preview of `text` with a marker naming where the whole output is.
-pub(super) fn head_tail_preview(text: &str, head_chars: usize, tail_chars: usize, reference: &str) -> String {
+pub(super) fn head_tail_preview(
+    text: &str,
+    head_chars: usize,
+    tail_chars: usize,
+    reference: &str,
+) -> String {
     let chars = text.chars().count();
     if chars <= head_chars + tail_chars {
         return text.to_string();
     }
-    let head_end = text.char_indices().nth(head_chars).map_or(text.len(), |(i, _)| i);
-    let tail_start = text.char_indices().nth(chars - tail_chars).map_or(text.len(), |(i, _)| i);
+    let head_end = text
+        .char_indices()
+        .nth(head_chars)
+        .map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(chars - tail_chars)
+        .map_or(text.len(), |(i, _)| i);
     format!(
         "{}\n\n[… {} characters omitted; the whole output is archived at {reference} …]\n\n{}",
         &text[..head_end],
@@ -700,18 +831,28 @@ fn truncate_arguments(arguments: &str, max_len: usize, notice: &str) -> String {
         }
         return Value::Object(object).to_string();
     }
-    let cut = arguments.char_indices().nth(max_len).map_or(arguments.len(), |(i, _)| i);
+    let cut = arguments
+        .char_indices()
+        .nth(max_len)
+        .map_or(arguments.len(), |(i, _)| i);
     serde_json::json!({ "_truncated": format!("{}{notice}", &arguments[..cut]) }).to_string()
 }
 
 fn truncate_value(value: &mut Value, budget: usize, notice: &str) {
     match value {
         Value::String(text) if text.len() > budget => {
-            let cut = text.char_indices().nth(budget).map_or(text.len(), |(i, _)| i);
+            let cut = text
+                .char_indices()
+                .nth(budget)
+                .map_or(text.len(), |(i, _)| i);
             *text = format!("{}{notice}", &text[..cut]);
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| truncate_value(v, budget, notice)),
-        Value::Object(object) => object.values_mut().for_each(|v| truncate_value(v, budget, notice)),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| truncate_value(v, budget, notice)),
+        Value::Object(object) => object
+            .values_mut()
+            .for_each(|v| truncate_value(v, budget, notice)),
         _ => {}
     }
 }

@@ -49,12 +49,19 @@ pub struct Entry {
 impl Entry {
     /// An entry for a message, not yet counted.
     pub fn new(message: Message) -> Entry {
-        Entry { message, meta: EntryMeta::default(), tokens: None, estimated: None }
+        Entry {
+            message,
+            meta: EntryMeta::default(),
+            tokens: None,
+            estimated: None,
+        }
     }
 
     /// The message's token count, counted once.
     pub fn tokens(&mut self, model: &TokenModel) -> u32 {
-        *self.tokens.get_or_insert_with(|| model.message_tokens(&self.message))
+        *self
+            .tokens
+            .get_or_insert_with(|| model.message_tokens(&self.message))
     }
 
     /// The count to plan with: exact when known, else the estimate when one was made, else
@@ -180,21 +187,6 @@ impl ContextState {
         self.hold_below = tokens + growth.max(1);
     }
 
-    /// Recomputes the bytes-per-token calibration from every entry counted exactly.
-    pub fn refresh_calibration(&mut self) {
-        let (mut bytes, mut tokens) = (0, 0);
-        for entry in &self.entries {
-            if let Some(count) = entry.tokens {
-                bytes += message_bytes(&entry.message);
-                tokens += u64::from(count);
-            }
-        }
-        if tokens > 0 {
-            self.calibration_bytes = bytes;
-            self.calibration_tokens = tokens;
-        }
-    }
-
     /// Forgets the running total after entries were rewritten (counts per entry survive where
     /// the entry did).
     pub fn invalidate_totals(&mut self) {
@@ -217,7 +209,11 @@ impl ContextState {
     pub fn estimate_entry(&self, entry: &Entry) -> u64 {
         match entry.tokens {
             Some(count) => u64::from(count),
-            None => estimate_tokens(message_bytes(&entry.message), self.calibration_bytes, self.calibration_tokens),
+            None => estimate_tokens(
+                message_bytes(&entry.message),
+                self.calibration_bytes,
+                self.calibration_tokens,
+            ),
         }
     }
 
@@ -227,7 +223,8 @@ impl ContextState {
         let mut bytes = 0;
         let mut tokens = 0;
         for entry in &mut self.entries {
-            if entry.tokens.is_none() && entry.meta.log_index.is_none_or(|i| i % stride.max(1) == 0) {
+            if entry.tokens.is_none() && entry.meta.log_index.is_none_or(|i| i % stride.max(1) == 0)
+            {
                 bytes += message_bytes(&entry.message);
                 tokens += u64::from(entry.tokens(model));
             }
@@ -239,15 +236,16 @@ impl ContextState {
 }
 
 /// Estimated tokens of `bytes` of content, from the observed ratio (`seen_bytes` per
-/// `seen_tokens`), or 3.5 bytes per token before anything was counted; 10 % margin, plus the
-/// per-message overhead.
+/// `seen_tokens`), or 3.5 bytes per token before anything was counted; 10 % margin, plus a
+/// per-message framing allowance.
 fn estimate_tokens(bytes: u64, seen_bytes: u64, seen_tokens: u64) -> u64 {
     let estimate = if seen_bytes >= 2_000 && seen_tokens > 0 {
         bytes * seen_tokens * 11 / (seen_bytes * 10)
     } else {
         bytes * 10 / 35
     };
-    estimate + 4
+    // Small messages carry proportionally more framing (role, ids) than the sampled average.
+    estimate + 12
 }
 
 /// Bytes of readable content in a message (no encrypted blobs), as a cheap size measure.
@@ -259,8 +257,15 @@ fn part_bytes(part: &crate::model::Part) -> u64 {
     use crate::model::Part;
     match part {
         Part::Text { text, .. } => text.len() as u64,
-        Part::ToolCall { name, arguments, .. } => (name.len() + arguments.len() + 8) as u64,
-        Part::ToolResult { content, .. } => content.iter().map(part_bytes).sum::<u64>() + 8,
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+            ..
+        } => (id.len() + name.len() + arguments.len() + 16) as u64,
+        Part::ToolResult {
+            call_id, content, ..
+        } => content.iter().map(part_bytes).sum::<u64>() + call_id.len() as u64 + 16,
         Part::Reasoning { text, .. } => text.as_ref().map_or(16, |t| t.len() as u64),
         // Images are billed by size, not bytes: a generous flat figure keeps the estimate safe.
         Part::Data { .. } => 6_000,
@@ -280,7 +285,10 @@ mod tests {
         let first = state.sync_tokens(&model);
         state.push(Message::assistant("general kenobi"));
         let second = state.sync_tokens(&model);
-        assert_eq!(second - first, u64::from(model.message_tokens(&Message::assistant("general kenobi"))));
+        assert_eq!(
+            second - first,
+            u64::from(model.message_tokens(&Message::assistant("general kenobi")))
+        );
         let entries = state.entries[1..].to_vec();
         state.replace_entries(entries);
         assert_eq!(state.sync_tokens(&model), second - first);
@@ -292,17 +300,27 @@ mod tests {
         let model = TokenModel::for_model("gpt-4o", &Profiles::builtin());
         let mut state = ContextState::default();
         for i in 0..40 {
-            state.push(Message::user(format!("message number {i} with some ordinary english words in it")));
+            state.push(Message::user(format!(
+                "message number {i} with some ordinary english words in it"
+            )));
         }
         let exact = state.sync_tokens(&model);
         for i in 0..40 {
-            state.push(Message::assistant(format!("reply number {i} with some ordinary english words in it")));
+            state.push(Message::assistant(format!(
+                "reply number {i} with some ordinary english words in it"
+            )));
         }
         let approx = state.approx_tokens();
-        assert!(state.entries[40..].iter().all(|e| e.tokens.is_none()), "approx must not count");
+        assert!(
+            state.entries[40..].iter().all(|e| e.tokens.is_none()),
+            "approx must not count"
+        );
         let exact_all = state.sync_tokens(&model);
         let error = approx as f64 / exact_all as f64;
-        assert!((1.0..1.25).contains(&error), "estimate {approx} vs exact {exact_all}");
+        assert!(
+            (1.0..1.25).contains(&error),
+            "estimate {approx} vs exact {exact_all}"
+        );
         assert!(exact < exact_all);
     }
 }

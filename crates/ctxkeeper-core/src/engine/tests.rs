@@ -15,16 +15,25 @@ fn engine(name: &str) -> Engine {
 
 /// Runs a plan as a host would: every archive item gets `ref-N`, every summary request an
 /// extractive-looking stand-in naming how many messages it covered.
-fn execute(engine: &Engine, state: &mut ContextState, plan: Plan) -> (Vec<Event>, Vec<ArchiveItem>, Vec<SummaryRequest>) {
+fn execute(
+    engine: &Engine,
+    state: &mut ContextState,
+    plan: Plan,
+) -> (Vec<Event>, Vec<ArchiveItem>, Vec<SummaryRequest>) {
     let archive = plan.archive.clone();
     let requests = plan.summaries.clone();
-    let refs = (0..archive.len()).map(|i| format!("sessions/s/ref-{i}")).collect();
+    let refs = (0..archive.len())
+        .map(|i| format!("sessions/s/ref-{i}"))
+        .collect();
     let summaries = requests
         .iter()
         .map(|r| {
             let mut summary = Summary::empty(&r.schema, "test");
             if let Some(field) = r.schema.fields.first() {
-                summary.set(&field.name, format!("covered {} messages", r.messages.len()));
+                summary.set(
+                    &field.name,
+                    format!("covered {} messages", r.messages.len()),
+                );
             }
             summary
         })
@@ -34,7 +43,10 @@ fn execute(engine: &Engine, state: &mut ContextState, plan: Plan) -> (Vec<Event>
 }
 
 fn round(state: &mut ContextState, id: &str, tool: &str, output: &str) {
-    state.push(Message::assistant_with_calls("", vec![Part::tool_call(id, tool, "{\"q\":\"x\"}")]));
+    state.push(Message::assistant_with_calls(
+        "",
+        vec![Part::tool_call(id, tool, "{\"q\":\"x\"}")],
+    ));
     state.push(Message::tool_result(id, output));
 }
 
@@ -44,7 +56,12 @@ fn agent_session(rounds: usize, words: usize) -> ContextState {
     state.push(Message::system("You are a careful agent."));
     state.push(Message::user("Please investigate the failing build."));
     for i in 0..rounds {
-        round(&mut state, &format!("call_{i}"), "shell", &format!("output {i}: {}", "word ".repeat(words)));
+        round(
+            &mut state,
+            &format!("call_{i}"),
+            "shell",
+            &format!("output {i}: {}", "word ".repeat(words)),
+        );
     }
     state
 }
@@ -53,7 +70,10 @@ fn assert_valid(state: &ContextState) {
     let violations = check(&state.to_messages(), &CheckRules::history());
     assert!(violations.is_empty(), "{violations:?}");
     for message in state.messages() {
-        assert!(!message.text().contains(FILL_OPEN), "unfilled placeholder: {message:?}");
+        assert!(
+            !message.text().contains(FILL_OPEN),
+            "unfilled placeholder: {message:?}"
+        );
     }
 }
 
@@ -84,9 +104,16 @@ fn stages_of(events: &[Event]) -> Vec<String> {
 fn below_the_trigger_nothing_is_planned() {
     let engine = engine("default");
     let mut state = agent_session(3, 20);
-    let budget = Budget { window: 100_000, fixed_tokens: 500 };
+    let budget = Budget {
+        window: 100_000,
+        fixed_tokens: 500,
+    };
     assert_eq!(engine.triggered(&mut state, &budget, None), None);
-    assert!(engine.plan(&mut state, &budget, &PlanRequest::default()).is_none());
+    assert!(
+        engine
+            .plan(&mut state, &budget, &PlanRequest::default())
+            .is_none()
+    );
 }
 
 #[test]
@@ -94,22 +121,31 @@ fn default_masks_old_outputs_first_and_keeps_the_recent_rounds_verbatim() {
     let engine = engine("default");
     let mut state = agent_session(12, 300);
     let before = state.to_messages();
-    let budget = Budget { window: 4_000, fixed_tokens: 0 };
+    let budget = Budget {
+        window: 4_000,
+        fixed_tokens: 0,
+    };
     let plan = engine.plan(&mut state, &budget, &PlanRequest::default());
-    let Some(plan) = plan else { panic!("expected a plan") };
+    let Some(plan) = plan else {
+        panic!("expected a plan")
+    };
     assert_eq!(plan.stages.first().map(String::as_str), Some("mask"));
     let (events, archive, _) = execute(&engine, &mut state, plan);
     assert_valid(&state);
     assert!(verbatim_tail_rounds(&before, &state.to_messages()) >= 3);
     // Every cleared output is archived whole and its placeholder names the reference.
-    let ArchiveItem::ToolResult { call_id, content } = &archive[0] else { panic!("{archive:?}") };
+    let ArchiveItem::ToolResult { call_id, content } = &archive[0] else {
+        panic!("{archive:?}")
+    };
     assert_eq!(call_id, "call_0");
     assert_eq!(content, &before[3].text());
     assert_eq!(stages_of(&events), vec!["mask".to_string()]);
     let placeholder = state.entries[3].message.text();
     assert!(placeholder.starts_with(CLEARED_PREFIX), "{placeholder}");
     assert!(placeholder.contains("sessions/s/ref-0"), "{placeholder}");
-    assert!(matches!(events.last(), Some(Event::ContextCompactionEnd { tokens_after, tokens_before, .. }) if tokens_after < tokens_before));
+    assert!(
+        matches!(events.last(), Some(Event::ContextCompactionEnd { tokens_after, tokens_before, .. }) if tokens_after < tokens_before)
+    );
 }
 
 #[test]
@@ -125,26 +161,48 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
     }];
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
-    let budget = Budget { window: 2_500, fixed_tokens: 0 };
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!("no plan") };
+    let budget = Budget {
+        window: 2_500,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("no plan")
+    };
     let (_, archive, requests) = execute(&engine, &mut state, plan);
     assert_valid(&state);
     let messages = state.to_messages();
     assert_eq!(messages[0].role, Role::System);
-    assert!(messages[1].text().starts_with("[Summary of"), "{}", messages[1].text());
+    assert!(
+        messages[1].text().starts_with("[Summary of"),
+        "{}",
+        messages[1].text()
+    );
     assert!(messages[1].text().contains("covered"));
     // The user's ask opens the current turn: it is kept verbatim, not summarized.
-    assert!(messages.iter().any(|m| m.text() == "Please investigate the failing build."));
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.text() == "Please investigate the failing build.")
+    );
     assert!(requests[0].messages.iter().all(|m| m.role != Role::System));
-    let ArchiveItem::Messages { messages: archived } = &archive[0] else { panic!() };
+    let ArchiveItem::Messages { messages: archived } = &archive[0] else {
+        panic!()
+    };
     assert_eq!(archived.len(), requests[0].messages.len());
     assert!(state.summary.is_some());
 
     // A second compaction merges the previous summary instead of stacking another one.
     for i in 20..30 {
-        round(&mut state, &format!("call_{i}"), "shell", &"more output ".repeat(200));
+        round(
+            &mut state,
+            &format!("call_{i}"),
+            "shell",
+            &"more output ".repeat(200),
+        );
     }
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!("no second plan") };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("no second plan")
+    };
     assert!(plan.summaries[0].previous.is_some());
     execute(&engine, &mut state, plan);
     assert_valid(&state);
@@ -156,36 +214,71 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
 fn huge_tool_results_are_capped_at_ingest_with_head_tail_and_whole_archive() {
     let engine = engine("default");
     let mut state = agent_session(0, 0);
-    state.push(Message::assistant_with_calls("", vec![Part::tool_call("t1", "shell", "{}")]));
-    let output = format!("START {} Traceback: KeyError at the very end", "log line ".repeat(4_000));
-    let Ingest::Cap(plan) = engine.plan_ingest(&state, Message::tool_result("t1", output.clone())) else {
+    state.push(Message::assistant_with_calls(
+        "",
+        vec![Part::tool_call("t1", "shell", "{}")],
+    ));
+    let output = format!(
+        "START {} Traceback: KeyError at the very end",
+        "log line ".repeat(4_000)
+    );
+    let Ingest::Cap(plan) = engine.plan_ingest(&state, Message::tool_result("t1", output.clone()))
+    else {
         panic!("expected a cap")
     };
-    let ArchiveItem::ToolResult { content, call_id } = &plan.archive[0] else { panic!() };
+    let ArchiveItem::ToolResult { content, call_id } = &plan.archive[0] else {
+        panic!()
+    };
     assert_eq!((content, call_id.as_str()), (&output, "t1"));
     assert!(plan.tokens_after < plan.tokens_before / 3);
-    let events = engine.apply_ingest(&mut state, plan, &["sessions/s/tool_result-t1.txt".to_string()]);
-    let text = state.entries.last().map(|e| e.message.text()).unwrap_or_default();
+    let events = engine.apply_ingest(
+        &mut state,
+        plan,
+        &["sessions/s/tool_result-t1.txt".to_string()],
+    );
+    let text = state
+        .entries
+        .last()
+        .map(|e| e.message.text())
+        .unwrap_or_default();
     assert!(text.starts_with("START"));
     assert!(text.ends_with("KeyError at the very end"));
     assert!(text.contains("archived at sessions/s/tool_result-t1.txt"));
     assert!(matches!(&events[0], Event::ToolResultTruncated { call_id, .. } if call_id == "t1"));
     // Small results pass through untouched.
-    assert!(matches!(engine.plan_ingest(&state, Message::tool_result("t1", "ok")), Ingest::Ready(_)));
+    assert!(matches!(
+        engine.plan_ingest(&state, Message::tool_result("t1", "ok")),
+        Ingest::Ready(_)
+    ));
 }
 
 #[test]
 fn agentscope_keeps_a_tenth_of_the_window_of_recent_conversation() {
     let engine = engine("agentscope");
     let mut state = agent_session(20, 150);
-    let budget = Budget { window: 4_000, fixed_tokens: 300 };
-    assert_eq!(engine.triggered(&mut state, &budget, None), Some(CompactionReason::Tokens));
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    let budget = Budget {
+        window: 4_000,
+        fixed_tokens: 300,
+    };
+    assert_eq!(
+        engine.triggered(&mut state, &budget, None),
+        Some(CompactionReason::Tokens)
+    );
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     execute(&engine, &mut state, plan);
     assert_valid(&state);
     let model = model();
-    let summary_at = state.entries.iter().position(|e| e.meta.summary).unwrap_or(0);
-    let kept: u64 = state.entries[summary_at + 1..].iter().map(|e| u64::from(model.message_tokens(&e.message))).sum();
+    let summary_at = state
+        .entries
+        .iter()
+        .position(|e| e.meta.summary)
+        .unwrap_or(0);
+    let kept: u64 = state.entries[summary_at + 1..]
+        .iter()
+        .map(|e| u64::from(model.message_tokens(&e.message)))
+        .sum();
     assert!(kept >= 400, "kept {kept} tokens, reserve is 400");
     let text = state.entries[summary_at].message.text();
     assert!(text.contains("offloaded to sessions/s/ref-0"), "{text}");
@@ -201,15 +294,30 @@ fn reme_compact_replaces_only_big_tool_messages_by_a_pointer() {
         round(&mut state, &format!("r{i}"), "ls", &"word ".repeat(700));
     }
     state.push(Message::assistant("done"));
-    let budget = Budget { window: 200_000, fixed_tokens: 0 };
-    assert_eq!(engine.triggered(&mut state, &budget, None), Some(CompactionReason::Tokens));
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
-    assert!(plan.summaries.is_empty(), "compact mode never calls a model");
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    assert_eq!(
+        engine.triggered(&mut state, &budget, None),
+        Some(CompactionReason::Tokens)
+    );
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
+    assert!(
+        plan.summaries.is_empty(),
+        "compact mode never calls a model"
+    );
     let (_, archive, _) = execute(&engine, &mut state, plan);
     assert_valid(&state);
     assert_eq!(state.entries[3].message.text(), "a b c");
     assert!(state.entries[5].message.text().starts_with(CLEARED_PREFIX));
-    assert!(archive.iter().all(|a| matches!(a, ArchiveItem::ToolResult { content, .. } if content.len() > 2_000)));
+    assert!(
+        archive
+            .iter()
+            .all(|a| matches!(a, ArchiveItem::ToolResult { content, .. } if content.len() > 2_000))
+    );
 }
 
 #[test]
@@ -217,10 +325,20 @@ fn reme_compress_summarizes_into_a_state_snapshot_and_keeps_two_messages() {
     let engine = engine("reme-compress");
     let mut state = agent_session(40, 700);
     let last_two: Vec<Message> = state.to_messages()[state.entries.len() - 2..].to_vec();
-    let budget = Budget { window: 200_000, fixed_tokens: 0 };
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     let (_, _, requests) = execute(&engine, &mut state, plan);
-    let names: Vec<&str> = requests[0].schema.fields.iter().map(|f| f.name.as_str()).collect();
+    let names: Vec<&str> = requests[0]
+        .schema
+        .fields
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
     assert_eq!(names, ["overall_goal", "key_knowledge", "recent_actions"]);
     assert!(requests[0].previous.is_none());
     let messages = state.to_messages();
@@ -231,14 +349,21 @@ fn reme_compress_summarizes_into_a_state_snapshot_and_keeps_two_messages() {
 #[test]
 fn reme_auto_compresses_only_when_compaction_saved_too_little() {
     let engine = engine("reme-auto");
-    let budget = Budget { window: 200_000, fixed_tokens: 0 };
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
     // Big tool outputs: compaction alone removes most tokens, no summary call.
     let mut state = agent_session(12, 3_000);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     assert_eq!(plan.stages, vec!["mask".to_string()]);
     // Many small outputs: compaction finds nothing big, so the prefix is compressed.
     let mut state = agent_session(120, 180);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     assert_eq!(plan.stages, vec!["summarize".to_string()]);
 }
 
@@ -246,11 +371,25 @@ fn reme_auto_compresses_only_when_compaction_saved_too_little() {
 fn agentrail_reactive_micro_summarizes_only_the_oldest_rounds() {
     let engine = engine("agentrail");
     let mut state = agent_session(10, 300);
-    let budget = Budget { window: 10_000, fixed_tokens: 0 };
-    assert_eq!(engine.triggered(&mut state, &budget, Some(8_600)), Some(CompactionReason::ReactiveMicro));
-    assert_eq!(engine.triggered(&mut state, &budget, Some(9_300)), Some(CompactionReason::ReactiveFull));
-    let request = PlanRequest { reported_usage: Some(8_600), ..PlanRequest::default() };
-    let Some(plan) = engine.plan(&mut state, &budget, &request) else { panic!() };
+    let budget = Budget {
+        window: 10_000,
+        fixed_tokens: 0,
+    };
+    assert_eq!(
+        engine.triggered(&mut state, &budget, Some(8_600)),
+        Some(CompactionReason::ReactiveMicro)
+    );
+    assert_eq!(
+        engine.triggered(&mut state, &budget, Some(9_300)),
+        Some(CompactionReason::ReactiveFull)
+    );
+    let request = PlanRequest {
+        reported_usage: Some(8_600),
+        ..PlanRequest::default()
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &request) else {
+        panic!()
+    };
     let (_, _, requests) = execute(&engine, &mut state, plan);
     // The two oldest rounds: their assistant calls and results (the user's ask stays).
     assert_eq!(requests[0].messages.len(), 4);
@@ -268,13 +407,28 @@ fn cowagent_drops_the_oldest_half_of_turns_into_memory() {
         round(&mut state, &format!("c{t}"), "search", "result");
         state.push(Message::assistant(format!("answer {t}")));
     }
-    let budget = Budget { window: 128_000, fixed_tokens: 0 };
-    assert_eq!(engine.triggered(&mut state, &budget, None), Some(CompactionReason::Turns));
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    let budget = Budget {
+        window: 128_000,
+        fixed_tokens: 0,
+    };
+    assert_eq!(
+        engine.triggered(&mut state, &budget, None),
+        Some(CompactionReason::Turns)
+    );
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     let (_, _, requests) = execute(&engine, &mut state, plan);
-    assert_eq!(requests.len(), 1, "the dropped turns are summarized (into memory)");
+    assert_eq!(
+        requests.len(),
+        1,
+        "the dropped turns are summarized (into memory)"
+    );
     let texts: Vec<String> = state.messages().map(Message::text).collect();
-    assert!(!texts.iter().any(|t| t.starts_with("[Summary")), "memory placement adds no summary message");
+    assert!(
+        !texts.iter().any(|t| t.starts_with("[Summary")),
+        "memory placement adds no summary message"
+    );
     assert_eq!(texts[1], "question 11");
     assert_valid(&state);
 }
@@ -284,16 +438,35 @@ fn cowagent_cuts_historical_results_head_and_tail_but_not_the_current_turn() {
     let engine = engine("cowagent");
     let mut state = ContextState::default();
     state.push(Message::user("first"));
-    round(&mut state, "old", "shell", &format!("HEAD {} TAIL", "x".repeat(30_000)));
+    round(
+        &mut state,
+        "old",
+        "shell",
+        &format!("HEAD {} TAIL", "x".repeat(30_000)),
+    );
     state.push(Message::assistant("ok"));
     state.push(Message::user("second"));
-    round(&mut state, "new", "shell", &format!("HEAD {} TAIL", "y".repeat(30_000)));
-    let budget = Budget { window: 128_000, fixed_tokens: 0 };
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    round(
+        &mut state,
+        "new",
+        "shell",
+        &format!("HEAD {} TAIL", "y".repeat(30_000)),
+    );
+    let budget = Budget {
+        window: 128_000,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     assert_eq!(plan.reason, CompactionReason::Maintenance);
     execute(&engine, &mut state, plan);
     let old = state.entries[2].message.text();
-    assert!(old.starts_with("HEAD") && old.ends_with("TAIL") && old.len() < 21_000, "{}", old.len());
+    assert!(
+        old.starts_with("HEAD") && old.ends_with("TAIL") && old.len() < 21_000,
+        "{}",
+        old.len()
+    );
     assert!(state.entries[6].message.text().len() > 30_000);
 }
 
@@ -305,16 +478,38 @@ fn harness_truncates_arguments_and_keeps_the_last_ten_messages() {
     let body = "z".repeat(5_000);
     for i in 0..16 {
         let args = serde_json::json!({ "path": format!("f{i}.txt"), "content": body }).to_string();
-        state.push(Message::assistant_with_calls("", vec![Part::tool_call(format!("w{i}"), "write_file", args)]));
+        state.push(Message::assistant_with_calls(
+            "",
+            vec![Part::tool_call(format!("w{i}"), "write_file", args)],
+        ));
         state.push(Message::tool_result(format!("w{i}"), "written"));
     }
-    let budget = Budget { window: 1_000_000, fixed_tokens: 0 };
-    assert_eq!(engine.triggered(&mut state, &budget, None), Some(CompactionReason::Messages));
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
-    assert_eq!(plan.stages, vec!["truncate_args".to_string(), "summarize".to_string()]);
+    let budget = Budget {
+        window: 1_000_000,
+        fixed_tokens: 0,
+    };
+    assert_eq!(
+        engine.triggered(&mut state, &budget, None),
+        Some(CompactionReason::Messages)
+    );
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
+    assert_eq!(
+        plan.stages,
+        vec!["truncate_args".to_string(), "summarize".to_string()]
+    );
     let (_, _, requests) = execute(&engine, &mut state, plan);
-    let names: Vec<&str> = requests[0].schema.fields.iter().map(|f| f.name.as_str()).collect();
-    assert_eq!(names, ["session_intent", "summary", "artifacts", "next_steps"]);
+    let names: Vec<&str> = requests[0]
+        .schema
+        .fields
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["session_intent", "summary", "artifacts", "next_steps"]
+    );
     assert_valid(&state);
     assert!(state.entries.len() <= 1 + 1 + 10);
     // Truncated arguments stay valid JSON objects.
@@ -330,27 +525,55 @@ fn harness_evicts_huge_results_except_from_excluded_tools() {
     let engine = engine("harness");
     let mut state = ContextState::default();
     state.push(Message::user("go"));
-    state.push(Message::assistant_with_calls("", vec![Part::tool_call("r", "read_file", "{}"), Part::tool_call("s", "execute", "{}")]));
+    state.push(Message::assistant_with_calls(
+        "",
+        vec![
+            Part::tool_call("r", "read_file", "{}"),
+            Part::tool_call("s", "execute", "{}"),
+        ],
+    ));
     let big = "q".repeat(90_000);
-    assert!(matches!(engine.plan_ingest(&state, Message::tool_result("r", big.clone())), Ingest::Ready(_)));
-    let Ingest::Cap(plan) = engine.plan_ingest(&state, Message::tool_result("s", big)) else { panic!() };
+    assert!(matches!(
+        engine.plan_ingest(&state, Message::tool_result("r", big.clone())),
+        Ingest::Ready(_)
+    ));
+    let Ingest::Cap(plan) = engine.plan_ingest(&state, Message::tool_result("s", big)) else {
+        panic!()
+    };
     engine.apply_ingest(&mut state, plan, &["x".to_string()]);
-    assert!(state.entries.last().is_some_and(|e| e.message.text().len() < 4_500));
+    assert!(
+        state
+            .entries
+            .last()
+            .is_some_and(|e| e.message.text().len() < 4_500)
+    );
 }
 
 #[test]
 fn overflow_recovery_gets_under_the_stated_limit_and_terminates() {
     let engine = engine("default");
     let mut state = agent_session(30, 300);
-    let budget = Budget { window: 8_000, fixed_tokens: 200 };
+    let budget = Budget {
+        window: 8_000,
+        fixed_tokens: 200,
+    };
     let mut attempts = 0;
     let mut limit = engine.request_tokens(&mut state, &budget);
     while engine.request_tokens(&mut state, &budget) > 4_000 {
         attempts += 1;
-        assert!(attempts <= engine.config().overflow.max_attempts, "recovery did not terminate");
+        assert!(
+            attempts <= engine.config().overflow.max_attempts,
+            "recovery did not terminate"
+        );
         limit = (limit as f64 * engine.config().overflow.shrink_factor) as u64;
-        let request = PlanRequest { force: Some(CompactionReason::Overflow), target_tokens: Some(limit), ..PlanRequest::default() };
-        let Some(plan) = engine.plan(&mut state, &budget, &request) else { panic!("nothing left to do") };
+        let request = PlanRequest {
+            force: Some(CompactionReason::Overflow),
+            target_tokens: Some(limit),
+            ..PlanRequest::default()
+        };
+        let Some(plan) = engine.plan(&mut state, &budget, &request) else {
+            panic!("nothing left to do")
+        };
         execute(&engine, &mut state, plan);
         assert_valid(&state);
     }
@@ -361,9 +584,14 @@ fn plan_is_a_dry_run() {
     let engine = engine("default");
     let mut state = agent_session(12, 300);
     let before = state.to_messages();
-    let budget = Budget { window: 3_000, fixed_tokens: 0 };
+    let budget = Budget {
+        window: 3_000,
+        fixed_tokens: 0,
+    };
     let plan = engine.plan(&mut state, &budget, &PlanRequest::default());
-    assert!(plan.is_some_and(|p| p.estimated_tokens_after < p.tokens_before && !p.draft_messages().is_empty()));
+    assert!(plan.is_some_and(
+        |p| p.estimated_tokens_after < p.tokens_before && !p.draft_messages().is_empty()
+    ));
     assert_eq!(state.to_messages(), before);
 }
 
@@ -373,11 +601,27 @@ fn memory_placement_and_empty_schema_do_not_break_apply() {
     config.summary.schema = SummarySchema { fields: Vec::new() };
     let engine = Engine::new(config, model());
     let mut state = agent_session(12, 150);
-    let budget = Budget { window: 2_000, fixed_tokens: 0 };
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else { panic!() };
+    let budget = Budget {
+        window: 2_000,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!()
+    };
     // The host lost the summaries: apply still succeeds and marks the summary degraded.
     let refs = (0..plan.archive.len()).map(|i| format!("r{i}")).collect();
-    let events = engine.apply(&mut state, plan, PlanOutcome { refs, summaries: Vec::new() });
+    let events = engine.apply(
+        &mut state,
+        plan,
+        PlanOutcome {
+            refs,
+            summaries: Vec::new(),
+        },
+    );
     assert_valid(&state);
-    assert!(events.iter().any(|e| matches!(e, Event::ContextCompactionEnd { .. })));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ContextCompactionEnd { .. }))
+    );
 }

@@ -1,25 +1,50 @@
-//! Replaying a trace under a real context policy: the engine runs as an agent host would run
-//! it (ingest every message, prepare the context before every model call, recover from
-//! overflow errors), archiving into a real workspace, and every removed item is verified to
-//! be recoverable afterwards.
+//! Replaying a recorded session under a real context policy.
+//!
+//! [`PolicyReplay`] is a [`StepPolicy`] backed by a [`ContextManager`]: the engine runs as an
+//! agent host runs it (ingest every message, prepare the context before every model call,
+//! recover from overflow errors) and archives through a real [`Offloader`]. When a session
+//! ends, everything the engine was given is verified to be either still in the context or
+//! recoverable byte-for-byte from the archive; what is not is counted in
+//! [`PolicyReplay::unrecoverable_items`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ctxkeeper::replay::PolicyReplay;
+//! use ctxkeeper_core::engine::presets;
+//! use ctxkeeper_core::import::Session;
+//! use ctxkeeper_core::model::{CheckRules, Message};
+//! use ctxkeeper_core::replay::{replay, ReplayOptions};
+//! use ctxkeeper_core::tokens::{Profiles, TokenModel};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let archive = Arc::new(ctxkeeper::store::LocalWorkspace::new(dir.path()).unwrap());
+//! let summarizer = Arc::new(ctxkeeper::llm::ExtractiveSummarizer::default());
+//! let mut policy = PolicyReplay::new(presets::preset("default").unwrap(), 8_000, archive, summarizer).unwrap();
+//! let session = Session { id: "s".into(), messages: vec![Message::user("hi"), Message::assistant("hello")], ..Session::default() };
+//! let model = TokenModel::for_model("gpt-4o", &Profiles::builtin());
+//! let options = ReplayOptions { window: 8_000, rules: CheckRules::openai() };
+//! let report = replay(&[session], &model, &options, &mut policy, &mut |_| Ok::<(), String>(())).unwrap();
+//! policy.finish().unwrap();
+//! assert_eq!((report.steps, policy.unrecoverable_items), (1, 0));
+//! ```
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use ctxkeeper::core::engine::{Event, PolicyConfig};
-use ctxkeeper::core::import::Session;
-use ctxkeeper::core::model::{Message, Part};
-use ctxkeeper::core::replay::{StepPolicy, StepRequest};
-use ctxkeeper::core::tokens::{TokenCache, TokenModel};
-use ctxkeeper::llm::Summarizer;
-use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope, Offloader};
-use ctxkeeper::{ContextManager, Settings};
+use crate::{ContextManager, Settings};
+use ctxkeeper_core::engine::{Event, PolicyConfig};
+use ctxkeeper_core::import::Session;
+use ctxkeeper_core::model::{Message, Part};
+use ctxkeeper_core::replay::{StepPolicy, StepRequest};
+use ctxkeeper_core::tokens::{TokenCache, TokenModel};
+use ctxkeeper_llm::Summarizer;
+use ctxkeeper_store::archive::{ArchiveRef, ArchiveScope, Offloader};
 use tokio::runtime::Runtime;
 use tokio::sync::broadcast;
 
 /// A [`StepPolicy`] backed by a [`ContextManager`].
-pub struct EnginePolicy {
+pub struct PolicyReplay {
     name: String,
     policy: PolicyConfig,
     window: u64,
@@ -46,21 +71,26 @@ struct ActiveSession {
     fixed_tokens: u64,
 }
 
-impl std::fmt::Debug for EnginePolicy {
+impl std::fmt::Debug for PolicyReplay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EnginePolicy").field("name", &self.name).finish()
+        f.debug_struct("PolicyReplay")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
-impl EnginePolicy {
+impl PolicyReplay {
+    /// A replay policy over `policy` for a `window`-token model.
     pub fn new(
         policy: PolicyConfig,
         window: u64,
         offloader: Arc<dyn Offloader>,
         summarizer: Arc<dyn Summarizer>,
-    ) -> std::io::Result<EnginePolicy> {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        Ok(EnginePolicy {
+    ) -> std::io::Result<PolicyReplay> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(PolicyReplay {
             name: policy.name.clone(),
             policy,
             window,
@@ -82,10 +112,16 @@ impl EnginePolicy {
     }
 
     fn drain_events(&mut self) {
-        let Some(active) = &mut self.session else { return };
+        let Some(active) = &mut self.session else {
+            return;
+        };
         while let Ok(event) = active.events.try_recv() {
             match event {
-                Event::ContextCompactionEnd { archive_refs, summary_degraded, .. } => {
+                Event::ContextCompactionEnd {
+                    archive_refs,
+                    summary_degraded,
+                    ..
+                } => {
                     self.compactions += 1;
                     if summary_degraded {
                         self.degraded_summaries += 1;
@@ -98,15 +134,23 @@ impl EnginePolicy {
         }
     }
 
-    fn request(&mut self, compacted: bool, engine_before: std::time::Duration) -> Result<StepRequest<'static>, String> {
+    fn request(
+        &mut self,
+        compacted: bool,
+        engine_before: std::time::Duration,
+    ) -> Result<StepRequest<'static>, String> {
         self.drain_events();
-        let Some(active) = &mut self.session else { return Err("no session".into()) };
+        let Some(active) = &mut self.session else {
+            return Err("no session".into());
+        };
         let messages = active.manager.state().to_messages();
         // Counted here for the report, with the harness's own cache: the engine's state is
         // left as the engine left it, so its timing includes only the counting it needs.
         let model = active.manager.engine().model().clone();
-        let message_tokens: Vec<u32> =
-            messages.iter().map(|m| self.report_cache.message_tokens(m, &model)).collect();
+        let message_tokens: Vec<u32> = messages
+            .iter()
+            .map(|m| self.report_cache.message_tokens(m, &model))
+            .collect();
         self.archived_bytes = active.manager.archived_bytes();
         Ok(StepRequest {
             messages: Cow::Owned(messages),
@@ -121,13 +165,16 @@ impl EnginePolicy {
     /// recoverable byte-for-byte from the archive.
     fn close_session(&mut self) -> Result<(), String> {
         self.drain_events();
-        let Some(active) = self.session.take() else { return Ok(()) };
+        let Some(active) = self.session.take() else {
+            return Ok(());
+        };
         let runtime = &self.runtime;
         let offloader = &self.offloader;
         let mut archived_messages: HashSet<String> = HashSet::new();
         let mut archived_texts: HashSet<String> = HashSet::new();
         for reference in &active.refs {
-            let bytes = runtime.block_on(offloader.read_all(&active.scope, &ArchiveRef(reference.clone())));
+            let bytes =
+                runtime.block_on(offloader.read_all(&active.scope, &ArchiveRef(reference.clone())));
             let Ok(bytes) = bytes else {
                 self.unrecoverable_items += 1;
                 continue;
@@ -154,7 +201,9 @@ impl EnginePolicy {
             .collect();
         // Only what the engine was given can be asked back (the final reply never was).
         for original in &active.originals[..active.seen.min(active.originals.len())] {
-            let Ok(json) = serde_json::to_string(original) else { continue };
+            let Ok(json) = serde_json::to_string(original) else {
+                continue;
+            };
             if in_context.contains(&json) || archived_messages.contains(&json) {
                 continue;
             }
@@ -162,11 +211,15 @@ impl EnginePolicy {
             let mut texts = HashSet::new();
             collect_result_texts(original, &mut texts);
             let only_results = original.is_only_tool_results();
-            if only_results && !texts.is_empty() && texts.iter().all(|t| archived_texts.contains(t)) {
+            if only_results && !texts.is_empty() && texts.iter().all(|t| archived_texts.contains(t))
+            {
                 continue;
             }
             if std::env::var_os("CTXKEEPER_DEBUG_UNRECOVERABLE").is_some() {
-                eprintln!("unrecoverable: {}", json.chars().take(300).collect::<String>());
+                eprintln!(
+                    "unrecoverable: {}",
+                    json.chars().take(300).collect::<String>()
+                );
             }
             self.unrecoverable_items += 1;
         }
@@ -177,12 +230,12 @@ impl EnginePolicy {
 fn collect_result_texts(message: &Message, out: &mut HashSet<String>) {
     for part in &message.parts {
         if let Part::ToolResult { content, .. } = part {
-            out.insert(Message::new(ctxkeeper::core::model::Role::Tool, content.clone()).text());
+            out.insert(Message::new(ctxkeeper_core::model::Role::Tool, content.clone()).text());
         }
     }
 }
 
-impl StepPolicy for EnginePolicy {
+impl StepPolicy for PolicyReplay {
     fn name(&self) -> &str {
         &self.name
     }
@@ -197,8 +250,12 @@ impl StepPolicy for EnginePolicy {
             fixed_tokens,
         };
         let scope = ArchiveScope::session(&session.id);
-        let manager =
-            ContextManager::with_scope(settings, scope.clone(), self.offloader.clone(), self.summarizer.clone());
+        let manager = ContextManager::with_scope(
+            settings,
+            scope.clone(),
+            self.offloader.clone(),
+            self.summarizer.clone(),
+        );
         let events = manager.subscribe();
         self.session = Some(ActiveSession {
             manager,
@@ -213,23 +270,40 @@ impl StepPolicy for EnginePolicy {
     }
 
     fn prepare<'h>(&mut self, history: &'h [Message]) -> Result<StepRequest<'h>, String> {
-        let Some(active) = &mut self.session else { return Err("no session".into()) };
+        let Some(active) = &mut self.session else {
+            return Err("no session".into());
+        };
         let before = active.manager.clock().engine;
         let runtime = &self.runtime;
         for message in &history[active.seen.min(history.len())..] {
-            runtime.block_on(active.manager.ingest(message.clone())).map_err(|e| e.to_string())?;
+            runtime
+                .block_on(active.manager.ingest(message.clone()))
+                .map_err(|e| e.to_string())?;
         }
         active.seen = history.len();
-        let prepared = runtime.block_on(active.manager.prepare()).map_err(|e| e.to_string())?;
+        let prepared = runtime
+            .block_on(active.manager.prepare())
+            .map_err(|e| e.to_string())?;
         self.request(prepared.compacted, before)
     }
 
-    fn recover_overflow(&mut self, attempt: u32, tokens: u64, window: u64) -> Result<Option<StepRequest<'static>>, String> {
-        let Some(active) = &mut self.session else { return Ok(None) };
+    fn recover_overflow(
+        &mut self,
+        attempt: u32,
+        tokens: u64,
+        window: u64,
+    ) -> Result<Option<StepRequest<'static>>, String> {
+        let Some(active) = &mut self.session else {
+            return Ok(None);
+        };
         let before = active.manager.clock().engine;
-        match self.runtime.block_on(active.manager.handle_overflow(attempt, tokens, Some(window))) {
+        match self.runtime.block_on(
+            active
+                .manager
+                .handle_overflow(attempt, tokens, Some(window)),
+        ) {
             Ok(_) => self.request(true, before).map(Some),
-            Err(ctxkeeper::Error::Unrecoverable { .. }) => Ok(None),
+            Err(crate::Error::Unrecoverable { .. }) => Ok(None),
             Err(err) => Err(err.to_string()),
         }
     }

@@ -1,0 +1,346 @@
+//! [`AnthropicSummarizer`]: the Anthropic Messages API.
+//!
+//! The summary is requested as a forced `record_summary` tool call whose `input_schema` is the
+//! summary schema. When the API refuses forced tool use (for example "Thinking may not be
+//! enabled when tool_choice forces tool use." when a proxy or `extra_body` turns extended
+//! thinking on, or a compatible server that does not implement `tool_choice`), it falls back to
+//! `tool_choice: auto` with the prompt asking for the tool, then to a JSON object written as
+//! text. The mode that works is remembered.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), ctxkeeper_llm::LlmError> {
+//! use ctxkeeper_llm::{AnthropicConfig, AnthropicSummarizer, Summarizer};
+//!
+//! let config = AnthropicConfig::new("claude-haiku-4-5").with_api_key("sk-ant-…");
+//! let summarizer = AnthropicSummarizer::new(config)?;
+//! assert_eq!(summarizer.name(), "anthropic:claude-haiku-4-5");
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use ctxkeeper_core::model::Message;
+use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
+use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value, json};
+
+use crate::error::LlmError;
+use crate::http::{Http, Reply, endpoint};
+use crate::options::{Secret, SummarizerOptions};
+use crate::prompt::{SUMMARY_TOOL, TOOL_DESCRIPTION};
+use crate::structured::{self, Backend, CallError, OutputMode, extract_json, failure};
+use crate::summarizer::Summarizer;
+
+/// The API version header sent with every request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Configuration of an [`AnthropicSummarizer`].
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    /// Base URL up to and including the version (`https://api.anthropic.com/v1`); requests go
+    /// to `{base_url}/messages`.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as `x-api-key` when set.
+    pub api_key: Option<Secret>,
+    /// Extra request fields merged into every request without overriding the summarizer's own.
+    pub extra_body: Map<String, Value>,
+    pub options: SummarizerOptions,
+}
+
+impl AnthropicConfig {
+    /// A configuration for `model` at Anthropic's public endpoint, without a key.
+    pub fn new(model: impl Into<String>) -> AnthropicConfig {
+        AnthropicConfig {
+            base_url: "https://api.anthropic.com/v1".into(),
+            model: model.into(),
+            api_key: None,
+            extra_body: Map::new(),
+            options: SummarizerOptions::default(),
+        }
+    }
+
+    /// Sets the API key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> AnthropicConfig {
+        self.api_key = Some(Secret::new(key));
+        self
+    }
+
+    /// Sets the base URL (a proxy or a compatible server).
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> AnthropicConfig {
+        self.base_url = base_url.into();
+        self
+    }
+}
+
+/// The structured-output modes, best first.
+const LADDER: &[OutputMode] = &[
+    OutputMode::ForcedTool,
+    OutputMode::AutoTool,
+    OutputMode::Text,
+];
+
+/// A summarizer backed by the Anthropic Messages API.
+#[derive(Debug)]
+pub struct AnthropicSummarizer {
+    config: AnthropicConfig,
+    name: String,
+    url: String,
+    http: Http,
+    token_model: TokenModel,
+    mode: AtomicUsize,
+}
+
+impl AnthropicSummarizer {
+    /// Builds the summarizer (and its HTTP client). Fails only on an unusable configuration.
+    pub fn new(config: AnthropicConfig) -> Result<AnthropicSummarizer, LlmError> {
+        let http = Http::new(&config.options)?;
+        let url = endpoint(&config.base_url, "messages");
+        reqwest::Url::parse(&url).map_err(|e| LlmError::Config {
+            message: format!("invalid base URL {:?}: {e}", config.base_url),
+        })?;
+        let token_model = TokenModel::for_model(&config.model, &Profiles::builtin());
+        Ok(AnthropicSummarizer {
+            name: format!("anthropic:{}", config.model),
+            url,
+            http,
+            token_model,
+            mode: AtomicUsize::new(0),
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AnthropicConfig {
+        &self.config
+    }
+
+    /// The structured-output mode the next call will use (it moves down after refusals).
+    pub fn output_mode(&self) -> OutputMode {
+        LADDER[self.mode.load(Ordering::Relaxed).min(LADDER.len() - 1)]
+    }
+
+    /// The memory flush before a compaction: the durable facts in `messages`, one per line, or
+    /// `None` when the model answers that nothing is worth keeping.
+    pub async fn flush_memory(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        structured::flush_memory(self, messages, max_tokens).await
+    }
+
+    fn headers(&self) -> Result<HeaderMap, LlmError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        if let Some(key) = &self.config.api_key {
+            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| LlmError::Config {
+                message: "the API key contains characters a header cannot carry".into(),
+            })?;
+            value.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+        }
+        Ok(headers)
+    }
+
+    fn base_body(&self, system: Option<&str>, user: &str, max_tokens: u32) -> Map<String, Value> {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.config.model));
+        body.insert("max_tokens".into(), json!(max_tokens));
+        if let Some(system) = system {
+            body.insert("system".into(), json!(system));
+        }
+        body.insert(
+            "messages".into(),
+            json!([{"role": "user", "content": user}]),
+        );
+        if let Some(temperature) = self.config.options.temperature {
+            body.insert("temperature".into(), json!(temperature));
+        }
+        for (key, value) in &self.config.extra_body {
+            body.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        body
+    }
+
+    async fn send(
+        &self,
+        body: Map<String, Value>,
+        mode: Option<OutputMode>,
+    ) -> Result<Value, CallError> {
+        let headers = self.headers().map_err(CallError::Fatal)?;
+        match self
+            .http
+            .post(&self.url, headers, &Value::Object(body))
+            .await
+            .map_err(CallError::Fatal)?
+        {
+            Reply::Success(value) => Ok(value),
+            Reply::Failure {
+                status,
+                body,
+                retry_after,
+            } => Err(failure(status, body, retry_after, |lower| {
+                refuses(mode, lower)
+            })),
+        }
+    }
+}
+
+/// Whether a 4xx body refuses the way `mode` asks for structure.
+fn refuses(mode: Option<OutputMode>, lower: &str) -> bool {
+    match mode {
+        Some(OutputMode::ForcedTool) => {
+            lower.contains("tool_choice") || lower.contains("tool use") || lower.contains("tools")
+        }
+        Some(OutputMode::AutoTool) => lower.contains("tool"),
+        Some(OutputMode::JsonSchema | OutputMode::Text) | None => false,
+    }
+}
+
+/// Reads the summary object out of a Messages answer: the `record_summary` tool input, or a
+/// JSON object in the text blocks.
+fn read_structured(answer: &Value) -> Result<Value, CallError> {
+    let blocks = answer["content"]
+        .as_array()
+        .ok_or_else(|| CallError::Invalid("the answer has no content".into()))?;
+    let tool_use = blocks
+        .iter()
+        .find(|b| b["type"] == "tool_use" && b["name"] == SUMMARY_TOOL);
+    if let Some(block) = tool_use {
+        return match &block["input"] {
+            Value::Object(_) => Ok(block["input"].clone()),
+            // Some compatible servers send the input as a JSON string.
+            Value::String(text) => extract_json(text).map_err(CallError::Invalid),
+            _ => Err(CallError::Invalid(
+                "the tool input is not a JSON object".into(),
+            )),
+        };
+    }
+    let text = text_of(blocks);
+    let cut_off = answer["stop_reason"] == "max_tokens";
+    extract_json(&text).map_err(|problem| {
+        CallError::Invalid(if cut_off {
+            "the answer was cut off by the output limit; write a shorter summary".into()
+        } else {
+            problem
+        })
+    })
+}
+
+fn text_of(blocks: &[Value]) -> String {
+    blocks
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
+}
+
+#[async_trait]
+impl Backend for AnthropicSummarizer {
+    fn ladder(&self) -> &'static [OutputMode] {
+        LADDER
+    }
+
+    fn mode_index(&self) -> usize {
+        self.mode.load(Ordering::Relaxed)
+    }
+
+    fn set_mode_index(&self, index: usize) {
+        self.mode.fetch_max(index, Ordering::Relaxed);
+    }
+
+    fn produced_by(&self) -> &str {
+        &self.name
+    }
+
+    fn options(&self) -> &SummarizerOptions {
+        &self.config.options
+    }
+
+    fn token_model(&self) -> &TokenModel {
+        &self.token_model
+    }
+
+    async fn structured(
+        &self,
+        system: &str,
+        user: &str,
+        mode: OutputMode,
+        schema: &SummarySchema,
+        max_tokens: u32,
+    ) -> Result<Value, CallError> {
+        let mut body = self.base_body(Some(system), user, max_tokens);
+        if matches!(mode, OutputMode::ForcedTool | OutputMode::AutoTool) {
+            body.insert(
+                "tools".into(),
+                json!([{"name": SUMMARY_TOOL, "description": TOOL_DESCRIPTION.trim(), "input_schema": schema.json_schema()}]),
+            );
+            let choice = if mode == OutputMode::ForcedTool {
+                json!({"type": "tool", "name": SUMMARY_TOOL})
+            } else {
+                json!({"type": "auto"})
+            };
+            body.insert("tool_choice".into(), choice);
+        }
+        let answer = self.send(body, Some(mode)).await?;
+        read_structured(&answer)
+    }
+
+    async fn text(&self, user: &str, max_tokens: u32) -> Result<String, CallError> {
+        let body = self.base_body(None, user, max_tokens);
+        let answer = self.send(body, None).await?;
+        Ok(answer["content"]
+            .as_array()
+            .map(|blocks| text_of(blocks))
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl Summarizer for AnthropicSummarizer {
+    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
+        structured::summarize(self, request).await
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_read_from_tool_use_and_text() {
+        let tool = json!({"content": [{"type": "tool_use", "id": "t1", "name": "record_summary", "input": {"a": "b"}}], "stop_reason": "tool_use"});
+        assert_eq!(read_structured(&tool).ok(), Some(json!({"a": "b"})));
+        let text = json!({"content": [{"type": "text", "text": "Sure: {\"a\": 1}"}], "stop_reason": "end_turn"});
+        assert_eq!(read_structured(&text).ok(), Some(json!({"a": 1})));
+        let cut =
+            json!({"content": [{"type": "text", "text": "{\"a\": "}], "stop_reason": "max_tokens"});
+        assert!(
+            matches!(read_structured(&cut), Err(CallError::Invalid(p)) if p.contains("cut off"))
+        );
+    }
+
+    #[test]
+    fn forced_tool_refusals_are_recognised() {
+        assert!(refuses(
+            Some(OutputMode::ForcedTool),
+            "thinking may not be enabled when tool_choice forces tool use."
+        ));
+        assert!(!refuses(
+            Some(OutputMode::ForcedTool),
+            "messages: roles must alternate"
+        ));
+        assert!(!refuses(Some(OutputMode::Text), "tool_choice"));
+    }
+}

@@ -1,0 +1,1142 @@
+//! [`ExtractiveSummarizer`]: a summary assembled by rules, without a model.
+//!
+//! It is the embedded default: it needs no network, no key and no model, it is deterministic
+//! (the same request always gives the same summary, byte for byte), and it is fast enough to
+//! run at every compaction of a replay of thousands of steps: one linear pass over the
+//! messages, no regular expressions, no allocation per character.
+//!
+//! It fills the default schema's fields from what the messages plainly say:
+//!
+//! - **task overview**: the first user requests (later ones briefly);
+//! - **current state**: which tools were called how often, the last calls with short
+//!   arguments, the last things the assistant said;
+//! - **important discoveries**: from tool results, error lines first, then lines with paths,
+//!   identifiers and numbers (JSON results are flattened to `key: value` lines first);
+//! - **next steps**: the user's latest request and the plan lines of the last assistant
+//!   message;
+//! - **context to preserve**: instructions in the compacted part, the user's stated
+//!   constraints ("must", "never", "do not", …), the compaction focus, and every archive
+//!   reference (`sessions/<id>/tool_result-<call>.txt`, `data/<sha256>.<ext>`, …) so compacted
+//!   content stays reachable.
+//!
+//! Each field is merged with the previous summary's (previous lines first, duplicates
+//! dropped) and bounded by a share of `max_output_tokens` measured cheaply in characters;
+//! what does not fit is dropped from the middle (task overview keeps its oldest lines, current
+//! state and next steps their newest) with a count of what was omitted. The first field starts
+//! with a label saying that this is an extractive summary made without a model. Custom schema
+//! fields it does not know keep the previous summary's text.
+//!
+//! ```
+//! use ctxkeeper_core::model::{Message, Part};
+//! use ctxkeeper_core::summary::{SummaryReason, SummaryRequest, SummarySchema};
+//! use ctxkeeper_llm::ExtractiveSummarizer;
+//!
+//! let request = SummaryRequest {
+//!     messages: vec![
+//!         Message::user("Find why invoice totals are off by one cent. Never touch the database."),
+//!         Message::assistant_with_calls("", vec![Part::tool_call("c1", "grep", r#"{"pattern":"round("}"#)]),
+//!         Message::tool_result("c1", "src/invoice.rs:42: let total = round(sum, 2);\nerror: 3 tests failed"),
+//!         Message::assistant("The rounding happens before the tax. Next I will move it after."),
+//!     ],
+//!     previous: None,
+//!     schema: SummarySchema::default(),
+//!     prompt: None,
+//!     focus: None,
+//!     reason: SummaryReason::Proactive,
+//!     max_output_tokens: 600,
+//! };
+//! let summary = ExtractiveSummarizer::new().summarize_now(&request);
+//! assert_eq!(summary.produced_by, "extractive");
+//! assert!(summary.get("task_overview").contains("without a language model"));
+//! assert!(summary.get("important_discoveries").contains("src/invoice.rs:42"));
+//! assert!(summary.get("context_to_preserve").contains("Never touch the database"));
+//! ```
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use ctxkeeper_core::model::{Message, Part, Role};
+use ctxkeeper_core::summary::{Summary, SummaryRequest};
+use serde_json::Value;
+
+use crate::error::LlmError;
+use crate::fallback::char_budget;
+use crate::summarizer::Summarizer;
+
+/// `produced_by` of extractive summaries.
+pub const EXTRACTIVE_PRODUCER: &str = "extractive";
+
+/// The first line of every extractive summary.
+pub const EXTRACTIVE_LABEL: &str = "[Extractive summary: assembled from the messages by rules, without a language model; details may be missing, and the full messages are archived.]";
+
+/// The deterministic, model-free summarizer. See the [module documentation](self).
+#[derive(Debug, Clone, Default)]
+pub struct ExtractiveSummarizer {
+    _private: (),
+}
+
+/// How a field is cut when it exceeds its share: the fraction of its budget spent on its
+/// oldest lines (the rest goes to the newest).
+#[derive(Debug, Clone, Copy)]
+struct FieldRule {
+    name: &'static str,
+    /// Share of the whole character budget, in percent.
+    share: usize,
+    head_fraction: f32,
+}
+
+const RULES: [FieldRule; 5] = [
+    FieldRule {
+        name: "task_overview",
+        share: 20,
+        head_fraction: 1.0,
+    },
+    FieldRule {
+        name: "current_state",
+        share: 25,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "important_discoveries",
+        share: 30,
+        head_fraction: 0.35,
+    },
+    FieldRule {
+        name: "next_steps",
+        share: 10,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "context_to_preserve",
+        share: 15,
+        head_fraction: 0.5,
+    },
+];
+
+/// Longest line kept from any message.
+const LINE_CHARS: usize = 200;
+/// Lines taken from one tool result.
+const LINES_PER_RESULT: usize = 3;
+/// JSON tool results larger than this are scanned as text instead of parsed.
+const MAX_JSON_RESULT: usize = 64 * 1024;
+
+impl ExtractiveSummarizer {
+    /// The summarizer.
+    pub fn new() -> ExtractiveSummarizer {
+        ExtractiveSummarizer::default()
+    }
+
+    /// Summarizes synchronously (the work is pure; [`Summarizer::summarize`] calls this).
+    pub fn summarize_now(&self, request: &SummaryRequest) -> Summary {
+        let facts = Facts::gather(request);
+        let schema = &request.schema;
+        let budget = char_budget(request.max_output_tokens);
+        let known_share: usize = schema
+            .fields
+            .iter()
+            .filter_map(|f| RULES.iter().find(|r| r.name == f.name).map(|r| r.share))
+            .sum();
+        let unknown = schema
+            .fields
+            .iter()
+            .filter(|f| !RULES.iter().any(|r| r.name == f.name))
+            .count();
+        // Unknown fields share what the known ones leave, at least a tenth each.
+        let unknown_share = 100usize
+            .saturating_sub(known_share)
+            .checked_div(unknown)
+            .map_or(0, |share| share.max(10));
+        let total_share = (known_share + unknown_share * unknown).max(1);
+
+        let mut summary = Summary::empty(schema, EXTRACTIVE_PRODUCER);
+        for (position, field) in schema.fields.iter().enumerate() {
+            let rule = RULES.iter().find(|r| r.name == field.name);
+            let share = rule.map_or(unknown_share, |r| r.share);
+            let head_fraction = rule.map_or(0.5, |r| r.head_fraction);
+            let mut field_budget = budget * share / total_share;
+            let label = position == 0;
+            if label {
+                field_budget = field_budget.saturating_sub(EXTRACTIVE_LABEL.len() + 1);
+            }
+            let previous = request
+                .previous
+                .as_ref()
+                .map(|p| p.get(&field.name))
+                .unwrap_or("");
+            let new_lines = facts.lines_for(&field.name);
+            let merged = merge(previous, new_lines);
+            let mut text = fit_lines(&merged, field_budget, head_fraction);
+            if label {
+                text = if text.is_empty() {
+                    EXTRACTIVE_LABEL.to_string()
+                } else {
+                    format!("{EXTRACTIVE_LABEL}\n{text}")
+                };
+            }
+            summary.set(&field.name, text);
+        }
+        summary
+    }
+}
+
+#[async_trait]
+impl Summarizer for ExtractiveSummarizer {
+    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
+        Ok(self.summarize_now(request))
+    }
+
+    fn name(&self) -> &str {
+        EXTRACTIVE_PRODUCER
+    }
+}
+
+/// The lines extracted for each default field, oldest first.
+#[derive(Debug, Default)]
+struct Facts {
+    task: Vec<String>,
+    state: Vec<String>,
+    discoveries: Vec<String>,
+    next: Vec<String>,
+    preserve: Vec<String>,
+}
+
+impl Facts {
+    fn lines_for(&self, field: &str) -> &[String] {
+        match field {
+            "task_overview" => &self.task,
+            "current_state" => &self.state,
+            "important_discoveries" => &self.discoveries,
+            "next_steps" => &self.next,
+            "context_to_preserve" => &self.preserve,
+            _ => &[],
+        }
+    }
+
+    fn gather(request: &SummaryRequest) -> Facts {
+        let mut facts = Facts::default();
+        let mut asks = 0;
+        let mut latest_ask: Option<String> = None;
+        // Tool names of the calls of the latest assistant message: results answer the closest
+        // preceding assistant message (ids repeat across a session).
+        let mut call_names: Vec<(String, String)> = Vec::new();
+        let mut tool_counts: Vec<(String, usize)> = Vec::new();
+        let mut recent_calls: Vec<String> = Vec::new();
+        let mut said: Vec<String> = Vec::new();
+        let mut last_assistant_text: Option<String> = None;
+        let mut error_results = 0;
+        let mut references = References::default();
+
+        for message in &request.messages {
+            match message.role {
+                Role::System | Role::Developer => {
+                    let text = message.text();
+                    references.scan(&text);
+                    if let Some(line) = first_line(&text) {
+                        facts
+                            .preserve
+                            .push(format!("Instruction: {}", cut(line, LINE_CHARS)));
+                    }
+                }
+                Role::User if message.starts_turn() => {
+                    let text = user_text(message);
+                    references.scan(&text);
+                    let flat = collapse(&text);
+                    if !flat.is_empty() {
+                        asks += 1;
+                        if asks <= 2 {
+                            facts.task.push(format!("User: {}", cut(&flat, 600)));
+                        } else {
+                            facts
+                                .task
+                                .push(format!("Later request: {}", cut(&flat, LINE_CHARS)));
+                        }
+                        latest_ask = Some(flat);
+                    }
+                    for line in text.lines() {
+                        if is_constraint(line) {
+                            facts
+                                .preserve
+                                .push(format!("User constraint: {}", cut(line.trim(), LINE_CHARS)));
+                        }
+                    }
+                    scan_results(
+                        message,
+                        &call_names,
+                        &mut facts.discoveries,
+                        &mut error_results,
+                        &mut references,
+                    );
+                }
+                Role::Assistant => {
+                    call_names.clear();
+                    let mut text = String::new();
+                    for part in &message.parts {
+                        match part {
+                            Part::Text { text: t, .. } => {
+                                if !text.is_empty() {
+                                    text.push('\n');
+                                }
+                                text.push_str(t);
+                            }
+                            Part::ToolCall {
+                                id,
+                                name,
+                                arguments,
+                                ..
+                            } => {
+                                call_names.push((id.clone(), name.clone()));
+                                match tool_counts.iter_mut().find(|(n, _)| n == name) {
+                                    Some((_, count)) => *count += 1,
+                                    None => tool_counts.push((name.clone(), 1)),
+                                }
+                                recent_calls.push(format!("{name}({})", short_args(arguments)));
+                                if recent_calls.len() > 16 {
+                                    recent_calls.drain(..8);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    references.scan(&text);
+                    let flat = collapse(&text);
+                    if !flat.is_empty() {
+                        said.push(cut(&flat, 300));
+                        if said.len() > 8 {
+                            said.drain(..4);
+                        }
+                        last_assistant_text = Some(text);
+                    }
+                }
+                Role::Tool | Role::User => {
+                    scan_results(
+                        message,
+                        &call_names,
+                        &mut facts.discoveries,
+                        &mut error_results,
+                        &mut references,
+                    );
+                }
+            }
+        }
+
+        // Current state: tools used, the last calls, the last words of the assistant.
+        if !tool_counts.is_empty() {
+            let total: usize = tool_counts.iter().map(|(_, c)| c).sum();
+            let list: Vec<String> = tool_counts
+                .iter()
+                .map(|(n, c)| {
+                    if *c > 1 {
+                        format!("{n} ×{c}")
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect();
+            facts
+                .state
+                .push(format!("Tools called ({total} calls): {}", list.join(", ")));
+        }
+        if error_results > 0 {
+            facts
+                .state
+                .push(format!("{error_results} tool results reported errors."));
+        }
+        for call in recent_calls.iter().rev().take(5).rev() {
+            facts.state.push(format!("Called {call}"));
+        }
+        for text in said.iter().rev().take(2).rev() {
+            facts.state.push(format!("Assistant: {text}"));
+        }
+
+        // Next steps: the latest request, then the plan lines of the last reply.
+        if let Some(ask) = &latest_ask {
+            facts
+                .next
+                .push(format!("Latest user request: {}", cut(ask, 300)));
+        }
+        if let Some(text) = &last_assistant_text {
+            let plan: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| is_plan_line(l))
+                .take(5)
+                .collect();
+            if plan.is_empty() {
+                facts.next.push(format!(
+                    "Last assistant message: {}",
+                    cut(&collapse(text), 300)
+                ));
+            } else {
+                facts
+                    .next
+                    .extend(plan.into_iter().map(|l| cut(l, LINE_CHARS)));
+            }
+        }
+
+        if let Some(focus) = request
+            .focus
+            .as_deref()
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+        {
+            facts
+                .preserve
+                .insert(0, format!("Compaction focus: {}", cut(focus, LINE_CHARS)));
+        }
+        facts.preserve.extend(references.into_lines());
+        facts
+    }
+}
+
+/// Text of a user message without its tool results.
+fn user_text(message: &Message) -> String {
+    let mut text = String::new();
+    for part in &message.parts {
+        if let Part::Text { text: t, .. } = part {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(t);
+        }
+    }
+    text
+}
+
+/// Pulls the telling lines out of every tool result in `message`.
+fn scan_results(
+    message: &Message,
+    call_names: &[(String, String)],
+    out: &mut Vec<String>,
+    error_results: &mut usize,
+    references: &mut References,
+) {
+    for part in &message.parts {
+        let Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+            ..
+        } = part
+        else {
+            continue;
+        };
+        let name = call_names
+            .iter()
+            .find(|(id, _)| id == call_id)
+            .map_or("tool", |(_, n)| n.as_str());
+        let mut text = String::new();
+        for inner in content {
+            if let Part::Text { text: t, .. } = inner {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(t);
+            }
+        }
+        if *is_error {
+            *error_results += 1;
+        }
+        references.scan(&text);
+        for line in telling_lines(&text, *is_error) {
+            out.push(format!("[{name}] {line}"));
+        }
+    }
+}
+
+/// The few most telling lines of a tool result: errors first, then lines with paths or
+/// identifiers, then lines with numbers; ties keep their order.
+fn telling_lines(text: &str, is_error: bool) -> Vec<String> {
+    let trimmed = text.trim_start();
+    let mut candidates: Vec<(u8, usize, String)> = Vec::new();
+    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+        && text.len() <= MAX_JSON_RESULT
+        && let Ok(value) = serde_json::from_str::<Value>(trimmed)
+    {
+        let mut leaves = Vec::new();
+        flatten(&value, "", &mut leaves, 0);
+        for (order, line) in leaves.into_iter().enumerate() {
+            let score = score_line(&line);
+            if score > 0 {
+                candidates.push((score, order, line));
+            }
+        }
+    }
+    if candidates.is_empty() {
+        for (order, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.len() < 3 || !line.bytes().any(|b| b.is_ascii_alphanumeric()) {
+                continue;
+            }
+            let mut score = score_line(line);
+            if is_error && score == 0 {
+                score = 1;
+            }
+            if score > 0 {
+                candidates.push((score, order, cut(line, LINE_CHARS)));
+            }
+        }
+    }
+    // Best scores first, then original order; keep the few best, shown in original order.
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    candidates.truncate(LINES_PER_RESULT);
+    candidates.sort_by_key(|c| c.1);
+    candidates.into_iter().map(|(_, _, line)| line).collect()
+}
+
+/// `key: value` lines for the scalar leaves of a JSON value (at most 64, depth 6).
+fn flatten(value: &Value, key: &str, out: &mut Vec<String>, depth: usize) {
+    if out.len() >= 64 || depth > 6 {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                flatten(v, k, out, depth + 1);
+            }
+        }
+        Value::Array(items) => {
+            for item in items.iter().take(16) {
+                flatten(item, key, out, depth + 1);
+            }
+        }
+        Value::String(s) => out.push(cut(&format!("{key}: {s}"), LINE_CHARS)),
+        Value::Number(n) => out.push(format!("{key}: {n}")),
+        Value::Bool(b) => out.push(format!("{key}: {b}")),
+        Value::Null => {}
+    }
+}
+
+/// 3 for error lines, 2 for lines with a path or an identifier, 1 for lines with a number of
+/// two or more digits, 0 otherwise. One pass over the bytes.
+fn score_line(line: &str) -> u8 {
+    // One lowercase copy per line, then substring searches (std's, fast even unoptimised).
+    let lower = line.to_ascii_lowercase();
+    if is_error_line(&lower) {
+        return 3;
+    }
+    let bytes = line.as_bytes();
+    let mut digits_run = 0;
+    let mut has_number = false;
+    let mut has_path = false;
+    let mut word_letters = false;
+    let mut word_digits = false;
+    let mut word_len = 0;
+    let mut has_id = false;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b.is_ascii_digit() {
+            digits_run += 1;
+            if digits_run >= 2 {
+                has_number = true;
+            }
+        } else {
+            digits_run = 0;
+        }
+        if b == b'/' || b == b'\\' {
+            let prev = i
+                .checked_sub(1)
+                .and_then(|j| bytes.get(j))
+                .copied()
+                .unwrap_or(b' ');
+            let next = bytes.get(i + 1).copied().unwrap_or(b' ');
+            if (prev.is_ascii_alphanumeric() || prev == b'.' || prev == b' ' || prev == b'~')
+                && (next.is_ascii_alphanumeric() || next == b'_' || next == b'.')
+            {
+                has_path = true;
+            }
+        }
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'#' {
+            word_len += 1;
+            word_letters |= b.is_ascii_alphabetic();
+            word_digits |= b.is_ascii_digit();
+        } else {
+            if word_len >= 6 && word_letters && word_digits {
+                has_id = true;
+            }
+            word_len = 0;
+            word_letters = false;
+            word_digits = false;
+        }
+    }
+    if word_len >= 6 && word_letters && word_digits {
+        has_id = true;
+    }
+    if has_path || has_id || lower.contains("_id") {
+        2
+    } else if has_number {
+        1
+    } else {
+        0
+    }
+}
+
+/// `lower` is the line in ASCII lowercase.
+fn is_error_line(lower: &str) -> bool {
+    const MARKERS: [&str; 10] = [
+        "error",
+        "exception",
+        "failed",
+        "failure",
+        "traceback",
+        "panic",
+        "denied",
+        "not found",
+        "fatal",
+        "invalid",
+    ];
+    MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// A user line that states a constraint or preference.
+fn is_constraint(line: &str) -> bool {
+    const MARKERS: [&str; 12] = [
+        "must",
+        "never",
+        "always",
+        "don't",
+        "do not",
+        "make sure",
+        "only ",
+        "prefer",
+        "without",
+        "should not",
+        "shouldn't",
+        "important",
+    ];
+    let line = line.trim();
+    if line.len() < 8 {
+        return false;
+    }
+    let lower = line.to_ascii_lowercase();
+    MARKERS.iter().any(|m| contains_word(&lower, m))
+}
+
+/// A line of an assistant message that announces what comes next.
+fn is_plan_line(line: &str) -> bool {
+    const STARTS: [&str; 9] = [
+        "next",
+        "then",
+        "i will",
+        "i'll",
+        "let me",
+        "todo",
+        "- [ ]",
+        "plan",
+        "remaining",
+    ];
+    if line.is_empty() {
+        return false;
+    }
+    let bytes = line.as_bytes();
+    let numbered =
+        bytes.len() > 2 && bytes[0].is_ascii_digit() && (bytes[1] == b'.' || bytes[1] == b')');
+    numbered || STARTS.iter().any(|s| starts_with_ci(line, s))
+}
+
+/// Archive references found in the messages, in first-seen order, without duplicates.
+#[derive(Debug, Default)]
+struct References {
+    seen: HashSet<String>,
+    found: Vec<String>,
+}
+
+impl References {
+    /// Anchors of the reference layouts: AgentScope's workspace (`sessions/…`, `data/…`),
+    /// Agentrail's (`tool-results/…`, `messages.compactions/…`), ReMe's store and memory files.
+    const ANCHORS: [&'static str; 6] = [
+        "sessions/",
+        "data/",
+        "tool-results/",
+        "tool_results/",
+        "messages.compactions/",
+        "memory/",
+    ];
+    const MAX: usize = 64;
+
+    fn scan(&mut self, text: &str) {
+        if self.found.len() >= Self::MAX || !text.contains('/') {
+            return;
+        }
+        for anchor in Self::ANCHORS {
+            for (at, _) in text.match_indices(anchor) {
+                if self.found.len() >= Self::MAX {
+                    return;
+                }
+                let bytes = text.as_bytes();
+                let mut start = at;
+                while start > 0 && !is_reference_boundary(bytes[start - 1]) {
+                    start -= 1;
+                }
+                let mut end = at + anchor.len();
+                while end < bytes.len() && !is_reference_boundary(bytes[end]) {
+                    end += 1;
+                }
+                let candidate = text[start..end].trim_end_matches(['.', ',', ':', ';']);
+                if is_reference(candidate, anchor) && self.seen.insert(candidate.to_string()) {
+                    self.found.push(candidate.to_string());
+                }
+            }
+        }
+    }
+
+    fn into_lines(self) -> Vec<String> {
+        self.found
+            .into_iter()
+            .map(|r| format!("Archived: {r}"))
+            .collect()
+    }
+}
+
+fn is_reference_boundary(b: u8) -> bool {
+    b.is_ascii_whitespace()
+        || matches!(
+            b,
+            b'"' | b'\''
+                | b'`'
+                | b'('
+                | b')'
+                | b'['
+                | b']'
+                | b'<'
+                | b'>'
+                | b'{'
+                | b'}'
+                | b','
+                | b'|'
+        )
+}
+
+/// A path with a file extension, not too long; `data/` references must name a SHA-256.
+fn is_reference(candidate: &str, anchor: &str) -> bool {
+    if candidate.len() > 300 || candidate.contains("://") {
+        return false;
+    }
+    let Some(file) = candidate.rsplit('/').next() else {
+        return false;
+    };
+    let has_extension = file
+        .rsplit_once('.')
+        .is_some_and(|(stem, ext)| !stem.is_empty() && (1..=8).contains(&ext.len()));
+    if !has_extension {
+        return false;
+    }
+    if anchor == "data/" {
+        let stem = file.split('.').next().unwrap_or("");
+        return stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit());
+    }
+    true
+}
+
+/// Merges the previous summary's lines (minus the extractive label) with the new ones,
+/// dropping exact duplicates.
+fn merge(previous: &str, new_lines: &[String]) -> Vec<String> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut out = Vec::new();
+    for line in previous
+        .lines()
+        .map(str::trim_end)
+        .chain(new_lines.iter().map(|l| l.as_str()))
+    {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed == EXTRACTIVE_LABEL || is_omission_marker(trimmed) {
+            continue;
+        }
+        let bullet = trimmed.strip_prefix("- ").unwrap_or(trimmed);
+        if seen.insert(bullet) {
+            out.push(bullet.to_string());
+        }
+    }
+    out
+}
+
+fn is_omission_marker(line: &str) -> bool {
+    line.starts_with("- [… ") && line.ends_with(" earlier lines omitted …]")
+}
+
+/// Bullet lines within `budget` characters: `head_fraction` of the budget for the oldest
+/// lines, the rest for the newest, and a marker counting what was dropped in between.
+fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
+    // A line may take at most half the field, so one long line (a pasted task) cannot crowd
+    // out everything else, and is cut rather than dropped.
+    let longest = (budget / 2).max(80);
+    let cut_lines: Vec<String>;
+    let lines = if lines.iter().any(|l| l.len() > longest) {
+        cut_lines = lines.iter().map(|l| cut(l, longest)).collect();
+        &cut_lines[..]
+    } else {
+        lines
+    };
+    let cost = |line: &String| line.len() + 3;
+    let total: usize = lines.iter().map(cost).sum();
+    if total <= budget {
+        return render_lines(lines.iter(), 0, &[]);
+    }
+    let head_budget = (budget as f32 * head_fraction) as usize;
+    let mut used = 0;
+    let mut head = 0;
+    while head < lines.len() && used + cost(&lines[head]) <= head_budget {
+        used += cost(&lines[head]);
+        head += 1;
+    }
+    let marker_room = 40;
+    let mut tail_start = lines.len();
+    while tail_start > head && used + cost(&lines[tail_start - 1]) + marker_room <= budget {
+        used += cost(&lines[tail_start - 1]);
+        tail_start -= 1;
+    }
+    let omitted = tail_start - head;
+    render_lines(lines[..head].iter(), omitted, &lines[tail_start..])
+}
+
+fn render_lines<'a>(
+    head: impl Iterator<Item = &'a String>,
+    omitted: usize,
+    tail: &[String],
+) -> String {
+    let mut out = String::new();
+    let mut push = |line: &str| {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("- ");
+        out.push_str(line);
+    };
+    for line in head {
+        push(line);
+    }
+    if omitted > 0 {
+        push(&format!("[… {omitted} earlier lines omitted …]"));
+    }
+    for line in tail {
+        push(line);
+    }
+    out
+}
+
+/// Short rendering of tool-call arguments: the first two `key=value` pairs of a JSON object,
+/// values cut to 40 characters; anything else cut to 60.
+fn short_args(arguments: &str) -> String {
+    if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(arguments) {
+        let pairs: Vec<String> = map
+            .iter()
+            .take(2)
+            .map(|(k, v)| {
+                let value = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                format!("{k}={}", cut(&collapse(&value), 40))
+            })
+            .collect();
+        let mut text = pairs.join(", ");
+        if map.len() > 2 {
+            text.push_str(", …");
+        }
+        return text;
+    }
+    cut(&collapse(arguments), 60)
+}
+
+fn first_line(text: &str) -> Option<&str> {
+    text.lines().map(str::trim).find(|l| !l.is_empty())
+}
+
+/// Whitespace runs collapsed to single spaces.
+fn collapse(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(4096));
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let end = text
+        .char_indices()
+        .nth(max.saturating_sub(1))
+        .map_or(text.len(), |(i, _)| i);
+    format!("{}…", &text[..end])
+}
+
+/// Whether `needle` occurs in `haystack` starting at a word boundary.
+fn contains_word(haystack: &str, needle: &str) -> bool {
+    let bytes = haystack.as_bytes();
+    haystack
+        .match_indices(needle)
+        .any(|(i, _)| i == 0 || !bytes[i - 1].is_ascii_alphanumeric())
+}
+
+fn starts_with_ci(text: &str, prefix: &str) -> bool {
+    text.len() >= prefix.len()
+        && text.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxkeeper_core::summary::{SummaryField, SummaryReason, SummarySchema};
+
+    fn schema_names(schema: &SummarySchema) -> Vec<&str> {
+        schema.fields.iter().map(|f| f.name.as_str()).collect()
+    }
+
+    fn request(messages: Vec<Message>, previous: Option<Summary>) -> SummaryRequest {
+        SummaryRequest {
+            messages,
+            previous,
+            schema: SummarySchema::default(),
+            prompt: None,
+            focus: None,
+            reason: SummaryReason::Proactive,
+            max_output_tokens: 800,
+        }
+    }
+
+    fn session() -> Vec<Message> {
+        vec![
+            Message::system("You are a coding agent."),
+            Message::user("Fix the failing build. You must not change the public API."),
+            Message::assistant_with_calls(
+                "Running the tests.",
+                vec![Part::tool_call(
+                    "c1",
+                    "bash",
+                    r#"{"command":"cargo test -p invoices","timeout":600}"#,
+                )],
+            ),
+            Message::tool_result(
+                "c1",
+                "compiling...\nerror[E0308]: mismatched types at src/lib.rs:12\ntest result: FAILED. 3 passed; 1 failed\nfull output saved to sessions/s1/tool_result-c1.txt",
+            ),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "c2",
+                    "read_file",
+                    r#"{"path":"src/lib.rs"}"#,
+                )],
+            ),
+            Message::tool_result("c2", "fn total() -> u32 { 1 }"),
+            Message::assistant(
+                "The return type is wrong.\nNext: change total() to return u64.\nThen rerun the tests.",
+            ),
+        ]
+    }
+
+    #[test]
+    fn fields_are_filled_from_the_messages() {
+        let summary = ExtractiveSummarizer::new().summarize_now(&request(session(), None));
+        assert_eq!(summary.produced_by, "extractive");
+        assert!(!summary.degraded);
+        let task = summary.get("task_overview");
+        assert!(task.starts_with(EXTRACTIVE_LABEL));
+        assert!(task.contains("User: Fix the failing build."));
+        let state = summary.get("current_state");
+        assert!(
+            state.contains("Tools called (2 calls): bash, read_file"),
+            "{state}"
+        );
+        assert!(
+            state.contains("Called bash(command=cargo test -p invoices, timeout=600)"),
+            "{state}"
+        );
+        let found = summary.get("important_discoveries");
+        assert!(
+            found.contains("[bash] error[E0308]: mismatched types at src/lib.rs:12"),
+            "{found}"
+        );
+        let next = summary.get("next_steps");
+        assert!(
+            next.contains("Next: change total() to return u64."),
+            "{next}"
+        );
+        assert!(
+            next.contains("Latest user request: Fix the failing build."),
+            "{next}"
+        );
+        let keep = summary.get("context_to_preserve");
+        assert!(
+            keep.contains(
+                "User constraint: Fix the failing build. You must not change the public API."
+            ),
+            "{keep}"
+        );
+        assert!(
+            keep.contains("Archived: sessions/s1/tool_result-c1.txt"),
+            "{keep}"
+        );
+        assert!(
+            keep.contains("Instruction: You are a coding agent."),
+            "{keep}"
+        );
+    }
+
+    #[test]
+    fn same_input_same_summary() {
+        let summarizer = ExtractiveSummarizer::new();
+        let a = summarizer.summarize_now(&request(session(), None));
+        let b = summarizer.summarize_now(&request(session(), None));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn merging_keeps_previous_facts_without_duplicates() {
+        let summarizer = ExtractiveSummarizer::new();
+        let first = summarizer.summarize_now(&request(session(), None));
+        let later = vec![
+            Message::user("Also update the changelog."),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call("c9", "edit", r#"{"path":"CHANGELOG.md"}"#)],
+            ),
+            Message::tool_result("c9", "written CHANGELOG.md (12 lines)"),
+        ];
+        let second = summarizer.summarize_now(&request(later, Some(first.clone())));
+        let task = second.get("task_overview");
+        assert!(task.contains("Fix the failing build"), "{task}");
+        assert!(task.contains("Also update the changelog"), "{task}");
+        assert_eq!(task.matches(EXTRACTIVE_LABEL).count(), 1);
+        let keep = second.get("context_to_preserve");
+        assert_eq!(
+            keep.matches("sessions/s1/tool_result-c1.txt").count(),
+            1,
+            "{keep}"
+        );
+        assert!(
+            second
+                .get("important_discoveries")
+                .contains("mismatched types")
+        );
+        // Summarizing the same summary again changes nothing (idempotent merge).
+        let again = summarizer.summarize_now(&request(Vec::new(), Some(second.clone())));
+        for name in schema_names(&SummarySchema::default()) {
+            assert_eq!(again.get(name), second.get(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn size_stays_bounded_over_many_merges() {
+        let summarizer = ExtractiveSummarizer::new();
+        let mut previous = None;
+        for round in 0..50 {
+            let messages: Vec<Message> = (0..20)
+                .flat_map(|i| {
+                    let id = format!("r{round}c{i}");
+                    vec![
+                        Message::user(format!("Step {round}.{i}: you must keep id ORD{round:04}{i:03} in mind.")),
+                        Message::assistant_with_calls("", vec![Part::tool_call(&id, "lookup", format!(r#"{{"order":"ORD{round:04}{i:03}"}}"#))]),
+                        Message::tool_result(&id, format!("error: order ORD{round:04}{i:03} not found in /srv/orders/{round}.json")),
+                    ]
+                })
+                .collect();
+            let summary = summarizer.summarize_now(&SummaryRequest {
+                max_output_tokens: 500,
+                ..request(messages, previous.take())
+            });
+            let size: usize = SummarySchema::default()
+                .fields
+                .iter()
+                .map(|f| summary.get(&f.name).len())
+                .sum();
+            assert!(
+                size <= char_budget(500) + EXTRACTIVE_LABEL.len() + 64,
+                "round {round}: {size}"
+            );
+            previous = Some(summary);
+        }
+        let last = previous.unwrap_or_else(|| Summary::empty(&SummarySchema::default(), "x"));
+        assert!(
+            last.get("task_overview").contains("Step 0.0"),
+            "the original task survives"
+        );
+        assert!(
+            last.get("important_discoveries")
+                .contains("earlier lines omitted")
+        );
+    }
+
+    #[test]
+    fn json_results_are_flattened_to_telling_leaves() {
+        let result = r##"{"user_id": "mia_li_3668", "name": {"first": "Mia"}, "orders": ["#W4817420"], "balance": 1034}"##;
+        let lines = telling_lines(result, false);
+        assert!(
+            lines.iter().any(|l| l == "user_id: mia_li_3668"),
+            "{lines:?}"
+        );
+        assert!(lines.iter().any(|l| l == "orders: #W4817420"), "{lines:?}");
+    }
+
+    #[test]
+    fn references_are_found_and_validated() {
+        let mut refs = References::default();
+        refs.scan("see sessions/abc/tool_result-call_1.txt, and data/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.png");
+        refs.scan("not data/notahash.png nor https://x.io/sessions/a.txt nor sessions/ alone; again sessions/abc/tool_result-call_1.txt.");
+        assert_eq!(
+            refs.found,
+            vec![
+                "sessions/abc/tool_result-call_1.txt".to_string(),
+                "data/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.png"
+                    .to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn custom_schema_fields_keep_the_previous_text() {
+        let schema = SummarySchema {
+            fields: vec![
+                SummaryField {
+                    name: "goal".into(),
+                    title: "Goal".into(),
+                    description: "d".into(),
+                },
+                SummaryField {
+                    name: "next_steps".into(),
+                    title: "Next".into(),
+                    description: "d".into(),
+                },
+            ],
+        };
+        let mut previous = Summary::empty(&schema, "openai:x");
+        previous.set("goal", "Ship v2");
+        let summary = ExtractiveSummarizer::new().summarize_now(&SummaryRequest {
+            schema: schema.clone(),
+            ..request(session(), Some(previous))
+        });
+        assert!(summary.get("goal").starts_with(EXTRACTIVE_LABEL));
+        assert!(summary.get("goal").contains("Ship v2"));
+        assert!(summary.get("next_steps").contains("change total()"));
+    }
+
+    #[test]
+    fn scoring_prefers_errors_then_paths_and_ids() {
+        assert_eq!(score_line("Traceback (most recent call last):"), 3);
+        assert_eq!(score_line("wrote /tmp/out.txt"), 2);
+        assert_eq!(score_line("order #W4817420 shipped"), 2);
+        assert_eq!(score_line("took 1234 ms"), 1);
+        assert_eq!(score_line("all good"), 0);
+    }
+
+    #[test]
+    fn fit_lines_keeps_head_and_tail_with_a_marker() {
+        let lines: Vec<String> = (0..100)
+            .map(|i| format!("line {i:03} with some words"))
+            .collect();
+        let text = fit_lines(&lines, 600, 0.5);
+        assert!(text.len() <= 600);
+        assert!(text.starts_with("- line 000"));
+        assert!(text.ends_with("line 099 with some words"));
+        assert!(text.contains("earlier lines omitted"));
+        let tail_only = fit_lines(&lines, 300, 0.0);
+        assert!(!tail_only.contains("line 000"));
+    }
+}

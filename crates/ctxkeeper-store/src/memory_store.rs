@@ -1,0 +1,193 @@
+//! `memory://`: an in-process session store, lost on exit. For tests and demos, and the
+//! reference the other backends are checked against.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use ctxkeeper_core::model::Message;
+
+use crate::StoreError;
+use crate::session::{
+    AppendOutcome, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo, SessionStore,
+    Versioned, check_messages, rank_entries,
+};
+use crate::state::{AgentState, SessionKey};
+use crate::time::now_ms;
+
+#[derive(Debug, Default)]
+struct Session {
+    state: Option<(u64, AgentState)>,
+    log: Vec<LogEntry>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+/// The in-memory session store.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<BTreeMap<SessionKey, Session>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut BTreeMap<SessionKey, Session>) -> T,
+    ) -> Result<T, StoreError> {
+        let mut guard = self
+            .sessions
+            .lock()
+            .map_err(|_| StoreError::backend("memory", "lock poisoned by a panicked writer"))?;
+        Ok(f(&mut guard))
+    }
+}
+
+fn touch<'a>(
+    sessions: &'a mut BTreeMap<SessionKey, Session>,
+    key: &SessionKey,
+    now: i64,
+) -> &'a mut Session {
+    let session = sessions.entry(key.clone()).or_insert_with(|| Session {
+        created_at_ms: now,
+        ..Session::default()
+    });
+    session.updated_at_ms = now;
+    session
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
+        self.with(|sessions| {
+            sessions
+                .get(key)
+                .and_then(|s| s.state.as_ref())
+                .map(|(version, state)| Versioned {
+                    state: state.clone(),
+                    version: *version,
+                })
+        })
+    }
+
+    async fn save(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        // Serializing checks the state the way the durable backends do.
+        let copy = AgentState::from_json(&state.to_json()?)?;
+        self.with(|sessions| {
+            let actual = sessions
+                .get(key)
+                .and_then(|s| s.state.as_ref())
+                .map(|(v, _)| *v);
+            if actual != expected {
+                return Err(StoreError::Conflict { expected, actual });
+            }
+            let version = actual.unwrap_or(0) + 1;
+            touch(sessions, key, now_ms()).state = Some((version, copy));
+            Ok(version)
+        })?
+    }
+
+    async fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[Message],
+    ) -> Result<AppendOutcome, StoreError> {
+        check_messages(messages)?;
+        self.with(|sessions| {
+            let now = now_ms();
+            let session = touch(sessions, key, now);
+            let first_seq = session.log.len() as u64 + 1;
+            for message in messages {
+                let seq = session.log.len() as u64 + 1;
+                session.log.push(LogEntry {
+                    seq,
+                    at_ms: now,
+                    message: message.clone(),
+                });
+            }
+            AppendOutcome {
+                first_seq,
+                last_seq: session.log.len() as u64,
+            }
+        })
+    }
+
+    async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
+        filter.validate()?;
+        let mut out = self.with(|sessions| {
+            sessions
+                .iter()
+                .filter(|(key, _)| filter.matches(key))
+                .map(|(key, s)| SessionInfo {
+                    key: key.clone(),
+                    version: s.state.as_ref().map(|(v, _)| *v),
+                    log_len: s.log.len() as u64,
+                    created_at_ms: s.created_at_ms,
+                    updated_at_ms: s.updated_at_ms,
+                })
+                .collect::<Vec<_>>()
+        })?;
+        out.sort_by(|a, b| {
+            b.updated_at_ms
+                .cmp(&a.updated_at_ms)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        Ok(out)
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        self.with(|sessions| sessions.remove(key).is_some())
+    }
+
+    async fn history(
+        &self,
+        key: &SessionKey,
+        page: HistoryPage,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        self.with(|sessions| {
+            let Some(session) = sessions.get(key) else {
+                return Vec::new();
+            };
+            let end = page.before_seq.map_or(session.log.len(), |before| {
+                (before.saturating_sub(1) as usize).min(session.log.len())
+            });
+            let start = end.saturating_sub(page.last);
+            session.log[start..end].to_vec()
+        })
+    }
+
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<crate::SearchHit>, StoreError> {
+        let terms = query.terms()?;
+        let entries = self.with(|sessions| {
+            sessions
+                .iter()
+                .filter(|(key, _)| query.scope.contains(key))
+                .flat_map(|(key, s)| s.log.iter().map(move |e| (key.clone(), e.clone())))
+                .collect::<Vec<_>>()
+        })?;
+        Ok(rank_entries(&terms, entries, query.limit))
+    }
+
+    async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
+        crate::session::check_tenant(tenant)?;
+        self.with(|sessions| {
+            let before = sessions.len();
+            sessions.retain(|key, s| {
+                s.updated_at_ms >= cutoff_ms || tenant.is_some_and(|t| t != key.tenant())
+            });
+            (before - sessions.len()) as u64
+        })
+    }
+}

@@ -1,0 +1,500 @@
+//! `redis://…`: sessions in Redis — standalone, cluster or sentinel.
+//!
+//! | URL | deployment |
+//! | --- | --- |
+//! | `redis://[user:pass@]host:port[/db]` | standalone (reconnects automatically) |
+//! | `redis+cluster://host1:port,host2:port` | Redis Cluster |
+//! | `redis+sentinel://sentinel1:port,sentinel2:port/MASTER` | the master Sentinel names |
+//!
+//! A `?prefix=NAME` query parameter sets the key prefix (default `ctxkeeper`). Keys:
+//!
+//! ```text
+//! PREFIX:s:{tenant|user|agent|session}:state   hash: version, state, created, updated
+//! PREFIX:s:{tenant|user|agent|session}:log     list: one JSON entry per message
+//! PREFIX:idx:tenant                            sorted set of the tenant's sessions by update time
+//! PREFIX:tenants                               set of tenants (for clean-up across tenants)
+//! ```
+//!
+//! The braces are a cluster hash tag: a session's two keys live in one slot, so save and
+//! append are single Lua scripts — compare-and-swap and gap-free numbering are atomic on the
+//! server. Identifiers cannot contain `|`, `{` or `}`, so keys never collide. Search ranks in
+//! the client over the tenant's logs (no RediSearch module needed).
+
+use async_trait::async_trait;
+use ctxkeeper_core::model::Message;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+
+use crate::session::{
+    AppendOutcome, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
+    SessionInfo, SessionStore, Versioned, check_messages, parse_entry, rank_entries,
+};
+use crate::state::{AgentState, SessionKey};
+use crate::time::now_ms;
+use crate::{StoreError, redact};
+
+const SAVE_SCRIPT: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'version')
+local exp = ARGV[1]
+if (exp == '' and cur) or (exp ~= '' and cur ~= exp) then
+  return {0, cur or ''}
+end
+local new = (tonumber(cur) or 0) + 1
+redis.call('HSET', KEYS[1], 'version', new, 'state', ARGV[2], 'updated', ARGV[3])
+redis.call('HSETNX', KEYS[1], 'created', ARGV[3])
+return {1, tostring(new)}
+";
+
+const APPEND_SCRIPT: &str = r#"
+local n = redis.call('LLEN', KEYS[2])
+for i = 2, #ARGV do
+  redis.call('RPUSH', KEYS[2], '{"seq":' .. string.format('%d', n + i - 1) .. ',"at_ms":' .. ARGV[1] .. ',"message":' .. ARGV[i] .. '}')
+end
+redis.call('HSET', KEYS[1], 'updated', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'created', ARGV[1])
+return n + 1
+"#;
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The Redis session store.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Conn,
+    prefix: String,
+    shown_url: String,
+    save: Script,
+    append: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &self.shown_url)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+fn err(e: redis::RedisError) -> StoreError {
+    StoreError::backend("redis", e)
+}
+
+/// Splits `?prefix=…` off a URL; other query parameters stay for the redis client.
+fn split_prefix(url: &str) -> Result<(String, String), StoreError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), "ctxkeeper".to_string()));
+    };
+    let mut prefix = "ctxkeeper".to_string();
+    let mut rest = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("prefix", value)) => prefix = value.to_string(),
+            _ => rest.push(pair),
+        }
+    }
+    if prefix.is_empty() || prefix.contains(['{', '}', ' ']) {
+        return Err(StoreError::InvalidInput(format!(
+            "bad redis key prefix {prefix:?}"
+        )));
+    }
+    let base = if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((base, prefix))
+}
+
+impl RedisStore {
+    /// Connects to the deployment a URL names (see the module docs).
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        let shown_url = redact(url);
+        let (url, prefix) = split_prefix(url)?;
+        let unreachable = |e: redis::RedisError| {
+            StoreError::backend("redis", format!("cannot connect to {shown_url}: {e}"))
+        };
+        let conn = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = rest
+                .trim_end_matches('/')
+                .split(',')
+                .map(|n| format!("redis://{n}"))
+                .collect();
+            let client = redis::cluster::ClusterClient::new(nodes).map_err(unreachable)?;
+            Conn::Cluster(client.get_async_connection().await.map_err(unreachable)?)
+        } else if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let (hosts, master) = rest.split_once('/').ok_or_else(|| {
+                StoreError::InvalidInput("redis+sentinel:// needs /MASTER_NAME".into())
+            })?;
+            let nodes: Vec<String> = hosts.split(',').map(|n| format!("redis://{n}")).collect();
+            let mut sentinel = redis::sentinel::Sentinel::build(nodes).map_err(unreachable)?;
+            let client = sentinel
+                .async_master_for(master, None)
+                .await
+                .map_err(unreachable)?;
+            Conn::Single(ConnectionManager::new(client).await.map_err(unreachable)?)
+        } else {
+            let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
+            Conn::Single(ConnectionManager::new(client).await.map_err(unreachable)?)
+        };
+        let store = RedisStore {
+            conn,
+            prefix,
+            shown_url: shown_url.clone(),
+            save: Script::new(SAVE_SCRIPT),
+            append: Script::new(APPEND_SCRIPT),
+        };
+        // Fail at open, not at first use, when the server is not there.
+        let _: String = redis::cmd("PING")
+            .query_async(&mut store.conn.clone())
+            .await
+            .map_err(unreachable)?;
+        Ok(store)
+    }
+
+    fn tag(key: &SessionKey) -> String {
+        format!(
+            "{{{}|{}|{}|{}}}",
+            key.tenant(),
+            key.user(),
+            key.agent(),
+            key.session()
+        )
+    }
+
+    fn state_key(&self, key: &SessionKey) -> String {
+        format!("{}:s:{}:state", self.prefix, Self::tag(key))
+    }
+
+    fn log_key(&self, key: &SessionKey) -> String {
+        format!("{}:s:{}:log", self.prefix, Self::tag(key))
+    }
+
+    fn index_key(&self, tenant: &str) -> String {
+        format!("{}:idx:{tenant}", self.prefix)
+    }
+
+    fn tenants_key(&self) -> String {
+        format!("{}:tenants", self.prefix)
+    }
+
+    fn member(key: &SessionKey) -> String {
+        format!("{}|{}|{}", key.user(), key.agent(), key.session())
+    }
+
+    fn key_of(tenant: &str, member: &str) -> Option<SessionKey> {
+        let mut parts = member.splitn(3, '|');
+        let (user, agent, session) = (parts.next()?, parts.next()?, parts.next()?);
+        SessionKey::new(tenant, user, agent, session).ok()
+    }
+
+    async fn index(&self, key: &SessionKey, now: i64) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        // Separate commands: in a cluster the index lives in another slot than the session.
+        let _: () = redis::cmd("ZADD")
+            .arg(self.index_key(key.tenant()))
+            .arg(now)
+            .arg(Self::member(key))
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let _: () = redis::cmd("SADD")
+            .arg(self.tenants_key())
+            .arg(key.tenant())
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    async fn members(&self, tenant: &str) -> Result<Vec<String>, StoreError> {
+        redis::cmd("ZRANGE")
+            .arg(self.index_key(tenant))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err)
+    }
+
+    async fn read_log(
+        &self,
+        key: &SessionKey,
+        start: i64,
+        stop: i64,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        let raw: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(self.log_key(key))
+            .arg(start)
+            .arg(stop)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err)?;
+        raw.iter().map(|r| parse_entry(r)).collect()
+    }
+
+    async fn info(&self, key: SessionKey) -> Result<Option<SessionInfo>, StoreError> {
+        let mut conn = self.conn.clone();
+        let (version, created, updated): (Option<u64>, Option<i64>, Option<i64>) =
+            redis::cmd("HMGET")
+                .arg(self.state_key(&key))
+                .arg("version")
+                .arg("created")
+                .arg("updated")
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?;
+        let log_len: u64 = redis::cmd("LLEN")
+            .arg(self.log_key(&key))
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let (Some(created), Some(updated)) = (created, updated) else {
+            return Ok(None);
+        };
+        Ok(Some(SessionInfo {
+            key,
+            version,
+            log_len,
+            created_at_ms: created,
+            updated_at_ms: updated,
+        }))
+    }
+}
+
+#[async_trait]
+impl SessionStore for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
+        let (version, state): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+            .arg(self.state_key(key))
+            .arg("version")
+            .arg("state")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err)?;
+        match (version, state) {
+            (Some(version), Some(state)) => Ok(Some(Versioned {
+                state: AgentState::from_json(&state)?,
+                version,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    async fn save(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let json = state.to_json()?;
+        let now = now_ms();
+        let (ok, version): (i64, String) = self
+            .save
+            .key(self.state_key(key))
+            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
+            .arg(json)
+            .arg(now)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err)?;
+        if ok != 1 {
+            return Err(StoreError::Conflict {
+                expected,
+                actual: version.parse().ok(),
+            });
+        }
+        self.index(key, now).await?;
+        version
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("redis version {version:?}")))
+    }
+
+    async fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[Message],
+    ) -> Result<AppendOutcome, StoreError> {
+        check_messages(messages)?;
+        let now = now_ms();
+        let mut invocation = self.append.key(self.state_key(key));
+        invocation.key(self.log_key(key)).arg(now);
+        for message in messages {
+            let json = serde_json::to_string(message).map_err(|e| {
+                StoreError::InvalidInput(format!("message does not serialize: {e}"))
+            })?;
+            invocation.arg(json);
+        }
+        let first: u64 = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err)?;
+        self.index(key, now).await?;
+        Ok(AppendOutcome {
+            first_seq: first,
+            last_seq: first + messages.len() as u64 - 1,
+        })
+    }
+
+    async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
+        filter.validate()?;
+        let mut out = Vec::new();
+        for member in self.members(&filter.tenant).await? {
+            let Some(key) = Self::key_of(&filter.tenant, &member) else {
+                continue;
+            };
+            if filter.matches(&key)
+                && let Some(info) = self.info(key).await?
+            {
+                out.push(info);
+            }
+        }
+        out.sort_by(|a, b| {
+            b.updated_at_ms
+                .cmp(&a.updated_at_ms)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        Ok(out)
+    }
+
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        // One command per key: in a cluster, multi-key DEL works only within a slot, which
+        // holds here (hash tag), but keep it simple and portable.
+        let a: u64 = redis::cmd("DEL")
+            .arg(self.state_key(key))
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let b: u64 = redis::cmd("DEL")
+            .arg(self.log_key(key))
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        let _: () = redis::cmd("ZREM")
+            .arg(self.index_key(key.tenant()))
+            .arg(Self::member(key))
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
+        Ok(a + b > 0)
+    }
+
+    async fn history(
+        &self,
+        key: &SessionKey,
+        page: HistoryPage,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        if page.last == 0 {
+            return Ok(Vec::new());
+        }
+        let len: i64 = redis::cmd("LLEN")
+            .arg(self.log_key(key))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err)?;
+        let end = page
+            .before_seq
+            .map_or(len, |b| (i64::try_from(b).unwrap_or(i64::MAX) - 1).min(len));
+        if end <= 0 {
+            return Ok(Vec::new());
+        }
+        let start = (end - i64::try_from(page.last).unwrap_or(i64::MAX)).max(0);
+        self.read_log(key, start, end - 1).await
+    }
+
+    async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        let terms = query.terms()?;
+        let keys: Vec<SessionKey> = match &query.scope {
+            SearchScope::Session(key) => vec![key.clone()],
+            SearchScope::Tenant(tenant) => self
+                .members(tenant)
+                .await?
+                .iter()
+                .filter_map(|m| Self::key_of(tenant, m))
+                .collect(),
+        };
+        let mut entries = Vec::new();
+        for key in keys {
+            for entry in self.read_log(&key, 0, -1).await? {
+                entries.push((key.clone(), entry));
+            }
+        }
+        Ok(rank_entries(&terms, entries, query.limit))
+    }
+
+    async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
+        crate::session::check_tenant(tenant)?;
+        let mut conn = self.conn.clone();
+        let tenants: Vec<String> = match tenant {
+            Some(tenant) => vec![tenant.to_string()],
+            None => redis::cmd("SMEMBERS")
+                .arg(self.tenants_key())
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?,
+        };
+        let mut removed = 0;
+        for tenant in tenants {
+            let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+                .arg(self.index_key(&tenant))
+                .arg("-inf")
+                .arg(format!("({cutoff_ms}"))
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?;
+            for member in members {
+                let Some(key) = Self::key_of(&tenant, &member) else {
+                    continue;
+                };
+                // The index may lag behind a concurrent append; the session's own time decides.
+                let updated: Option<i64> = redis::cmd("HGET")
+                    .arg(self.state_key(&key))
+                    .arg("updated")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(err)?;
+                if updated.is_none_or(|u| u < cutoff_ms) && self.delete(&key).await? {
+                    removed += 1;
+                }
+            }
+        }
+        Ok(removed)
+    }
+}

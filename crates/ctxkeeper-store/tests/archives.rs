@@ -1,0 +1,158 @@
+//! Every archive (offloader) backend runs the shared offloader conformance suite.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use ctxkeeper_store::archive::{ArchiveRef, ArchiveScope, Offloader};
+use ctxkeeper_store::{LocalWorkspace, StoreError, open_archive};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_workspace_conformance() {
+    let dir = tempfile::tempdir().unwrap();
+    common::archive_suite::run_all(
+        "workspace",
+        Arc::new(LocalWorkspace::new(dir.path()).unwrap()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn local_workspace_uses_the_000_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = LocalWorkspace::new(dir.path()).unwrap();
+    let scope = ArchiveScope::session("s1");
+    ws.offload_tool_result(&scope, "call_1", "out")
+        .await
+        .unwrap();
+    ws.offload_tool_result(&scope, "call_1", "out 2")
+        .await
+        .unwrap();
+    ws.offload_context(&scope, &[ctxkeeper_core::model::Message::user("hi")])
+        .await
+        .unwrap();
+    let data = ws
+        .put_data(&scope, b"png bytes", "image/png")
+        .await
+        .unwrap();
+    let root = dir.path();
+    assert!(root.join("sessions/s1/tool_result-call_1.txt").is_file());
+    assert!(root.join("sessions/s1/tool_result-call_1(1).txt").is_file());
+    assert_eq!(
+        std::fs::read_to_string(root.join("sessions/s1/context.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+    assert!(root.join(data.as_str()).is_file());
+    let other = ArchiveScope {
+        tenant: "acme".into(),
+        session: "s1".into(),
+    };
+    ws.offload_tool_result(&other, "call_1", "acme")
+        .await
+        .unwrap();
+    assert!(
+        root.join("tenants/acme/sessions/s1/tool_result-call_1.txt")
+            .is_file()
+    );
+    // No temporary files are left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(root.join("sessions/s1"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn local_workspace_refuses_symlinks_out_of_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+    let ws = LocalWorkspace::new(dir.path().join("ws")).unwrap();
+    let scope = ArchiveScope::session("s1");
+    ws.offload_tool_result(&scope, "a", "x").await.unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        dir.path().join("ws/sessions/s1/tool_result-evil.txt"),
+    )
+    .unwrap();
+    let read = ws
+        .read_all(
+            &scope,
+            &ArchiveRef("sessions/s1/tool_result-evil.txt".into()),
+        )
+        .await;
+    assert!(matches!(read, Err(StoreError::NotFound(_))), "{read:?}");
+}
+
+#[tokio::test]
+async fn open_archive_takes_a_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = open_archive(dir.path().to_str().unwrap()).await.unwrap();
+    let r = archive
+        .offload_tool_result(&ArchiveScope::session("s"), "c", "x")
+        .await
+        .unwrap();
+    assert_eq!(r.as_str(), "sessions/s/tool_result-c.txt");
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_archive_conformance() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("archive.db").display());
+    common::archive_suite::run_all("sqlite archive", open_archive(&url).await.unwrap()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_archive_conformance() {
+    let Some(url) = common::service_url(
+        common::POSTGRES_VAR,
+        "postgres archive",
+        common::POSTGRES_DEFAULT,
+    ) else {
+        return;
+    };
+    match open_archive(&url).await {
+        Ok(archive) => common::archive_suite::run_all("postgres archive", archive).await,
+        Err(err) => common::unreachable("postgres archive", &err.to_string()),
+    }
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_archive_conformance() {
+    let Some(url) = common::service_url(common::MYSQL_VAR, "mysql archive", common::MYSQL_DEFAULT)
+    else {
+        return;
+    };
+    match open_archive(&url).await {
+        Ok(archive) => common::archive_suite::run_all("mysql archive", archive).await,
+        Err(err) => common::unreachable("mysql archive", &err.to_string()),
+    }
+}
+
+#[cfg(feature = "object-store")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn object_store_memory_conformance() {
+    common::archive_suite::run_all(
+        "object store (memory)",
+        open_archive("memory://").await.unwrap(),
+    )
+    .await;
+}
+
+#[cfg(feature = "object-store")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn object_store_local_fs_conformance() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = ctxkeeper_store::object_archive::ObjectArchive::local(dir.path()).unwrap();
+    common::archive_suite::run_all("object store (local fs)", Arc::new(archive)).await;
+}
