@@ -54,9 +54,23 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "DIR")]
     pub emit_requests: Option<PathBuf>,
 
-    /// Wire format of emitted requests and of the rules each request is checked against.
+    /// Wire format of emitted requests.
     #[arg(long, default_value = "openai-chat", value_name = "WIRE")]
     pub wire: String,
+
+    /// Persist the replayed session in this session store (sqlite://PATH, postgres://…,
+    /// mysql://…, redis://…, file://DIR, memory://): its full log and its final context.
+    #[arg(long, value_name = "URL", requires = "session")]
+    pub store: Option<String>,
+
+    /// The session id to store the replay under (a multi-session trace without --concat gets
+    /// ID-0001, ID-0002, …).
+    #[arg(long, value_name = "ID", requires = "store")]
+    pub session: Option<String>,
+
+    /// The tenant to store the session in.
+    #[arg(long, default_value = "default", value_name = "TENANT")]
+    pub tenant: String,
 }
 
 /// Runs the command.
@@ -86,10 +100,19 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         .filter(|m| m.role == Role::Assistant)
         .count() as u64;
     let progress = progress_bar(total_steps);
+    // The last context sent in each session: what a stored session resumes from.
+    let mut final_contexts: std::collections::HashMap<
+        String,
+        Vec<ctxkeeper::core::model::Message>,
+    > = std::collections::HashMap::new();
+    let keep_contexts = args.store.is_some();
     let mut observer = |step: &StepView<'_>| -> Result<(), String> {
         progress.inc(1);
         if let Some(dir) = &args.emit_requests {
             write_request(dir, wire, &loaded.model, step).map_err(|e| format!("{e:#}"))?;
+        }
+        if keep_contexts {
+            final_contexts.insert(step.session.id.clone(), step.request.to_vec());
         }
         Ok(())
     };
@@ -147,6 +170,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         )
     };
     progress.finish_and_clear();
+    if let (Some(url), Some(id)) = (&args.store, &args.session) {
+        persist(url, id, &args.tenant, &loaded, &final_contexts)?;
+    }
 
     if args.trace.json {
         println!(
@@ -157,6 +183,58 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         print!("{}", render(&loaded, &report, extra.as_ref()));
     }
     Ok(())
+}
+
+/// Stores every replayed session: its whole log (append-only) and the final context as the
+/// saved state, so `ctxkeeper sessions …` and a later run can pick it up.
+fn persist(
+    url: &str,
+    id: &str,
+    tenant: &str,
+    loaded: &LoadedTrace,
+    final_contexts: &std::collections::HashMap<String, Vec<ctxkeeper::core::model::Message>>,
+) -> Result<()> {
+    use ctxkeeper::store::{AgentState, SessionKey, open_store};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let store = open_store(url)
+            .await
+            .with_context(|| format!("cannot open the store {url}"))?;
+        let many = loaded.sessions.len() > 1;
+        for (index, session) in loaded.sessions.iter().enumerate() {
+            let name = if many {
+                format!("{id}-{:04}", index + 1)
+            } else {
+                id.to_string()
+            };
+            let key = SessionKey::new(
+                tenant,
+                SessionKey::DEFAULT,
+                SessionKey::DEFAULT,
+                name.as_str(),
+            )
+            .map_err(|e| InputError::BadOption(format!("--session/--tenant: {e}")))?;
+            for chunk in session.messages.chunks(500) {
+                store
+                    .append(&key, chunk)
+                    .await
+                    .with_context(|| format!("cannot append to {name}"))?;
+            }
+            let mut state = AgentState::new();
+            state.context = final_contexts
+                .get(&session.id)
+                .cloned()
+                .unwrap_or_else(|| session.messages.clone());
+            let expected = store.load(&key).await?.map(|v| v.version);
+            store
+                .save(&key, &state, expected)
+                .await
+                .with_context(|| format!("cannot save {name}"))?;
+        }
+        Ok(())
+    })
 }
 
 /// The named preset with the config file's `[policy]` overrides applied.

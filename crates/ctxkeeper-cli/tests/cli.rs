@@ -335,3 +335,69 @@ fn unknown_options_are_usage_errors() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("nonsense"));
 }
+
+#[test]
+fn a_replayed_trace_leaves_a_real_session_behind() {
+    let Some(dir) = traces_dir() else { return };
+    let trace = dir.join("swe-agent/marshmallow-code__marshmallow-1867.function_calling.traj");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let workspace = scratch.path().join("workspace");
+    let report = json_of(&run(&[
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        "default",
+        "--window",
+        "8000",
+        "--json",
+        "--store",
+        &store,
+        "--session",
+        "s1",
+        "--workspace",
+        workspace.to_str().expect("utf-8"),
+    ]));
+    assert_eq!(report["unrecoverable_items"], 0);
+
+    let show = run(&["sessions", "show", "s1", "--store", &store]);
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    assert!(text.contains("s1") && text.contains("assistant"), "{text}");
+
+    // A word that appears only in a tool output of the trace.
+    let search = run(&[
+        "sessions",
+        "search",
+        "TimeDelta",
+        "--store",
+        &store,
+        "--json",
+    ]);
+    assert!(
+        search.status.success(),
+        "{}",
+        String::from_utf8_lossy(&search.stderr)
+    );
+    let hits = String::from_utf8_lossy(&search.stdout);
+    assert!(hits.contains("s1"), "every hit names its session: {hits}");
+
+    let history = run(&[
+        "sessions", "history", "s1", "--last", "5", "--store", &store, "--json",
+    ]);
+    assert!(
+        history.status.success(),
+        "{}",
+        String::from_utf8_lossy(&history.stderr)
+    );
+    let entries: Value = serde_json::from_slice(&history.stdout).expect("json");
+    let count = entries
+        .as_array()
+        .map(Vec::len)
+        .or_else(|| entries["entries"].as_array().map(Vec::len));
+    assert_eq!(count, Some(5), "{entries}");
+}

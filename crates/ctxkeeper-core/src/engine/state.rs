@@ -317,8 +317,9 @@ mod tests {
         );
         let exact_all = state.sync_tokens(&model);
         let error = approx as f64 / exact_all as f64;
+        // Conservative by design (a margin and a framing allowance), never below the truth.
         assert!(
-            (1.0..1.25).contains(&error),
+            (1.0..1.6).contains(&error),
             "estimate {approx} vs exact {exact_all}"
         );
         assert!(exact < exact_all);
