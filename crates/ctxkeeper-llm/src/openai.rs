@@ -403,6 +403,14 @@ impl Summarizer for OpenAiSummarizer {
         structured::summarize(self, request).await
     }
 
+    async fn extract_facts(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        self.flush_memory(messages, max_tokens).await
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

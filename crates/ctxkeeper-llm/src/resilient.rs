@@ -147,6 +147,20 @@ impl<S: Summarizer> Summarizer for Resilient<S> {
     fn name(&self) -> &str {
         self.inner.name()
     }
+
+    /// Facts from the wrapped summarizer; a failure counts as "no facts" (the flush is
+    /// optional and must never fail a compaction).
+    async fn extract_facts(
+        &self,
+        messages: &[ctxkeeper_core::model::Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        Ok(self
+            .inner()
+            .extract_facts(messages, max_tokens)
+            .await
+            .unwrap_or(None))
+    }
 }
 
 #[cfg(test)]

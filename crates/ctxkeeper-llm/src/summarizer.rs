@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ctxkeeper_core::model::Message;
 use ctxkeeper_core::summary::{Summary, SummaryRequest};
 
 use crate::error::LlmError;
@@ -26,6 +27,18 @@ pub trait Summarizer: Send + Sync + fmt::Debug {
 
     /// A short name for reports and events (`extractive`, `openai:gpt-4o-mini`, …).
     fn name(&self) -> &str;
+
+    /// The durable facts worth keeping in long-term memory from `messages` that are about to
+    /// be compacted, or `None` when there are none (the pre-compaction memory flush). The
+    /// default finds none: only model-backed summarizers can judge what is durable.
+    async fn extract_facts(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        let _ = (messages, max_tokens);
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -37,6 +50,14 @@ impl<S: Summarizer + ?Sized> Summarizer for Box<S> {
     fn name(&self) -> &str {
         (**self).name()
     }
+
+    async fn extract_facts(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        (**self).extract_facts(messages, max_tokens).await
+    }
 }
 
 #[async_trait]
@@ -47,5 +68,13 @@ impl<S: Summarizer + ?Sized> Summarizer for Arc<S> {
 
     fn name(&self) -> &str {
         (**self).name()
+    }
+
+    async fn extract_facts(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        (**self).extract_facts(messages, max_tokens).await
     }
 }

@@ -61,6 +61,7 @@ use ctxkeeper_core::tokens::TokenModel;
 use ctxkeeper_llm::Summarizer;
 use ctxkeeper_store::StoreError;
 use ctxkeeper_store::archive::{ArchiveScope, Offloader};
+use ctxkeeper_store::memory::{LongTermMemory, MemoryScope};
 use tokio::sync::broadcast;
 
 /// What a session's context manager needs to know.
@@ -139,6 +140,7 @@ pub struct ContextManager {
     events: broadcast::Sender<Event>,
     clock: EngineClock,
     archived_bytes: u64,
+    memory: Option<(Arc<LongTermMemory>, MemoryScope)>,
 }
 
 impl ContextManager {
@@ -176,7 +178,20 @@ impl ContextManager {
             events,
             clock: EngineClock::default(),
             archived_bytes: 0,
+            memory: None,
         }
+    }
+
+    /// Flushes durable facts to long-term memory before every compaction that summarizes
+    /// (the summarizer extracts them, or finds none); under a policy whose summaries go to
+    /// memory (`placement = "memory"`, CowAgent), the summaries are written there too.
+    pub fn with_memory(
+        mut self,
+        memory: Arc<LongTermMemory>,
+        scope: MemoryScope,
+    ) -> ContextManager {
+        self.memory = Some((memory, scope));
+        self
     }
 
     /// Resumes from a saved state.
@@ -388,6 +403,16 @@ impl ContextManager {
     /// Archives, summarizes, then applies: content leaves only after the archive confirmed.
     async fn execute_with(&mut self, engine: &Engine, plan: Plan) -> Result<(), Error> {
         let refs = self.archive(&plan.archive).await?;
+        if self.memory.is_some() {
+            for request in &plan.summaries {
+                let facts = self
+                    .summarizer
+                    .extract_facts(&request.messages, 600)
+                    .await
+                    .unwrap_or(None);
+                self.remember(facts.into_iter().collect()).await;
+            }
+        }
         let mut summaries = Vec::with_capacity(plan.summaries.len());
         for request in &plan.summaries {
             let summary = match self.summarizer.summarize(request).await {
@@ -397,11 +422,34 @@ impl ContextManager {
             };
             summaries.push(summary);
         }
+        if engine.config().summary.placement == ctxkeeper_core::engine::SummaryPlacement::Memory {
+            let rendered = summaries
+                .iter()
+                .map(|s| s.render(&engine.config().summary.schema))
+                .collect();
+            self.remember(rendered).await;
+        }
         let started = Instant::now();
         let events = engine.apply(&mut self.state, plan, PlanOutcome { refs, summaries });
         self.clock.engine += started.elapsed();
         self.emit(events);
         Ok(())
+    }
+
+    /// Appends facts to today's memory file; a failure is reported, never fatal (the
+    /// compacted messages are archived regardless).
+    async fn remember(&self, facts: Vec<String>) {
+        let Some((memory, scope)) = &self.memory else {
+            return;
+        };
+        let event = match memory.flush(scope, &facts).await {
+            Ok(path) => Event::MemoryFlushed { path, error: None },
+            Err(err) => Event::MemoryFlushed {
+                path: None,
+                error: Some(err.to_string()),
+            },
+        };
+        self.emit(vec![event]);
     }
 
     async fn archive(&mut self, items: &[ArchiveItem]) -> Result<Vec<String>, Error> {

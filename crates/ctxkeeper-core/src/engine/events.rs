@@ -90,6 +90,12 @@ pub enum Event {
     },
     /// Budget use before a model call.
     BudgetUsed { tokens: u64, window: u64, pct: f64 },
+    /// Facts were written to long-term memory before a compaction (`path`), or nothing was
+    /// worth keeping (`None`), or the write failed (`error`).
+    MemoryFlushed {
+        path: Option<String>,
+        error: Option<String>,
+    },
 }
 
 impl Event {
@@ -103,6 +109,7 @@ impl Event {
             Event::ContentOffloaded { .. } => "content_offloaded",
             Event::OverflowRecovered { .. } => "overflow_recovered",
             Event::BudgetUsed { .. } => "budget_used",
+            Event::MemoryFlushed { .. } => "memory_flushed",
         }
     }
 }
