@@ -98,7 +98,7 @@ fn main() {
                 step = Duration::ZERO;
             }
             let started = Instant::now();
-            let decision = engine.plan_ingest(&state, message.clone());
+            let decision = engine.plan_ingest(&state, &budget, message.clone());
             step += started.elapsed();
             match decision {
                 Ingest::Ready(message) => {

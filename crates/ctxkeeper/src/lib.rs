@@ -240,8 +240,9 @@ impl ContextManager {
 
     /// Appends a message to the context, capping oversized tool results first.
     pub async fn ingest(&mut self, message: Message) -> Result<(), Error> {
+        let budget = self.budget();
         let started = Instant::now();
-        let decision = self.engine.plan_ingest(&self.state, message);
+        let decision = self.engine.plan_ingest(&self.state, &budget, message);
         self.clock.engine += started.elapsed();
         match decision {
             Ingest::Ready(message) => {

@@ -213,6 +213,8 @@ pub struct ToolResultCap {
     pub max_tokens: Option<u64>,
     /// Results above this many characters are capped (HarnessAgent: 80,000).
     pub max_chars: Option<usize>,
+    /// Results above this share of the context window are capped, whatever the window.
+    pub max_window_share: Option<f64>,
     /// Characters of the start kept in the preview.
     pub head_chars: usize,
     /// Characters of the end kept in the preview (errors and stack traces live there).
@@ -231,6 +233,7 @@ impl Default for ToolResultCap {
         ToolResultCap {
             max_tokens: Some(4_000),
             max_chars: None,
+            max_window_share: None,
             head_chars: 2_000,
             tail_chars: 2_000,
             recent_results: 0,

@@ -443,7 +443,7 @@ impl Engine {
 
     /// Decides how a message enters the context: as it is, or with oversized tool results cut
     /// to a head + tail preview whose whole output must be archived first.
-    pub fn plan_ingest(&self, state: &ContextState, message: Message) -> Ingest {
+    pub fn plan_ingest(&self, state: &ContextState, budget: &Budget, message: Message) -> Ingest {
         let Some(cap) = &self.config.ingest.tool_result else {
             return Ingest::Ready(message);
         };
@@ -468,7 +468,7 @@ impl Engine {
                 continue;
             }
             let full = join_text(content);
-            if !self.exceeds_cap(cap, &full, 1) {
+            if !self.exceeds_cap(cap, &full, budget.window) {
                 continue;
             }
             let marker = ref_marker(archive.len());
@@ -540,23 +540,25 @@ impl Engine {
             .collect()
     }
 
-    fn exceeds_cap(&self, cap: &ToolResultCap, text: &str, multiplier: u32) -> bool {
-        let m = u64::from(multiplier.max(1));
-        if cap
-            .max_chars
-            .is_some_and(|max| text.chars().count() as u64 > max as u64 * m)
-        {
+    fn exceeds_cap(&self, cap: &ToolResultCap, text: &str, window: u64) -> bool {
+        if cap.max_chars.is_some_and(|max| text.chars().count() > max) {
             return true;
         }
-        match cap.max_tokens {
-            // A token is at least one byte, so short texts need no counting; long ones are
-            // counted only up to the limit.
-            Some(max) if text.len() as u64 > max * m => {
-                let limit = u32::try_from(max * m).unwrap_or(u32::MAX);
-                self.model.text_tokens_up_to(text, limit).is_none()
-            }
-            _ => false,
+        let share = cap.max_window_share.map(|s| (s * window as f64) as u64);
+        let limit = match (cap.max_tokens, share) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(limit) => limit,
+                None => return false,
+            },
+        };
+        // A token is at least one byte, so short texts need no counting; long ones are
+        // counted only up to the limit.
+        if text.len() as u64 <= limit {
+            return false;
         }
+        let limit = u32::try_from(limit).unwrap_or(u32::MAX);
+        self.model.text_tokens_up_to(text, limit).is_none()
     }
 
     /// A summary request for `messages` under this policy.

@@ -11,7 +11,7 @@
 //! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear |
 //! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, arguments over 2,000 characters truncated, overflow: compact everything and retry once |
 //! | `none` | nothing: the unmanaged baseline |
-//! | `default` | ctxkeeper: cap huge results at ingest, mask old tool outputs, then summarize deep (to 20 % of the window), keeping the last 3 rounds verbatim, so the cached prefix stays stable between few compactions |
+//! | `default` | ctxkeeper: cap outputs over 40 % of the window at ingest, mask old tool outputs, then summarize deep (to 20 % of the window), keeping the last 3 rounds verbatim, so the cached prefix stays stable between few compactions |
 //!
 //! The presets fix the seeds' documented bugs (see `SEED-NOTES.md`): the whole output is
 //! archived (not only the remainder), the kept tail is counted on the conversation only (not
@@ -74,8 +74,9 @@ fn none() -> PolicyConfig {
 
 /// ctxkeeper's own policy.
 ///
-/// - Huge tool outputs are cut at ingest to a head + tail preview (the whole output archived):
-///   the message is written once and never changes again, so it costs no cache rewrite.
+/// - A tool output larger than 40 % of the window is cut at ingest to a head + tail preview
+///   (the whole output archived): such an output would crowd out everything else. Smaller
+///   outputs stay verbatim while they are recent.
 /// - When the request crosses 80 % of the window, old tool outputs are cleared first
 ///   (observation masking: the cheapest large saving), keeping the last 3 rounds verbatim;
 ///   if that is not enough, the prefix is summarized incrementally.
@@ -92,8 +93,11 @@ fn default() -> PolicyConfig {
         target_ratio: 0.2,
         keep_recent_rounds: 3,
         ingest: IngestConfig {
+            // Only an output that would crowd out everything else is cut as it arrives (the
+            // newest round stays verbatim otherwise); older outputs are cleared by `mask`.
             tool_result: Some(ToolResultCap {
-                max_tokens: Some(3_000),
+                max_tokens: None,
+                max_window_share: Some(0.4),
                 head_chars: 4_000,
                 tail_chars: 2_000,
                 ..ToolResultCap::default()

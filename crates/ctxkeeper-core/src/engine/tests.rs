@@ -226,8 +226,14 @@ fn huge_tool_results_are_capped_at_ingest_with_head_tail_and_whole_archive() {
         "START {} Traceback: KeyError at the very end",
         "log line ".repeat(4_000)
     );
-    let Ingest::Cap(plan) = engine.plan_ingest(&state, Message::tool_result("t1", output.clone()))
-    else {
+    let Ingest::Cap(plan) = engine.plan_ingest(
+        &state,
+        &Budget {
+            window: 16_000,
+            fixed_tokens: 0,
+        },
+        Message::tool_result("t1", output.clone()),
+    ) else {
         panic!("expected a cap")
     };
     let ArchiveItem::ToolResult { content, call_id } = &plan.archive[0] else {
@@ -251,7 +257,14 @@ fn huge_tool_results_are_capped_at_ingest_with_head_tail_and_whole_archive() {
     assert!(matches!(&events[0], Event::ToolResultTruncated { call_id, .. } if call_id == "t1"));
     // Small results pass through untouched.
     assert!(matches!(
-        engine.plan_ingest(&state, Message::tool_result("t1", "ok")),
+        engine.plan_ingest(
+            &state,
+            &Budget {
+                window: 16_000,
+                fixed_tokens: 0
+            },
+            Message::tool_result("t1", "ok")
+        ),
         Ingest::Ready(_)
     ));
 }
@@ -538,10 +551,24 @@ fn harness_evicts_huge_results_except_from_excluded_tools() {
     ));
     let big = "q".repeat(90_000);
     assert!(matches!(
-        engine.plan_ingest(&state, Message::tool_result("r", big.clone())),
+        engine.plan_ingest(
+            &state,
+            &Budget {
+                window: 128_000,
+                fixed_tokens: 0
+            },
+            Message::tool_result("r", big.clone())
+        ),
         Ingest::Ready(_)
     ));
-    let Ingest::Cap(plan) = engine.plan_ingest(&state, Message::tool_result("s", big)) else {
+    let Ingest::Cap(plan) = engine.plan_ingest(
+        &state,
+        &Budget {
+            window: 128_000,
+            fixed_tokens: 0,
+        },
+        Message::tool_result("s", big),
+    ) else {
         panic!()
     };
     engine.apply_ingest(&mut state, plan, &["x".to_string()]);
