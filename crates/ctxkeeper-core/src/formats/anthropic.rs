@@ -1108,22 +1108,7 @@ mod tests {
                 "found a number",
             ),
         ];
-        for (input, path, needle) in cases {
-            let err = parse_messages(&input).expect_err("must fail");
-            assert_eq!(
-                err.position,
-                crate::Position::Path {
-                    line: None,
-                    path: path.into()
-                },
-                "{input}"
-            );
-            assert!(
-                err.message.contains(needle),
-                "{} does not contain {needle}",
-                err.message
-            );
-        }
+        super::super::common::assert_path_errors(parse_messages, &cases);
     }
 
     #[test]
