@@ -530,6 +530,31 @@ pub(crate) fn portable_request_extra(request: &Request, target: Wire) -> Extra {
     out
 }
 
+/// Test helper: every input fails to parse with an error at exactly `path` whose message
+/// contains `needle`.
+#[cfg(test)]
+pub(crate) fn assert_path_errors(
+    parse: fn(&Value) -> Result<Vec<Message>, ParseError>,
+    cases: &[(Value, &str, &str)],
+) {
+    for (input, path, needle) in cases {
+        let err = parse(input).expect_err("must fail");
+        assert_eq!(
+            err.position,
+            crate::Position::Path {
+                line: None,
+                path: (*path).into()
+            },
+            "{input}"
+        );
+        assert!(
+            err.message.contains(needle),
+            "{} does not contain {needle}",
+            err.message
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,30 +615,5 @@ mod tests {
         );
         let same = Value::Object(portable_request_extra(&request, Wire::OpenAiChat));
         assert_eq!(same.get("logprobs"), Some(&json!(true)));
-    }
-}
-
-/// Test helper: every input fails to parse with an error at exactly `path` whose message
-/// contains `needle`.
-#[cfg(test)]
-pub(crate) fn assert_path_errors(
-    parse: fn(&Value) -> Result<Vec<Message>, ParseError>,
-    cases: &[(Value, &str, &str)],
-) {
-    for (input, path, needle) in cases {
-        let err = parse(input).expect_err("must fail");
-        assert_eq!(
-            err.position,
-            crate::Position::Path {
-                line: None,
-                path: (*path).into()
-            },
-            "{input}"
-        );
-        assert!(
-            err.message.contains(needle),
-            "{} does not contain {needle}",
-            err.message
-        );
     }
 }
