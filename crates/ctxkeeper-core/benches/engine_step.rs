@@ -5,8 +5,12 @@
 //! archive and the summarizer replaced by instant stand-ins so only the engine's own work is
 //! timed. Prints p50/p99 of steps that do not compact and the mean of those that do.
 //!
+//! After every model call the bench reports the request's exact size back to the engine, as
+//! a host passes on the provider's `usage` (`ContextManager::observe_usage`); `--no-usage`
+//! leaves that out, and the engine then estimates the whole context from samples it counts.
+//!
 //! ```text
-//! cargo bench -p ctxkeeper-core --bench engine_step -- [POLICY] [WINDOW] [RUNS]
+//! cargo bench -p ctxkeeper-core --bench engine_step -- [POLICY] [WINDOW] [RUNS] [--no-usage]
 //! ```
 
 use std::time::{Duration, Instant};
@@ -18,7 +22,7 @@ use ctxkeeper_core::import::{self, TraceFormat};
 use ctxkeeper_core::model::Role;
 use ctxkeeper_core::replay::percentile;
 use ctxkeeper_core::summary::Summary;
-use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use ctxkeeper_core::tokens::{Profiles, TokenCache, TokenModel};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -58,6 +62,10 @@ fn main() {
     let mut quiet_p99 = Vec::new();
     let mut busy_mean = Vec::new();
     let mut counts = (0usize, 0usize);
+    // `--no-usage`: the host reports no provider usage, so the engine estimates the whole
+    // context from samples it counts itself.
+    let report_usage = !std::env::args().any(|a| a == "--no-usage");
+    let mut provider = TokenCache::with_capacity(1 << 14);
     for _ in 0..runs {
         let mut state = ContextState::default();
         let mut quiet: Vec<f64> = Vec::new();
@@ -76,6 +84,16 @@ fn main() {
                     step += started.elapsed();
                 }
                 let micros = step.as_secs_f64() * 1e6;
+                // The provider's side, untimed: it counts the request and reports the usage,
+                // which anchors the engine's count as a host's `observe_usage` does.
+                if report_usage {
+                    let reported: u64 = state
+                        .messages()
+                        .map(|m| u64::from(provider.message_tokens(m, &model)))
+                        .sum();
+                    let len = state.entries.len();
+                    state.anchor_usage(len, reported);
+                }
                 if std::env::var_os("ENGINE_STEP_CHECK").is_some() {
                     let real: u64 = state
                         .messages()

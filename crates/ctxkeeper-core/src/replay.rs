@@ -89,6 +89,12 @@ pub trait StepPolicy {
         Ok(None)
     }
 
+    /// The provider accepted the last request and reported `input_tokens` for it, as a real
+    /// provider's `usage` does.
+    fn observe_usage(&mut self, input_tokens: u64) {
+        let _ = input_tokens;
+    }
+
     /// Compactions run so far.
     fn compactions(&self) -> usize {
         0
@@ -265,6 +271,9 @@ pub fn replay<E: From<String>>(
                 step_times.push((engine_time, compacted));
 
                 let input_tokens = request.input_tokens();
+                if input_tokens <= options.window {
+                    policy.observe_usage(input_tokens);
+                }
                 let stable = stable_prefix_tokens(previous.as_deref(), &request);
                 stable_ratios += stable as f64 / input_tokens.max(1) as f64;
                 report.cumulative_uncached_input_tokens += input_tokens - stable.min(input_tokens);

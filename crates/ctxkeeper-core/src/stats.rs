@@ -21,6 +21,19 @@ use crate::import::Session;
 use crate::model::{CheckRules, Part, PartKind, check};
 use crate::tokens::TokenModel;
 
+/// `1234567` as `"1,234,567"`: how reports print counts.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A count and the tokens it holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Tally {
@@ -185,6 +198,19 @@ pub fn preview(part: &Part, max_chars: usize) -> String {
     } else {
         let cut: String = flat.chars().take(max_chars.saturating_sub(1)).collect();
         format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod thousands_tests {
+    use super::thousands;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
     }
 }
 

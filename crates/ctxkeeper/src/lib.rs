@@ -118,6 +118,9 @@ pub struct Prepared {
     pub compacted: bool,
     /// Share of the window the request uses.
     pub budget_used_pct: f64,
+    /// The budget notice added to the last message of this request (policy `budget_notice`),
+    /// if the request crossed its threshold. Request-time only: never stored in the context.
+    pub budget_notice: Option<String>,
 }
 
 /// Timing of the engine's own work, kept apart from archive and summarizer latency.
@@ -126,6 +129,19 @@ pub struct EngineClock {
     /// Time in the pure engine (ingest decisions, trigger checks, planning, applying).
     pub engine: Duration,
 }
+
+/// The last request `prepare` returned: how many context messages it held, the compaction
+/// count then (a later compaction makes a usage report stale), and the estimated tokens it
+/// carried beyond the context (a budget notice).
+#[derive(Debug, Clone, Copy)]
+struct SentRequest {
+    len: usize,
+    compactions: u32,
+    extra_tokens: u64,
+}
+
+/// Events buffered per session for slow subscribers (see [`ContextManager::subscribe`]).
+pub const EVENT_BUFFER: usize = 128;
 
 /// One session's managed context.
 #[derive(Debug)]
@@ -137,10 +153,14 @@ pub struct ContextManager {
     summarizer: Arc<dyn Summarizer>,
     state: ContextState,
     last_usage: Option<u64>,
+    /// The shape of the last request handed out, so a usage report can be tied to it.
+    sent: Option<SentRequest>,
     events: broadcast::Sender<Event>,
     clock: EngineClock,
     archived_bytes: u64,
     memory: Option<(Arc<LongTermMemory>, MemoryScope)>,
+    /// Consecutive compactions that ended over the trigger (see `stop_compaction_loop`).
+    stalled_compactions: u32,
 }
 
 impl ContextManager {
@@ -166,7 +186,11 @@ impl ContextManager {
         offloader: Arc<dyn Offloader>,
         summarizer: Arc<dyn Summarizer>,
     ) -> ContextManager {
-        let (events, _) = broadcast::channel(1024);
+        // The channel's slots are allocated up front for every live session (a gateway holds
+        // thousands): 1,024 of them cost ~150 KB per session. A compaction emits its events
+        // in one burst of (items archived + 3); a subscriber that falls further behind gets
+        // `Lagged` and resumes at the newest, which always include the compaction's end.
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
         ContextManager {
             engine: Engine::new(settings.policy.clone(), settings.model.clone()),
             settings,
@@ -175,10 +199,12 @@ impl ContextManager {
             summarizer,
             state: ContextState::default(),
             last_usage: None,
+            sent: None,
             events,
             clock: EngineClock::default(),
             archived_bytes: 0,
             memory: None,
+            stalled_compactions: 0,
         }
     }
 
@@ -197,6 +223,7 @@ impl ContextManager {
     /// Resumes from a saved state.
     pub fn restore(&mut self, state: ContextState) {
         self.state = state;
+        self.sent = None;
     }
 
     /// The managed context.
@@ -219,7 +246,8 @@ impl ContextManager {
         self.archived_bytes
     }
 
-    /// A receiver of every event from now on.
+    /// A receiver of every event from now on. It buffers [`EVENT_BUFFER`] events; a receiver
+    /// that falls further behind loses the oldest (`RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
     }
@@ -260,9 +288,20 @@ impl ContextManager {
         }
     }
 
-    /// Records the input tokens the provider reported for the last call.
+    /// Records the input tokens the provider reported for the last request `prepare` returned
+    /// (all of them: for Anthropic, `input_tokens` plus the cache reads and writes). The
+    /// report drives the reactive tiers and anchors the token count: until the context is
+    /// rewritten, only messages ingested since are estimated (see
+    /// [`ContextState::anchor_usage`]).
     pub fn observe_usage(&mut self, input_tokens: u64) {
         self.last_usage = Some(input_tokens);
+        if let Some(sent) = self.sent
+            && sent.compactions == self.state.compactions
+        {
+            let context_tokens =
+                input_tokens.saturating_sub(self.settings.fixed_tokens + sent.extra_tokens);
+            self.state.anchor_usage(sent.len, context_tokens);
+        }
     }
 
     /// Compacts if a trigger fires and returns the messages to send.
@@ -388,12 +427,71 @@ impl ContextManager {
             window: budget.window,
             pct: budget_used_pct,
         }]);
+        let mut messages = self.state.to_messages();
+        let budget_notice = self.budget_notice(input_tokens, &budget);
+        if let Some(notice) = &budget_notice {
+            attach_notice(&mut messages, notice);
+        }
+        self.sent = Some(SentRequest {
+            len: self.state.entries.len(),
+            compactions: self.state.compactions,
+            // A rough figure is enough: it only keeps the notice out of the calibration.
+            extra_tokens: budget_notice.as_ref().map_or(0, |n| n.len() as u64 / 4),
+        });
         Prepared {
-            messages: self.state.to_messages(),
+            messages,
             input_tokens,
             compacted,
             budget_used_pct,
+            budget_notice,
         }
+    }
+
+    /// The notice for a request of `tokens`, when the policy asks for one and the request
+    /// reached its share of the trigger.
+    fn budget_notice(&self, tokens: u64, budget: &Budget) -> Option<String> {
+        let config = self.engine.config().budget_notice.as_ref()?;
+        let trigger = self.engine.trigger_tokens(budget)?;
+        if (tokens as f64) < config.nudge_at * trigger as f64 {
+            return None;
+        }
+        let pct = tokens as f64 * 100.0 / budget.window.max(1) as f64;
+        let trigger_pct = trigger as f64 * 100.0 / budget.window.max(1) as f64;
+        Some(format!(
+            "[context budget] {pct:.0}% of the context window is used ({tokens} of {} tokens). \
+             At {trigger_pct:.0}% older messages are compacted (archived, with a summary). \
+             Write down now anything you will need later: decisions, file paths, open tasks.",
+            budget.window
+        ))
+    }
+
+    /// Reports and stops a compaction that keeps repeating without progress: after two
+    /// compactions in a row that could not get under the trigger (what remains is pinned),
+    /// token triggers hold until the context has grown by a twentieth of the window, so the
+    /// next steps do not recompact (and re-break the prompt cache) for a few tokens each.
+    fn stop_compaction_loop(&mut self) {
+        let budget = self.budget();
+        let Some(trigger) = self.engine.trigger_tokens(&budget) else {
+            return;
+        };
+        let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
+        if tokens < trigger {
+            self.stalled_compactions = 0;
+            return;
+        }
+        self.stalled_compactions += 1;
+        if self.stalled_compactions < 2 {
+            return;
+        }
+        let growth = budget.window / 20;
+        self.state.hold_until_growth(tokens, growth);
+        self.emit(vec![Event::CompactionSkipped {
+            reason: format!(
+                "compaction left {tokens} tokens, still over the trigger ({trigger}): what \
+                 remains is pinned; compaction resumes once the context grows by {growth} tokens"
+            ),
+            tokens,
+        }]);
     }
 
     async fn execute(&mut self, plan: Plan) -> Result<(), Error> {
@@ -434,6 +532,7 @@ impl ContextManager {
         let events = engine.apply(&mut self.state, plan, PlanOutcome { refs, summaries });
         self.clock.engine += started.elapsed();
         self.emit(events);
+        self.stop_compaction_loop();
         Ok(())
     }
 
@@ -473,4 +572,28 @@ impl ContextManager {
         }
         Ok(refs)
     }
+}
+
+/// Adds the budget notice to the request's last message without changing its role sequence:
+/// to the text of a trailing user ask, or to the last tool result of a trailing tool turn
+/// (a separate user message there would break role alternation for Anthropic). Only the
+/// newest message changes, so the cached prefix before it holds.
+fn attach_notice(messages: &mut [Message], notice: &str) {
+    use ctxkeeper_core::model::{Part, Role};
+    let Some(last) = messages.last_mut() else {
+        return;
+    };
+    if last.role == Role::Assistant || last.role.is_instruction() {
+        return;
+    }
+    if let Some(Part::ToolResult { content, .. }) = last
+        .parts
+        .iter_mut()
+        .rev()
+        .find(|p| matches!(p, Part::ToolResult { .. }))
+    {
+        content.push(Part::text(notice));
+        return;
+    }
+    last.parts.push(Part::text(notice));
 }

@@ -52,6 +52,10 @@ pub struct PolicyReplay {
     offloader: Arc<dyn Offloader>,
     summarizer: Arc<dyn Summarizer>,
     session: Option<ActiveSession>,
+    /// Archive scopes for the sessions in replay order (see [`PolicyReplay::archive_under`]).
+    scopes: Vec<ArchiveScope>,
+    /// Sessions started so far.
+    started: usize,
     compactions: usize,
     archived_bytes: u64,
     /// References that did not resolve plus removed content not found in the archive.
@@ -98,12 +102,23 @@ impl PolicyReplay {
             offloader,
             summarizer,
             session: None,
+            scopes: Vec::new(),
+            started: 0,
             compactions: 0,
             archived_bytes: 0,
             unrecoverable_items: 0,
             degraded_summaries: 0,
             report_cache: TokenCache::with_capacity(1 << 14),
         })
+    }
+
+    /// Archives the replay's sessions, in order, under these scopes instead of
+    /// `ArchiveScope::session(<trace session id>)`: a replay that is stored under another
+    /// tenant and session id archives where that stored session's readers look. Sessions past
+    /// the end of the list keep the default scope.
+    pub fn archive_under(mut self, scopes: Vec<ArchiveScope>) -> PolicyReplay {
+        self.scopes = scopes;
+        self
     }
 
     /// Verifies the last session and stops. Call once after the replay.
@@ -249,7 +264,12 @@ impl StepPolicy for PolicyReplay {
             window: self.window,
             fixed_tokens,
         };
-        let scope = ArchiveScope::session(&session.id);
+        let scope = self
+            .scopes
+            .get(self.started)
+            .cloned()
+            .unwrap_or_else(|| ArchiveScope::session(&session.id));
+        self.started += 1;
         let manager = ContextManager::with_scope(
             settings,
             scope.clone(),
@@ -305,6 +325,12 @@ impl StepPolicy for PolicyReplay {
             Ok(_) => self.request(true, before).map(Some),
             Err(crate::Error::Unrecoverable { .. }) => Ok(None),
             Err(err) => Err(err.to_string()),
+        }
+    }
+
+    fn observe_usage(&mut self, input_tokens: u64) {
+        if let Some(active) = &mut self.session {
+            active.manager.observe_usage(input_tokens);
         }
     }
 

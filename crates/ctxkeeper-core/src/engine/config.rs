@@ -140,15 +140,21 @@ impl PolicyConfig {
     /// Applies a TOML fragment on top of this policy (a one-off override): the fragment's
     /// top-level keys replace this policy's.
     pub fn with_overrides(&self, fragment: &str) -> Result<PolicyConfig, ConfigError> {
-        let mut base = toml::Table::try_from(self).map_err(|e| ConfigError(e.to_string()))?;
+        // Merged as JSON, not TOML: TOML has no null, so an unset option (`trigger_ratio =
+        // None`) would vanish and come back as its default.
+        let mut base = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(base)) => base,
+            Ok(_) => return Err(ConfigError("a policy serializes to an object".into())),
+            Err(err) => return Err(ConfigError(err.to_string())),
+        };
         let patch: toml::Table = toml::from_str(fragment)
             .map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
         for (key, value) in patch {
+            let value = serde_json::to_value(value).map_err(|e| ConfigError(e.to_string()))?;
             base.insert(key, value);
         }
-        let config: PolicyConfig = toml::Value::Table(base)
-            .try_into()
-            .map_err(|err: toml::de::Error| ConfigError(err.to_string().trim().to_string()))?;
+        let config: PolicyConfig = serde_json::from_value(serde_json::Value::Object(base))
+            .map_err(|err| ConfigError(err.to_string()))?;
         config.validate()?;
         Ok(config)
     }
@@ -508,6 +514,15 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_empty_override_changes_nothing() {
+        for name in crate::engine::presets::NAMES {
+            let policy = crate::engine::presets::preset(name).unwrap_or_default();
+            let same = policy.with_overrides("").unwrap_or_default();
+            assert_eq!(same, policy, "{name}");
+        }
     }
 
     #[test]

@@ -96,15 +96,31 @@ impl ArchiveItem {
     pub fn bytes(&self) -> u64 {
         match self {
             ArchiveItem::ToolResult { content, .. } => content.len() as u64,
-            ArchiveItem::Messages { messages } => messages
-                .iter()
-                .map(|m| {
-                    serde_json::to_string(m)
-                        .map(|s| s.len() as u64 + 1)
-                        .unwrap_or(0)
-                })
-                .sum(),
+            ArchiveItem::Messages { messages } => {
+                // Serialized into a counter, not a buffer: no allocation per message.
+                let mut counter = ByteCounter(0);
+                for message in messages {
+                    if serde_json::to_writer(&mut counter, message).is_ok() {
+                        counter.0 += 1;
+                    }
+                }
+                counter.0
+            }
         }
+    }
+}
+
+/// An `io::Write` that only counts what it is given.
+struct ByteCounter(u64);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -214,6 +230,9 @@ impl Engine {
     pub fn accounted_tokens(&self, state: &mut ContextState, budget: &Budget) -> u64 {
         match self.config.accounting {
             Accounting::Exact => self.request_tokens(state, budget),
+            // A provider report anchors the total; without one, a sample counted exactly
+            // keeps the estimate calibrated.
+            Accounting::Estimate if state.anchored() => self.approx_request_tokens(state, budget),
             Accounting::Estimate => {
                 state.sample_exact(&self.model, 8);
                 self.approx_request_tokens(state, budget)
@@ -258,7 +277,9 @@ impl Engine {
         if state.entries.len() < self.config.min_messages {
             return None;
         }
-        if let (Some(reactive), Some(used)) = (&self.config.reactive, reported_usage) {
+        if let (Some(reactive), Some(used)) = (&self.config.reactive, reported_usage)
+            && state.reactive_in_turn < reactive.max_per_request
+        {
             let pct = used as f64 * 100.0 / budget.window.max(1) as f64;
             if pct >= reactive.full_trigger_pct {
                 return Some(CompactionReason::ReactiveFull);
@@ -270,10 +291,13 @@ impl Engine {
         if let Some(trigger) = self.trigger_tokens(budget) {
             // The estimate (exact counts where known, the session's own bytes-per-token ratio
             // plus a margin elsewhere) decides; exact counting happens while compacting, so a
-            // step that does not compact never runs the tokenizer. Firing at 92 % keeps the
-            // real size under the trigger even when the estimate is a little low.
+            // step that does not compact never runs the tokenizer. Anchored on the provider's
+            // report of the last request, only the newest messages are estimated, so firing
+            // at 98 % covers their error; otherwise firing at 92 % keeps the real size under
+            // the trigger even when the estimate of the whole context is a little low.
             let approx = state.approx_tokens() + budget.fixed_tokens;
             let fires = match self.config.accounting {
+                Accounting::Estimate if state.anchored() => approx * 100 >= trigger * 98,
                 Accounting::Estimate => approx * 100 >= trigger * 92,
                 Accounting::Exact => {
                     approx * 10 >= trigger * 9 && self.request_tokens(state, budget) > trigger
@@ -391,16 +415,26 @@ impl Engine {
                 *reference = fill_text(reference, &refs, &rendered);
             }
             entry.meta.pending_fill = false;
-            // Written by the engine and small: counted exactly now, so estimates never drift on
-            // the summary, which stays in the context for many steps.
-            entry.tokens = Some(self.model.message_tokens(&entry.message));
             entry.estimated = None;
+            // Exact accounting counts what the engine wrote now, so estimates never drift on
+            // the summary, which stays in the context for many steps. Under estimates it is
+            // left to the next provider report, which counts it exactly for free.
+            entry.tokens = match self.config.accounting {
+                Accounting::Exact => Some(self.model.message_tokens(&entry.message)),
+                Accounting::Estimate => None,
+            };
         }
         if let Some(last) = summaries.last() {
             state.summary = Some(last.clone());
         }
         state.replace_entries(draft);
         state.compactions += 1;
+        if matches!(
+            reason,
+            CompactionReason::ReactiveMicro | CompactionReason::ReactiveFull
+        ) {
+            state.reactive_in_turn += 1;
+        }
         let tokens_after = self.accounted_tokens(
             state,
             &Budget {

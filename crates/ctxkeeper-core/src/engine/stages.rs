@@ -599,29 +599,42 @@ impl<'a> Draft<'a> {
             return false;
         }
         let current_turn = self.current_turn_start();
+        let stays = |index: usize, entry: &Entry| entry.meta.pinned || Some(index) == current_turn;
+        let anything = self.entries[start..end]
+            .iter()
+            .enumerate()
+            .any(|(offset, e)| !e.meta.summary && !stays(start + offset, e));
+        if !anything {
+            return false;
+        }
+        // Moved, not cloned: the compacted span can be most of a large context.
+        let mut prefix = std::mem::take(&mut self.entries);
+        let tail = prefix.split_off(end);
+        let span = prefix.split_off(start);
         let mut kept: Vec<Entry> = Vec::new();
         let mut compacted: Vec<Entry> = Vec::new();
-        for (offset, entry) in self.entries[start..end].iter().enumerate() {
-            let index = start + offset;
+        for (offset, entry) in span.into_iter().enumerate() {
             if entry.meta.summary {
                 continue; // the previous summary is merged, not archived again
             }
-            if entry.meta.pinned || Some(index) == current_turn {
-                kept.push(entry.clone());
+            if stays(start + offset, &entry) {
+                kept.push(entry);
             } else {
-                compacted.push(entry.clone());
+                compacted.push(entry);
             }
         }
-        if compacted.is_empty() {
-            return false;
-        }
-        let groups = split_groups(&compacted, group_threshold, self.model());
+        let groups = split_groups(compacted, group_threshold, self.model());
         let placement = self.engine.config.summary.placement;
         let total_groups = groups.len();
         let mut summary_entries: Vec<Entry> = Vec::new();
         let mut previous = self.previous_summary.clone();
         for (group_index, group) in groups.into_iter().enumerate() {
-            let messages: Vec<Message> = group.iter().map(|e| e.message.clone()).collect();
+            // A summary is bounded by its budget and is typically far shorter than its input.
+            let group_tokens: u32 = group
+                .iter()
+                .map(|e| e.tokens.or(e.estimated).unwrap_or(0))
+                .sum();
+            let messages: Vec<Message> = group.into_iter().map(|e| e.message).collect();
             let count = messages.len();
             let marker = self.push_archive(ArchiveItem::Messages {
                 messages: messages.clone(),
@@ -653,11 +666,6 @@ impl<'a> Draft<'a> {
             entry.meta.summary = group_index + 1 == total_groups;
             entry.meta.archived.push(marker);
             entry.meta.pending_fill = true;
-            // A summary is bounded by its budget and is typically far shorter than its input.
-            let group_tokens: u32 = group
-                .iter()
-                .map(|e| e.tokens.or(e.estimated).unwrap_or(0))
-                .sum();
             let estimate = self.model().message_tokens(&entry.message)
                 + self
                     .engine
@@ -668,11 +676,11 @@ impl<'a> Draft<'a> {
             entry.tokens = Some(estimate);
             summary_entries.push(entry);
         }
-        let mut rebuilt: Vec<Entry> = Vec::with_capacity(self.entries.len());
-        rebuilt.extend(self.entries[..start].iter().cloned());
+        let mut rebuilt = prefix;
+        rebuilt.reserve(summary_entries.len() + kept.len() + tail.len());
         rebuilt.extend(summary_entries);
         rebuilt.extend(kept);
-        rebuilt.extend(self.entries[end..].iter().cloned());
+        rebuilt.extend(tail);
         self.entries = rebuilt;
         true
     }
@@ -766,26 +774,32 @@ fn mark_rewritten(entry: &mut Entry, reference: &str) {
 
 /// Splits entries into groups of at most `threshold` tokens at safe split points; an entry
 /// above the threshold forms its own group. `None` gives one group.
-fn split_groups(entries: &[Entry], threshold: Option<u64>, model: &TokenModel) -> Vec<Vec<Entry>> {
+fn split_groups(
+    entries: Vec<Entry>,
+    threshold: Option<u64>,
+    model: &TokenModel,
+) -> Vec<Vec<Entry>> {
     let Some(threshold) = threshold.filter(|t| *t > 0) else {
-        return vec![entries.to_vec()];
+        return vec![entries];
     };
+    let can_split: Vec<bool> = (0..entries.len())
+        .map(|index| is_safe_split(&entries, index))
+        .collect();
     let mut groups: Vec<Vec<Entry>> = Vec::new();
     let mut current: Vec<Entry> = Vec::new();
     let mut current_tokens = 0u64;
-    for (index, entry) in entries.iter().enumerate() {
+    for (index, entry) in entries.into_iter().enumerate() {
         let tokens = u64::from(
             entry
                 .tokens
                 .or(entry.estimated)
                 .unwrap_or_else(|| model.message_tokens(&entry.message)),
         );
-        let can_split = is_safe_split(entries, index);
-        if can_split && !current.is_empty() && current_tokens + tokens > threshold {
+        if can_split[index] && !current.is_empty() && current_tokens + tokens > threshold {
             groups.push(std::mem::take(&mut current));
             current_tokens = 0;
         }
-        current.push(entry.clone());
+        current.push(entry);
         current_tokens += tokens;
     }
     if !current.is_empty() {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::Message;
+use crate::model::{Message, Role};
 use crate::summary::Summary;
 use crate::tokens::TokenModel;
 
@@ -108,6 +108,26 @@ pub struct ContextState {
     /// After a plan found nothing worth doing, token triggers stay quiet below this size.
     #[serde(skip)]
     hold_below: u64,
+    /// Assistant messages appended so far, and that count when the hold began: a new API
+    /// round slides the protected recent rounds, so a compaction may make progress again.
+    #[serde(skip)]
+    rounds_appended: u64,
+    #[serde(skip)]
+    hold_rounds: Option<u64>,
+    /// The provider's count of the last request sent (see [`ContextState::anchor_usage`]).
+    #[serde(skip)]
+    anchor: Option<UsageAnchor>,
+    /// Reactive compactions since the current turn's user message (Agentrail's
+    /// `maxReactiveCompactionsPerRequest` bounds them).
+    #[serde(default)]
+    pub reactive_in_turn: u32,
+}
+
+/// What the provider reported for a request: the exact tokens of `entries[..len]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UsageAnchor {
+    len: usize,
+    tokens: u64,
 }
 
 impl ContextState {
@@ -125,6 +145,12 @@ impl ContextState {
         let mut entry = Entry::new(message);
         entry.meta.log_index = Some(self.appended);
         self.appended += 1;
+        if entry.message.role == Role::Assistant {
+            self.rounds_appended += 1;
+        }
+        if entry.message.starts_turn() {
+            self.reactive_in_turn = 0;
+        }
         self.entries.push(entry);
     }
 
@@ -163,6 +189,21 @@ impl ContextState {
     /// session's own bytes-per-token ratio plus 10 %: O(new entries), no tokenizer call.
     /// Callers count exactly ([`ContextState::sync_tokens`]) when a decision is close.
     pub fn approx_tokens(&mut self) -> u64 {
+        if let Some(anchor) = self.anchor
+            && anchor.len <= self.entries.len()
+        {
+            // The provider counted everything up to the last request: only what arrived
+            // since (typically one round) is estimated.
+            let (bytes, tokens) = (self.calibration_bytes, self.calibration_tokens);
+            return anchor.tokens
+                + self.entries[anchor.len..]
+                    .iter()
+                    .map(|e| match e.tokens {
+                        Some(exact) => u64::from(exact),
+                        None => estimate_tokens(message_bytes(&e.message), bytes, tokens),
+                    })
+                    .sum::<u64>();
+        }
         if self.estimated > self.entries.len() || self.counted > self.entries.len() {
             self.invalidate_totals();
         }
@@ -177,19 +218,83 @@ impl ContextState {
         self.total_tokens + self.pending_estimate
     }
 
+    /// Records what the provider reported for the last request: `tokens` is the exact size of
+    /// `entries[..len]` (the request's input tokens minus what the request carried outside
+    /// the context, such as tool schemas). From then on [`ContextState::approx_tokens`]
+    /// estimates only the messages appended since, and the reported figure calibrates the
+    /// bytes-per-token ratio of the session, without a tokenizer call. O(messages since the
+    /// previous report).
+    ///
+    /// Ignored when `len` is past the end of the context; forgotten when the context is
+    /// rewritten ([`ContextState::replace_entries`], [`ContextState::invalidate_totals`]).
+    pub fn anchor_usage(&mut self, len: usize, tokens: u64) {
+        if len > self.entries.len() {
+            return;
+        }
+        let (from, before) = match self.anchor {
+            Some(previous) if previous.len <= len && previous.tokens <= tokens => {
+                (previous.len, previous.tokens)
+            }
+            _ => (0, 0),
+        };
+        let mut exact = 0u64;
+        let mut unknown_bytes = 0u64;
+        for entry in &self.entries[from..len] {
+            match entry.tokens {
+                Some(count) => exact += u64::from(count),
+                None => unknown_bytes += message_bytes(&entry.message),
+            }
+        }
+        let unknown_tokens = (tokens - before).saturating_sub(exact);
+        // A report that implies an implausible ratio (another request's usage, request-time
+        // additions dominating a tiny delta) calibrates nothing.
+        if unknown_bytes >= 64 && unknown_tokens > 0 {
+            let ratio = unknown_bytes as f64 / unknown_tokens as f64;
+            if (1.0..=8.0).contains(&ratio) {
+                self.calibration_bytes += unknown_bytes;
+                self.calibration_tokens += unknown_tokens;
+            }
+        }
+        self.anchor = Some(UsageAnchor { len, tokens });
+    }
+
+    /// Whether the provider's count of the last request anchors the total (see
+    /// [`ContextState::anchor_usage`]).
+    pub fn anchored(&self) -> bool {
+        self.anchor.is_some_and(|a| a.len <= self.entries.len())
+    }
+
     /// Whether a token trigger may plan again at `tokens` (see [`ContextState::hold_retries`]).
     pub fn retry_allowed(&self, tokens: u64) -> bool {
         tokens >= self.hold_below
+            || self
+                .hold_rounds
+                .is_some_and(|held| self.rounds_appended > held)
     }
 
-    /// Keeps token triggers quiet until the context reaches `tokens + growth`.
+    /// Keeps token triggers quiet until the context reaches `tokens + growth` or a new API
+    /// round begins (the same compaction repeating without progress is a loop).
     pub fn hold_retries(&mut self, tokens: u64, growth: u64) {
         self.hold_below = tokens + growth.max(1);
+        self.hold_rounds = Some(self.rounds_appended);
+    }
+
+    /// Keeps token triggers quiet until the context has grown to `tokens + growth`, however
+    /// many rounds arrive: for compactions that keep ending over the trigger.
+    pub fn hold_until_growth(&mut self, tokens: u64, growth: u64) {
+        self.hold_below = tokens + growth.max(1);
+        self.hold_rounds = None;
+    }
+
+    /// Whether token triggers are being held (see [`ContextState::hold_retries`]).
+    pub fn holding(&self, tokens: u64) -> bool {
+        !self.retry_allowed(tokens)
     }
 
     /// Forgets the running total after entries were rewritten (counts per entry survive where
     /// the entry did).
     pub fn invalidate_totals(&mut self) {
+        self.anchor = None;
         self.total_tokens = 0;
         self.counted = 0;
         self.pending_estimate = 0;
@@ -200,6 +305,7 @@ impl ContextState {
     pub fn replace_entries(&mut self, entries: Vec<Entry>) {
         self.entries = entries;
         self.hold_below = 0;
+        self.hold_rounds = None;
         self.invalidate_totals();
     }
 }
@@ -231,7 +337,11 @@ impl ContextState {
         }
         self.calibration_bytes += bytes;
         self.calibration_tokens += tokens;
+        // The entries did not change: a usage anchor stays valid, only the running
+        // estimates are recomputed at the new ratio.
+        let anchor = self.anchor.take();
         self.invalidate_totals();
+        self.anchor = anchor;
     }
 }
 

@@ -136,7 +136,11 @@ fn default_masks_old_outputs_first_and_keeps_the_recent_rounds_verbatim() {
     assert_eq!(plan.stages.first().map(String::as_str), Some("mask"));
     let (events, archive, _) = execute(&engine, &mut state, plan);
     assert_valid(&state);
-    assert!(verbatim_tail_rounds(&before, &state.to_messages()) >= 3);
+    let kept = verbatim_tail_rounds(&before, &state.to_messages());
+    assert!(
+        kept >= engine.config().keep_recent_rounds && kept >= 2,
+        "{kept}"
+    );
     // Every cleared output is archived whole and its placeholder names the reference.
     let ArchiveItem::ToolResult { call_id, content } = &archive[0] else {
         panic!("{archive:?}")
@@ -412,6 +416,82 @@ fn agentrail_reactive_micro_summarizes_only_the_oldest_rounds() {
     assert_eq!(requests[0].messages.len(), 4);
     assert_eq!(requests[0].reason, SummaryReason::ReactiveMicro);
     assert_valid(&state);
+}
+
+#[test]
+fn agentrail_allows_at_most_three_reactive_compactions_per_request() {
+    let engine = engine("agentrail");
+    let mut state = agent_session(30, 300);
+    let budget = Budget {
+        window: 10_000,
+        fixed_tokens: 0,
+    };
+    let request = PlanRequest {
+        reported_usage: Some(8_600),
+        ..PlanRequest::default()
+    };
+    for _ in 0..3 {
+        let Some(plan) = engine.plan(&mut state, &budget, &request) else {
+            panic!("a reactive micro compaction within the bound")
+        };
+        assert_eq!(plan.reason, CompactionReason::ReactiveMicro);
+        execute(&engine, &mut state, plan);
+    }
+    // The fourth in the same request is refused, however high the usage (only the
+    // per-call result cap, `Maintenance`, still runs).
+    assert_eq!(
+        engine.triggered(&mut state, &budget, Some(9_900)),
+        Some(CompactionReason::Maintenance)
+    );
+    // A new user request starts a new allowance.
+    state.push(Message::user("Now fix it."));
+    assert_eq!(
+        engine.triggered(&mut state, &budget, Some(8_600)),
+        Some(CompactionReason::ReactiveMicro)
+    );
+}
+
+#[test]
+fn a_usage_report_anchors_the_trigger_on_the_providers_count() {
+    // Without a report the estimate fires early on purpose (it may be low); anchored on the
+    // provider's count, the trigger applies at its own level.
+    let engine = engine("default");
+    let mut state = agent_session(40, 120);
+    let exact = state.clone().sync_tokens(engine.model());
+    // A window whose trigger lies 5 % above the context: past the unanchored firing level.
+    let ratio = engine
+        .config()
+        .trigger_ratio
+        .expect("default has a ratio trigger");
+    let budget = Budget {
+        window: (exact as f64 / (ratio * 0.95)) as u64,
+        fixed_tokens: 0,
+    };
+    let trigger = engine.trigger_tokens(&budget).expect("a trigger");
+    assert!(exact < trigger, "{exact} vs {trigger}");
+    assert!(
+        engine
+            .triggered(&mut state.clone(), &budget, None)
+            .is_some(),
+        "unanchored, the estimate fires early"
+    );
+    let len = state.entries.len();
+    state.anchor_usage(len, exact);
+    assert!(state.anchored());
+    assert_eq!(state.approx_tokens(), exact);
+    assert_eq!(engine.triggered(&mut state, &budget, None), None);
+    // One more round is estimated on its own; the anchor stands for the rest.
+    round(&mut state, "late", "read", &"word ".repeat(50));
+    let approx = state.approx_tokens();
+    let real = state.clone().sync_tokens(engine.model());
+    assert!(approx >= real && approx - real < 40, "{approx} vs {real}");
+    // A report past the end of the context is refused; a rewrite forgets the anchor.
+    let mut other = state.clone();
+    other.anchor_usage(other.entries.len() + 5, 1);
+    assert_eq!(other.approx_tokens(), approx);
+    let entries = state.entries[2..].to_vec();
+    state.replace_entries(entries);
+    assert!(!state.anchored());
 }
 
 #[test]
