@@ -36,6 +36,7 @@
 //! # }).unwrap();
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -177,6 +178,43 @@ const INSERT_BATCH: usize = 100;
 pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
+    /// SQLite has one writer at a time, and a connection that finds the write lock taken
+    /// sleeps in SQLite's busy handler (1, 2, 5, … up to 100 ms per wait), which under
+    /// concurrent appends turned millisecond commits into 50 ms medians and second-long tails.
+    /// Writers of this process queue here instead, in order; other processes still meet
+    /// `busy_timeout`.
+    writers: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A write transaction, holding this process's SQLite writer slot until it ends.
+struct WriteTx {
+    tx: sqlx::Transaction<'static, sqlx::Any>,
+    _writer: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl WriteTx {
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+
+    async fn rollback(self) -> Result<(), sqlx::Error> {
+        self.tx.rollback().await
+    }
+}
+
+/// Derefs to the connection, like the transaction it wraps: `&mut *tx` executes in it.
+impl std::ops::Deref for WriteTx {
+    type Target = sqlx::AnyConnection;
+
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
 }
 
 impl SqlStore {
@@ -185,19 +223,19 @@ impl SqlStore {
     pub async fn connect(url: &str) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
-        let url = match dialect {
+        let (url, synchronous) = match dialect {
             Dialect::Sqlite => sqlite_url(url)?,
-            _ => url.to_string(),
+            _ => (url.to_string(), SqliteSync::Full),
         };
         let shown = redact(&url);
         let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
         options = match dialect {
-            Dialect::Sqlite => options.max_connections(4).after_connect(|conn, _| {
+            Dialect::Sqlite => options.max_connections(4).after_connect(move |conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor;
-                    // Wait for the write lock instead of failing at once; fsync at commit.
+                    // Wait for the write lock instead of failing at once.
                     conn.execute("PRAGMA busy_timeout = 30000").await?;
-                    conn.execute("PRAGMA synchronous = FULL").await?;
+                    conn.execute(synchronous.pragma()).await?;
                     Ok(())
                 })
             }),
@@ -206,7 +244,11 @@ impl SqlStore {
         let pool = options.connect(&url).await.map_err(|err| {
             StoreError::backend(dialect.name(), format!("cannot connect to {shown}: {err}"))
         })?;
-        let store = SqlStore { pool, dialect };
+        let store = SqlStore {
+            pool,
+            dialect,
+            writers: Arc::new(tokio::sync::Mutex::new(())),
+        };
         if dialect == Dialect::Sqlite {
             store.enable_wal().await?;
         }
@@ -236,14 +278,20 @@ impl SqlStore {
         AssertSqlSafe(self.dialect.sql(text))
     }
 
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        let tx = match self.dialect {
+    async fn begin(&self) -> Result<WriteTx, StoreError> {
+        let (tx, writer) = match self.dialect {
             // Take the write lock up front so concurrent writers queue on busy_timeout rather
             // than fail when upgrading a read lock.
-            Dialect::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            _ => self.pool.begin().await,
+            Dialect::Sqlite => {
+                let writer = Arc::clone(&self.writers).lock_owned().await;
+                (self.pool.begin_with("BEGIN IMMEDIATE").await, Some(writer))
+            }
+            _ => (self.pool.begin().await, None),
         };
-        tx.map_err(|err| self.err(err))
+        Ok(WriteTx {
+            tx: tx.map_err(|err| self.err(err))?,
+            _writer: writer,
+        })
     }
 
     async fn enable_wal(&self) -> Result<(), StoreError> {
@@ -389,7 +437,31 @@ impl SqlStore {
 }
 
 /// `sqlite://PATH` with the file created on demand (and its directory).
-fn sqlite_url(url: &str) -> Result<String, StoreError> {
+/// How SQLite commits reach the disk (`sqlite://PATH?synchronous=full|normal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SqliteSync {
+    /// The default: every commit is fsync'd before it returns, so a commit survives a power
+    /// loss. Costs a disk flush per write (a few milliseconds on common disks).
+    Full,
+    /// WAL commits are written to the OS but flushed only at checkpoints: a commit survives a
+    /// crash of the process (the database stays consistent after a power loss, but the last
+    /// commits before it may be lost). Many times the write throughput; for gateways whose
+    /// clients resend their history anyway.
+    Normal,
+}
+
+impl SqliteSync {
+    fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "PRAGMA synchronous = FULL",
+            SqliteSync::Normal => "PRAGMA synchronous = NORMAL",
+        }
+    }
+}
+
+/// The sqlx URL for a `sqlite://` store URL (the file created if missing) and the commit mode
+/// its `synchronous` parameter asks for.
+fn sqlite_url(url: &str) -> Result<(String, SqliteSync), StoreError> {
     let rest = url
         .split_once("://")
         .map(|(_, rest)| rest)
@@ -409,12 +481,32 @@ fn sqlite_url(url: &str) -> Result<String, StoreError> {
     {
         std::fs::create_dir_all(parent)?;
     }
-    let query = match query {
-        Some(q) if q.contains("mode=") => q.to_string(),
-        Some(q) => format!("{q}&mode=rwc"),
-        None => "mode=rwc".to_string(),
-    };
-    Ok(format!("sqlite://{path}?{query}"))
+    let mut synchronous = SqliteSync::Full;
+    let mut params: Vec<&str> = Vec::new();
+    for param in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match param.split_once('=') {
+            Some(("synchronous", value)) => {
+                synchronous = match value.to_ascii_lowercase().as_str() {
+                    "full" => SqliteSync::Full,
+                    "normal" => SqliteSync::Normal,
+                    _ => {
+                        return Err(StoreError::InvalidInput(format!(
+                            "sqlite synchronous={value:?}: expected full (the default) or normal"
+                        )));
+                    }
+                }
+            }
+            _ => params.push(param),
+        }
+    }
+    if !params.iter().any(|p| p.starts_with("mode=")) {
+        params.push("mode=rwc");
+    }
+    Ok((format!("sqlite://{path}?{}", params.join("&")), synchronous))
 }
 
 fn key_of(row: &AnyRow) -> Result<SessionKey, StoreError> {
@@ -952,6 +1044,47 @@ impl SqlArchive {
 mod tests {
     use super::*;
 
+    #[test]
+    fn sqlite_urls_take_a_commit_mode() {
+        let url = |u: &str| sqlite_url(u).map_err(|e| e.to_string());
+        assert_eq!(
+            url("sqlite://:memory:"),
+            Ok(("sqlite://:memory:?mode=rwc".to_string(), SqliteSync::Full))
+        );
+        assert_eq!(
+            url("sqlite://:memory:?synchronous=NORMAL&cache=shared"),
+            Ok((
+                "sqlite://:memory:?cache=shared&mode=rwc".to_string(),
+                SqliteSync::Normal
+            ))
+        );
+        assert_eq!(
+            url("sqlite://:memory:?mode=ro&synchronous=full").map(|(_, s)| s),
+            Ok(SqliteSync::Full)
+        );
+        let bad = url("sqlite://:memory:?synchronous=off");
+        assert!(
+            bad.as_ref().is_err_and(|e| e.contains("expected full")),
+            "{bad:?}"
+        );
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn the_commit_mode_reaches_every_connection() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        for (query, expected) in [("", 2i64), ("?synchronous=normal", 1)] {
+            let path = dir.path().join(format!("s{expected}.db"));
+            let store = SqlStore::connect(&format!("sqlite://{}{query}", path.display())).await?;
+            // SQLite reports FULL as 2 and NORMAL as 1.
+            let mode: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                .fetch_one(&store.pool)
+                .await?;
+            assert_eq!(mode, expected, "{query}");
+        }
+        Ok(())
+    }
+
     /// A database written by schema version 1 (state inside the session row) opens, migrates
     /// and keeps its state.
     #[cfg(feature = "sqlite")]
@@ -961,7 +1094,7 @@ mod tests {
         sqlx::any::install_default_drivers();
         let dir = tempfile::tempdir()?;
         let url = format!("sqlite://{}", dir.path().join("v1.db").display());
-        let pool = AnyPool::connect(&sqlite_url(&url)?).await?;
+        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
         pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
             .await?;
         for statement in SQLITE_V1 {
