@@ -1,0 +1,885 @@
+//! The mock over real HTTP: overflow errors that ctxkeeper-core recognises, the providers'
+//! 400s and 401s, the event order of every stream, the simulated prompt cache and the control
+//! endpoints.
+
+use ctxkeeper_core::overflow::{Provider, classify};
+use ctxkeeper_mock_upstream::{MockConfig, MockServer, spawn};
+use serde_json::{Value, json};
+
+/// A mock with a small window and a client for it.
+async fn mock(window: u64) -> (MockServer, reqwest::Client) {
+    let server = spawn(MockConfig {
+        window,
+        ..MockConfig::default()
+    })
+    .await
+    .expect("the mock binds a local port");
+    (server, reqwest::Client::new())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Api {
+    Chat,
+    Responses,
+    Anthropic,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Responses => "/v1/responses",
+            Api::Anthropic => "/v1/messages",
+        }
+    }
+}
+
+/// Posts `body` with a key (`None`: without one) and returns the status and the raw body.
+async fn post(
+    server: &MockServer,
+    client: &reqwest::Client,
+    api: Api,
+    key: Option<&str>,
+    body: &Value,
+) -> (u16, String) {
+    let url = format!("http://{}{}", server.addr(), api.path());
+    let mut request = client.post(url).json(body);
+    if let Some(key) = key {
+        request = match api {
+            Api::Chat | Api::Responses => request.bearer_auth(key),
+            Api::Anthropic => request
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01"),
+        };
+    }
+    let response = request.send().await.expect("the mock answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+fn parse(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|error| panic!("not JSON ({error}): {body}"))
+}
+
+/// The `(event name, data)` pairs of an SSE body (`None` when a block has no `event:` line).
+fn sse(body: &str) -> Vec<(Option<String>, String)> {
+    body.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let mut name = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("event: ") {
+                    name = Some(value.to_owned());
+                } else if let Some(value) = line.strip_prefix("data: ") {
+                    data.push_str(value);
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+fn long_text(words: usize) -> String {
+    "lorem ipsum dolor ".repeat(words / 3 + 1)
+}
+
+fn chat_body(text: &str) -> Value {
+    json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]})
+}
+
+fn anthropic_body(text: &str, max_tokens: u64) -> Value {
+    json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]})
+}
+
+fn responses_body(text: &str) -> Value {
+    json!({"model": "gpt-4o", "input": [{"role": "user", "content": text}]})
+}
+
+// ---- overflow ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn chat_overflow_is_classified_with_the_limit_and_the_input() {
+    let (server, client) = mock(512).await;
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Chat,
+        Some("k"),
+        &chat_body(&long_text(2000)),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let error = parse(&body);
+    assert_eq!(error["error"]["code"], "context_length_exceeded");
+    assert_eq!(error["error"]["param"], "messages");
+    let counted = server.requests()[0].input_tokens;
+    assert_eq!(
+        error["error"]["message"],
+        format!(
+            "This model's maximum context length is 512 tokens. However, your messages resulted in {counted} tokens. \
+             Please reduce the length of the messages."
+        )
+    );
+    let overflow = classify(status, &body).expect("classified as an overflow");
+    assert_eq!(overflow.provider, Provider::OpenAi);
+    assert_eq!(overflow.limit, Some(512));
+    assert_eq!(overflow.requested, Some(counted));
+}
+
+#[tokio::test]
+async fn chat_overflow_with_a_stated_output_budget_names_both_parts() {
+    let (server, client) = mock(1000).await;
+    let mut body = chat_body("short question");
+    body["max_completion_tokens"] = json!(995);
+    let (status, answer) = post(&server, &client, Api::Chat, Some("k"), &body).await;
+    assert_eq!(status, 400, "{answer}");
+    let overflow = classify(status, &answer).expect("an overflow");
+    let input = server.requests()[0].input_tokens;
+    assert_eq!(overflow.limit, Some(1000));
+    assert_eq!(overflow.input, Some(input));
+    assert_eq!(overflow.output, Some(995));
+    assert_eq!(overflow.max_input_tokens(), Some(5));
+}
+
+#[tokio::test]
+async fn anthropic_overflow_is_classified_with_the_limit() {
+    let (server, client) = mock(512).await;
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Anthropic,
+        Some("k"),
+        &anthropic_body(&long_text(2000), 100),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let counted = server.requests()[0].input_tokens;
+    let error = parse(&body);
+    assert_eq!(error["type"], "error");
+    assert_eq!(
+        error["error"]["message"],
+        format!("prompt is too long: {counted} tokens > 512 maximum")
+    );
+    let overflow = classify(status, &body).expect("an overflow");
+    assert_eq!(overflow.provider, Provider::Anthropic);
+    assert_eq!(overflow.limit, Some(512));
+    assert_eq!(overflow.requested, Some(counted));
+}
+
+#[tokio::test]
+async fn anthropic_input_plus_max_tokens_over_the_window_names_both() {
+    let (server, client) = mock(512).await;
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Anthropic,
+        Some("k"),
+        &anthropic_body("hello", 510),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let input = server.requests()[0].input_tokens;
+    let overflow = classify(status, &body).expect("an overflow");
+    assert_eq!(
+        (overflow.limit, overflow.input, overflow.output),
+        (Some(512), Some(input), Some(510))
+    );
+}
+
+#[tokio::test]
+async fn responses_overflow_is_a_400_and_a_stream_error_event() {
+    let (server, client) = mock(512).await;
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Responses,
+        Some("k"),
+        &responses_body(&long_text(2000)),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(parse(&body)["error"]["code"], "context_length_exceeded");
+    let overflow = classify(status, &body).expect("an overflow");
+    assert_eq!(overflow.provider, Provider::OpenAi);
+    // The real Responses API states no numbers; the window is known from the model instead.
+    assert_eq!(overflow.limit, None);
+
+    let mut streamed = responses_body(&long_text(2000));
+    streamed["stream"] = json!(true);
+    let (status, body) = post(&server, &client, Api::Responses, Some("k"), &streamed).await;
+    assert_eq!(
+        status, 200,
+        "the stream is already open when the overflow is found"
+    );
+    let events = sse(&body);
+    let names: Vec<_> = events
+        .iter()
+        .map(|(name, _)| name.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["response.created", "response.in_progress", "error"]);
+    let error = &events[2].1;
+    assert_eq!(parse(error)["sequence_number"], 2);
+    assert!(
+        classify(0, error).is_some(),
+        "an in-stream error event is an overflow too: {error}"
+    );
+}
+
+#[tokio::test]
+async fn fitting_requests_pass_and_set_window_moves_the_limit() {
+    let (server, client) = mock(128_000).await;
+    let body = chat_body(&long_text(600));
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &body).await.0,
+        200
+    );
+    server.set_window(100);
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &body).await.0,
+        400
+    );
+    server.set_window(100_000);
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &body).await.0,
+        200
+    );
+}
+
+// ---- validation and authentication -------------------------------------------------------
+
+#[tokio::test]
+async fn openai_tool_pairing_errors_are_the_real_ones() {
+    let (server, client) = mock(128_000).await;
+    let unanswered = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_sVab", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "user", "content": "and?"}]});
+    let (status, body) = post(&server, &client, Api::Chat, Some("k"), &unanswered).await;
+    assert_eq!(status, 400);
+    let error = parse(&body);
+    assert_eq!(
+        error["error"]["message"],
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each \
+         'tool_call_id'. The following tool_call_ids did not have response messages: call_sVab"
+    );
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        classify(status, &body).is_none(),
+        "a pairing error is not an overflow"
+    );
+
+    let orphan = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "out"}]});
+    let (status, body) = post(&server, &client, Api::Chat, Some("k"), &orphan).await;
+    assert_eq!(status, 400);
+    assert_eq!(parse(&body)["error"]["param"], "messages.[1].role");
+}
+
+#[tokio::test]
+async fn anthropic_tool_pairing_errors_are_the_real_ones() {
+    let (server, client) = mock(128_000).await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01N8", "name": "ls", "input": {}}]},
+        {"role": "user", "content": "and?"}]});
+    let (status, answer) = post(&server, &client, Api::Anthropic, Some("k"), &body).await;
+    assert_eq!(status, 400);
+    let error = parse(&answer);
+    assert_eq!(
+        error["error"]["message"],
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_01N8. \
+         Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    );
+    assert!(
+        error["request_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("req_"))
+    );
+    assert!(classify(status, &answer).is_none());
+}
+
+#[tokio::test]
+async fn malformed_and_incomplete_bodies_get_400s() {
+    let (server, client) = mock(128_000).await;
+    let url = format!("{}/chat/completions", server.openai_base_url());
+    let response = client
+        .post(url)
+        .bearer_auth("k")
+        .body("{not json")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status().as_u16(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("We could not parse the JSON body"))
+    );
+
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Anthropic,
+        Some("k"),
+        &json!({"model": "claude", "messages": []}),
+    )
+    .await;
+    assert_eq!(
+        (status, parse(&body)["error"]["message"].clone()),
+        (400, json!("max_tokens: Field required"))
+    );
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Chat,
+        Some("k"),
+        &json!({"messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(
+        (status, parse(&body)["error"]["message"].clone()),
+        (400, json!("you must provide a model parameter"))
+    );
+    let recorded = server.requests();
+    assert_eq!(
+        recorded[0].body,
+        json!("{not json"),
+        "a body that is not JSON is recorded as text"
+    );
+    assert!(recorded.iter().all(|request| request.status == 400));
+}
+
+#[tokio::test]
+async fn a_request_without_a_key_gets_the_providers_401() {
+    let (server, client) = mock(128_000).await;
+    let (status, body) = post(&server, &client, Api::Chat, None, &chat_body("hi")).await;
+    assert_eq!(status, 401);
+    assert!(
+        parse(&body)["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("You didn't provide an API key"))
+    );
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Responses,
+        None,
+        &responses_body("hi"),
+    )
+    .await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = post(
+        &server,
+        &client,
+        Api::Anthropic,
+        None,
+        &anthropic_body("hi", 10),
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert_eq!(parse(&body)["error"]["type"], "authentication_error");
+    // Anthropic also takes a bearer token.
+    let url = format!("{}/v1/messages", server.anthropic_base_url());
+    let response = client
+        .post(url)
+        .bearer_auth("k")
+        .json(&anthropic_body("hi", 10))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn the_clients_key_and_headers_are_recorded_untouched() {
+    let (server, client) = mock(128_000).await;
+    post(
+        &server,
+        &client,
+        Api::Chat,
+        Some("sk-client-key-123"),
+        &chat_body("hi"),
+    )
+    .await;
+    post(
+        &server,
+        &client,
+        Api::Anthropic,
+        Some("sk-ant-xyz"),
+        &anthropic_body("hi", 10),
+    )
+    .await;
+    let recorded = server.requests();
+    assert_eq!(recorded.len(), 2);
+    assert_eq!(recorded[0].path, "/v1/chat/completions");
+    assert_eq!(
+        recorded[0].header("authorization"),
+        Some("Bearer sk-client-key-123")
+    );
+    assert_eq!(recorded[1].header("x-api-key"), Some("sk-ant-xyz"));
+    assert_eq!(recorded[1].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(recorded[1].body, anthropic_body("hi", 10));
+    assert!(
+        recorded
+            .iter()
+            .all(|request| request.status == 200 && request.input_tokens > 0)
+    );
+}
+
+// ---- answers and streams -----------------------------------------------------------------
+
+#[tokio::test]
+async fn answers_are_deterministic_text_or_one_tool_call() {
+    let (server, client) = mock(128_000).await;
+    let (_, body) = post(&server, &client, Api::Chat, Some("k"), &chat_body("hi")).await;
+    let answer = parse(&body);
+    assert_eq!(answer["choices"][0]["message"]["content"], "mock reply 1");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        answer["usage"]["total_tokens"],
+        answer["usage"]["prompt_tokens"].as_u64().unwrap_or(0) + 4
+    );
+
+    let with_tools = json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+        "tools": [{"name": "read_file", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "data"}]}]});
+    let (status, body) = post(&server, &client, Api::Anthropic, Some("k"), &with_tools).await;
+    assert_eq!(status, 200, "{body}");
+    let answer = parse(&body);
+    assert_eq!(answer["stop_reason"], "tool_use");
+    let block = &answer["content"][0];
+    assert_eq!(
+        (&block["type"], &block["name"], &block["input"]),
+        (&json!("tool_use"), &json!("read_file"), &json!({"step": 1}))
+    );
+    assert!(
+        block["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("toolu_"))
+    );
+}
+
+fn names(events: &[(Option<String>, String)]) -> Vec<String> {
+    events
+        .iter()
+        .map(|(name, _)| name.clone().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_stream_order_text_and_tool_call() {
+    let (server, client) = mock(128_000).await;
+    let mut body = chat_body("hi");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let (status, text) = post(&server, &client, Api::Chat, Some("k"), &body).await;
+    assert_eq!(status, 200);
+    let events = sse(&text);
+    assert_eq!(events.last().map(|(_, data)| data.as_str()), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|(_, data)| parse(data))
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "mock reply 1");
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    let usage = &chunks[chunks.len() - 1];
+    assert_eq!(usage["choices"], json!([]));
+    assert!(
+        usage["usage"]["prompt_tokens"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+    assert!(
+        chunks[..chunks.len() - 1]
+            .iter()
+            .all(|c| c["usage"].is_null() && c["object"] == "chat.completion.chunk")
+    );
+
+    body["tools"] = json!([{"type": "function", "function": {"name": "grep", "parameters": {}}}]);
+    body["stream_options"] = json!({"include_usage": false});
+    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &body).await;
+    let events = sse(&text);
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|(_, data)| parse(data))
+        .collect();
+    assert!(
+        chunks.iter().all(|c| c.get("usage").is_none()),
+        "no usage key without include_usage"
+    );
+    let first_call = &chunks[1]["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(
+        (
+            &first_call["index"],
+            &first_call["type"],
+            &first_call["function"]["name"]
+        ),
+        (&json!(0), &json!("function"), &json!("grep"))
+    );
+    assert!(
+        first_call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_"))
+    );
+    let arguments: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(arguments, r#"{"step":0}"#);
+    assert!(chunks.len() > 4, "arguments arrive in several pieces");
+    assert_eq!(
+        chunks[chunks.len() - 1]["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_stream_order_text_and_tool_use() {
+    let (server, client) = mock(128_000).await;
+    let mut body = anthropic_body("hi", 100);
+    body["stream"] = json!(true);
+    let (status, text) = post(&server, &client, Api::Anthropic, Some("k"), &body).await;
+    assert_eq!(status, 200);
+    let events = sse(&text);
+    assert_eq!(
+        names(&events),
+        [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    for (name, data) in &events {
+        assert_eq!(
+            parse(data)["type"].as_str(),
+            name.as_deref(),
+            "the data's type matches the event name"
+        );
+    }
+    let delta = parse(&events[7].1);
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+    assert_eq!(delta["usage"]["output_tokens"], 4);
+
+    body["tools"] = json!([{"name": "ls", "input_schema": {"type": "object"}}]);
+    let (_, text) = post(&server, &client, Api::Anthropic, Some("k"), &body).await;
+    let events = sse(&text);
+    let start = parse(&events[1].1);
+    assert_eq!(start["content_block"]["type"], "tool_use");
+    assert_eq!(start["content_block"]["input"], json!({}));
+    let partial: String = events
+        .iter()
+        .filter(|(name, _)| name.as_deref() == Some("content_block_delta"))
+        .map(|(_, data)| {
+            let delta = parse(data);
+            assert_eq!(delta["delta"]["type"], "input_json_delta");
+            delta["delta"]["partial_json"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(partial, r#"{"step":0}"#);
+    let message_delta = events
+        .iter()
+        .find(|(name, _)| name.as_deref() == Some("message_delta"))
+        .map(|(_, data)| parse(data));
+    assert_eq!(
+        message_delta.map(|d| d["delta"]["stop_reason"].clone()),
+        Some(json!("tool_use"))
+    );
+}
+
+#[tokio::test]
+async fn responses_stream_order_text_and_function_call() {
+    let (server, client) = mock(128_000).await;
+    let mut body = responses_body("hi");
+    body["stream"] = json!(true);
+    let (status, text) = post(&server, &client, Api::Responses, Some("k"), &body).await;
+    assert_eq!(status, 200);
+    let events = sse(&text);
+    assert_eq!(
+        names(&events),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    for (number, (name, data)) in events.iter().enumerate() {
+        let data = parse(data);
+        assert_eq!(data["type"].as_str(), name.as_deref());
+        assert_eq!(data["sequence_number"], number);
+    }
+    let completed = parse(&events[10].1);
+    assert_eq!(completed["response"]["status"], "completed");
+    assert_eq!(
+        completed["response"]["output"][0]["content"][0]["text"],
+        "mock reply 1"
+    );
+    assert!(
+        completed["response"]["usage"]["input_tokens"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+    );
+
+    body["tools"] = json!([{"type": "function", "name": "search", "parameters": {}}]);
+    let (_, text) = post(&server, &client, Api::Responses, Some("k"), &body).await;
+    let events = sse(&text);
+    let names = names(&events);
+    assert_eq!(names[2], "response.output_item.added");
+    assert!(
+        names[3..names.len() - 3]
+            .iter()
+            .all(|n| n == "response.function_call_arguments.delta")
+    );
+    assert_eq!(
+        names[names.len() - 3..],
+        [
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let added = parse(&events[2].1);
+    assert_eq!(
+        (&added["item"]["type"], &added["item"]["name"]),
+        (&json!("function_call"), &json!("search"))
+    );
+    let done = parse(&events[events.len() - 3].1);
+    assert_eq!(done["arguments"], r#"{"step":0}"#);
+}
+
+#[tokio::test]
+async fn responses_non_streaming_answers_with_a_function_call_item() {
+    let (server, client) = mock(128_000).await;
+    let body = json!({"model": "gpt-4o", "tools": [{"type": "function", "name": "search", "parameters": {}}],
+        "input": [
+            {"role": "user", "content": "find"},
+            {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "nothing"}]});
+    let (status, text) = post(&server, &client, Api::Responses, Some("k"), &body).await;
+    assert_eq!(status, 200, "{text}");
+    let answer = parse(&text);
+    assert_eq!(answer["object"], "response");
+    let item = &answer["output"][0];
+    assert_eq!(
+        (&item["type"], &item["arguments"]),
+        (&json!("function_call"), &json!(r#"{"step":1}"#))
+    );
+    assert_eq!(
+        answer["usage"]["total_tokens"],
+        answer["usage"]["input_tokens"].as_u64().unwrap_or(0)
+            + answer["usage"]["output_tokens"].as_u64().unwrap_or(0)
+    );
+}
+
+// ---- prompt cache ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_repeated_prefix_is_reported_as_cached() {
+    let (server, client) = mock(128_000).await;
+    let first = json!({"model": "gpt-4o", "messages": [
+        {"role": "system", "content": long_text(300)},
+        {"role": "user", "content": "question one"}]});
+    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &first).await;
+    let first_usage = parse(&text)["usage"].clone();
+    assert_eq!(first_usage["prompt_tokens_details"]["cached_tokens"], 0);
+    let first_input = first_usage["prompt_tokens"].as_u64().unwrap_or(0);
+
+    let mut second = first.clone();
+    if let Some(messages) = second["messages"].as_array_mut() {
+        messages.push(json!({"role": "assistant", "content": "mock reply 2"}));
+        messages.push(json!({"role": "user", "content": "question two"}));
+    }
+    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &second).await;
+    let usage = parse(&text)["usage"].clone();
+    assert_eq!(
+        usage["prompt_tokens_details"]["cached_tokens"], first_input,
+        "the first request is the cached prefix"
+    );
+    assert!(usage["prompt_tokens"].as_u64().unwrap_or(0) > first_input);
+
+    // Another key shares nothing; a changed system prompt breaks the prefix.
+    let (_, text) = post(&server, &client, Api::Chat, Some("other-key"), &second).await;
+    assert_eq!(
+        parse(&text)["usage"]["prompt_tokens_details"]["cached_tokens"],
+        0
+    );
+    let mut changed = second.clone();
+    changed["messages"][0]["content"] = json!("a different system prompt");
+    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &changed).await;
+    let cached = parse(&text)["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    assert!(
+        cached.is_some_and(|c| c < 10),
+        "only the empty-tools head can match: {cached:?}"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_reports_cache_reads_outside_input_tokens() {
+    let (server, client) = mock(128_000).await;
+    let first = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": long_text(300),
+        "messages": [{"role": "user", "content": "one"}]});
+    let (_, text) = post(&server, &client, Api::Anthropic, Some("k"), &first).await;
+    let total_first = parse(&text)["usage"]["input_tokens"].as_u64().unwrap_or(0);
+    let (_, text) = post(&server, &client, Api::Anthropic, Some("k"), &first).await;
+    let usage = parse(&text)["usage"].clone();
+    assert_eq!(
+        usage["cache_read_input_tokens"], total_first,
+        "an identical request is served whole from the cache"
+    );
+    assert_eq!(usage["input_tokens"], 0);
+    assert_eq!(
+        server.requests()[1].input_tokens,
+        total_first,
+        "the recorder keeps the full input"
+    );
+}
+
+// ---- control endpoints -------------------------------------------------------------------
+
+#[tokio::test]
+async fn control_endpoints_read_reset_and_configure() {
+    let (server, client) = mock(128_000).await;
+    let base = format!("http://{}", server.addr());
+    post(&server, &client, Api::Chat, Some("k"), &chat_body("hi")).await;
+    let recorded: Value = client
+        .get(format!("{base}/mock/requests"))
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(recorded[0]["path"], "/v1/chat/completions");
+    assert_eq!(recorded[0]["status"], 200);
+
+    let config: Value = client
+        .post(format!("{base}/mock/config"))
+        .json(&json!({"window": 10}))
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(config["window"], 10);
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &chat_body("hi"))
+            .await
+            .0,
+        400
+    );
+    let bad = client
+        .post(format!("{base}/mock/config"))
+        .json(&json!({"windw": 10}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(bad.status().as_u16(), 400);
+
+    client
+        .post(format!("{base}/mock/reset"))
+        .send()
+        .await
+        .expect("answer");
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn models_and_unknown_paths_answer_in_the_callers_dialect() {
+    let (server, client) = mock(128_000).await;
+    let openai: Value = client
+        .get(format!("{}/models", server.openai_base_url()))
+        .bearer_auth("k")
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(openai["object"], "list");
+    assert_eq!(openai["data"][0]["object"], "model");
+    let anthropic: Value = client
+        .get(format!("{}/v1/models", server.anthropic_base_url()))
+        .header("x-api-key", "k")
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(anthropic["data"][0]["type"], "model");
+    let missing = client
+        .get(format!("{}/nothing", server.openai_base_url()))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(missing.status().as_u16(), 404);
+}
+
+#[tokio::test]
+async fn recording_can_be_off() {
+    let server = spawn(MockConfig {
+        record: false,
+        ..MockConfig::default()
+    })
+    .await
+    .expect("bind");
+    let client = reqwest::Client::new();
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &chat_body("hi"))
+            .await
+            .0,
+        200
+    );
+    assert!(server.requests().is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn delay_holds_the_answer_back() {
+    let server = spawn(MockConfig {
+        delay: std::time::Duration::from_millis(150),
+        ..MockConfig::default()
+    })
+    .await
+    .expect("bind");
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &chat_body("hi"))
+            .await
+            .0,
+        200
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+}
