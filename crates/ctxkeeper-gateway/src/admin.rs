@@ -1,0 +1,296 @@
+//! The admin API under `/admin`, behind `Authorization: Bearer <admin-token>` and scoped to
+//! the tenant named by `x-ctxkeeper-tenant` (`default` when absent).
+//!
+//! | route | does |
+//! | --- | --- |
+//! | `GET /admin/sessions` | the tenant's sessions, most recent first |
+//! | `GET /admin/sessions/{id}` | context statistics of one session |
+//! | `POST /admin/sessions/{id}/clear` | empties the session's context (its log stays) |
+//! | `GET /admin/sessions/{id}/policy` | its policy overrides and the effective policy |
+//! | `PATCH /admin/sessions/{id}/policy` | merges a TOML (or JSON) fragment into its overrides |
+//! | `GET /admin/sessions/{id}/search?q=…&limit=…` | full-text search of its log |
+//!
+//! Without a configured token the whole API answers 403 and says how to enable it; a missing
+//! or wrong token answers 401. Errors use the OpenAI error shape.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ctxkeeper_store::{SearchQuery, SessionFilter, SessionKey, StoreError};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::Gateway;
+use crate::error::{ApiError, Flavor};
+use crate::identity::TENANT_HEADER;
+use crate::sessions::PatchError;
+
+const FLAVOR: Flavor = Flavor::OpenAi;
+
+/// The admin routes, to be nested under `/admin`.
+pub fn routes() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/sessions", get(list))
+        .route("/sessions/{id}", get(stats))
+        .route("/sessions/{id}/clear", post(clear))
+        .route("/sessions/{id}/policy", get(policy).patch(patch_policy))
+        .route("/sessions/{id}/search", get(search))
+}
+
+/// Checks the bearer token and returns the tenant the request is scoped to.
+fn authorize(gw: &Gateway, headers: &HeaderMap) -> Result<String, ApiError> {
+    let Some(expected) = gw.config.admin_token.as_deref() else {
+        return Err(ApiError::new(
+            FLAVOR,
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "the admin API is disabled: start the gateway with --admin-token to enable it",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        return Err(ApiError::unauthorized(
+            FLAVOR,
+            "missing or wrong admin token (Authorization: Bearer <admin-token>)",
+        ));
+    }
+    match headers.get(TENANT_HEADER) {
+        Some(value) => {
+            let tenant = value.to_str().map_err(|_| {
+                ApiError::invalid_request(FLAVOR, "x-ctxkeeper-tenant is not ASCII")
+            })?;
+            ctxkeeper_store::state::validate_identifier("tenant", tenant)
+                .map_err(|e| ApiError::invalid_request(FLAVOR, e.to_string()))?;
+            Ok(tenant.to_string())
+        }
+        None => Ok(crate::identity::DEFAULT_TENANT.to_string()),
+    }
+}
+
+/// Compares without stopping at the first difference, so response timing does not reveal
+/// how much of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, byte) in b.iter().enumerate() {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ byte);
+    }
+    diff == 0
+}
+
+fn key(tenant: &str, id: &str) -> Result<SessionKey, ApiError> {
+    SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, id)
+        .map_err(|e| ApiError::invalid_request(FLAVOR, e.to_string()))
+}
+
+fn store_error(err: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(FLAVOR, err.to_string())
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found(FLAVOR, format!("no session {id:?} in this tenant"))
+}
+
+async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let sessions = gw
+        .sessions
+        .store()
+        .list(&SessionFilter::tenant(tenant))
+        .await
+        .map_err(store_error)?;
+    let items: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.key.session(),
+                "version": s.version,
+                "log_len": s.log_len,
+                "created_at_ms": s.created_at_ms,
+                "updated_at_ms": s.updated_at_ms,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({ "sessions": items })).into_response())
+}
+
+async fn stats(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    let stats = gw
+        .sessions
+        .stats(&key)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&id))?;
+    let log_len = gw
+        .sessions
+        .store()
+        .list(&SessionFilter::tenant(tenant))
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .find(|s| s.key == key)
+        .map(|s| s.log_len);
+    let mut body = serde_json::to_value(&stats).map_err(store_error)?;
+    body["id"] = json!(id);
+    body["log_len"] = json!(log_len);
+    Ok(axum::Json(body).into_response())
+}
+
+async fn clear(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    if !gw.sessions.clear(&key).await.map_err(store_error)? {
+        return Err(not_found(&id));
+    }
+    Ok(axum::Json(json!({"id": id, "cleared": true})).into_response())
+}
+
+async fn policy(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    let overrides = gw
+        .sessions
+        .overrides(&key)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&id))?;
+    let effective = match &overrides {
+        Some(fragment) => gw.sessions.policy().with_overrides(fragment),
+        None => Ok(gw.sessions.policy().clone()),
+    }
+    .map_err(|e| store_error(format!("stored overrides no longer valid: {e}")))?;
+    Ok(axum::Json(json!({
+        "id": id,
+        "overrides": overrides,
+        "effective": effective,
+    }))
+    .into_response())
+}
+
+async fn patch_policy(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    let patch = parse_fragment(&headers, &body)?;
+    match gw.sessions.patch_overrides(&key, patch).await {
+        Ok(Some(merged)) => Ok(axum::Json(json!({"id": id, "overrides": merged})).into_response()),
+        Ok(None) => Err(not_found(&id)),
+        Err(PatchError::Invalid(message)) => Err(ApiError::invalid_request(
+            FLAVOR,
+            format!("invalid policy override: {message}"),
+        )),
+        Err(PatchError::Session(err)) => Err(store_error(err)),
+    }
+}
+
+/// A policy fragment: JSON when the content type says so, else TOML.
+fn parse_fragment(headers: &HeaderMap, body: &[u8]) -> Result<toml::Table, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::invalid_request(FLAVOR, "the policy fragment is not UTF-8"))?;
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    if is_json {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ApiError::invalid_request(FLAVOR, format!("malformed JSON: {e}")))?;
+        if !value.is_object() {
+            return Err(ApiError::invalid_request(
+                FLAVOR,
+                "the policy fragment must be a JSON object",
+            ));
+        }
+        toml::Table::try_from(value).map_err(|e| {
+            ApiError::invalid_request(FLAVOR, format!("not a policy fragment (no nulls): {e}"))
+        })
+    } else {
+        toml::from_str(text).map_err(|e| {
+            ApiError::invalid_request(FLAVOR, format!("malformed TOML: {}", e.message()))
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchParams {
+    q: String,
+    limit: Option<usize>,
+}
+
+async fn search(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    Query(params): Query<SearchParams>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    let mut query = SearchQuery::session(key, params.q);
+    query.limit = params
+        .limit
+        .unwrap_or(SearchQuery::DEFAULT_LIMIT)
+        .clamp(1, 200);
+    let hits = gw
+        .sessions
+        .store()
+        .search(&query)
+        .await
+        .map_err(|e| match e {
+            StoreError::InvalidInput(message) => ApiError::invalid_request(FLAVOR, message),
+            other => store_error(other),
+        })?;
+    let hits: Vec<Value> = hits
+        .iter()
+        .map(|h| json!({"seq": h.seq, "at_ms": h.at_ms, "score": h.score, "snippet": h.snippet}))
+        .collect();
+    Ok(axum::Json(json!({"id": id, "hits": hits})).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison_needs_every_byte() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
+        assert!(!constant_time_eq(b"secret-longer", b"secret"));
+        assert!(!constant_time_eq(b"", b"secret"));
+    }
+
+    #[test]
+    fn fragments_parse_from_toml_and_json() {
+        let mut headers = HeaderMap::new();
+        let toml = parse_fragment(&headers, b"keep_recent_rounds = 5").unwrap();
+        assert_eq!(toml["keep_recent_rounds"].as_integer(), Some(5));
+        headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        let json = parse_fragment(&headers, br#"{"keep_recent_rounds": 6}"#).unwrap();
+        assert_eq!(json["keep_recent_rounds"].as_integer(), Some(6));
+        assert!(parse_fragment(&headers, b"[1]").is_err());
+    }
+}

@@ -1,0 +1,304 @@
+//! The gateway's configuration: where it listens, where it forwards, where sessions and
+//! archives live, and the context policy it applies.
+//!
+//! Built in code ([`GatewayConfig::new`]) or from a TOML file ([`ConfigFile`]) whose
+//! `[gateway]` table holds the server settings, `[models."NAME"]` the model profiles and
+//! `[policy]` overrides of the chosen policy; command-line options override the file.
+//!
+//! ```
+//! use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig};
+//!
+//! let file = ConfigFile::parse(r#"
+//!     [gateway]
+//!     upstream = "http://127.0.0.1:9000/v1"
+//!     policy = "default"
+//!
+//!     [models."mock-8k"]
+//!     context_window = 8192
+//!     max_output = 1024
+//!     tokenizer = "o200k_base"
+//!
+//!     [policy]
+//!     keep_recent_rounds = 4
+//! "#).unwrap();
+//! let config: GatewayConfig = file.into_config(GatewayConfig::new("/tmp/ctxkeeper")).unwrap();
+//! assert_eq!(config.upstream, "http://127.0.0.1:9000/v1");
+//! assert_eq!(config.policy.keep_recent_rounds, 4);
+//! assert_eq!(config.profiles.lookup("mock-8k").context_window, 8192);
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ctxkeeper_core::engine::{PolicyConfig, presets};
+use ctxkeeper_core::tokens::Profiles;
+use serde::Deserialize;
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+/// The default OpenAI-compatible upstream (with its `/v1`).
+pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
+/// The default Anthropic upstream (without `/v1`).
+pub const DEFAULT_ANTHROPIC_UPSTREAM: &str = "https://api.anthropic.com";
+/// The default request body limit: 32 MiB (images inline as base64 make bodies large).
+pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
+/// Everything the gateway needs, loaded once at start-up and passed down.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    /// OpenAI-compatible base URL including `/v1` (`https://api.openai.com/v1`).
+    pub upstream: String,
+    /// Anthropic base URL without `/v1` (`https://api.anthropic.com`).
+    pub anthropic_upstream: String,
+    /// The session store URL (`sqlite://…`, `postgres://…`, `redis://…`, `memory://`, …).
+    pub store_url: String,
+    /// The archive: a directory (a [`LocalWorkspace`](ctxkeeper_store::LocalWorkspace)) or an
+    /// archive URL (`s3://…`, `postgres://…`, `memory://`).
+    pub workspace: String,
+    /// The policy applied to every session (per-session overrides come on top).
+    pub policy: PolicyConfig,
+    /// Model profiles: context window, tokenizer.
+    pub profiles: Profiles,
+    /// The bearer token of the admin API; `None` disables it.
+    pub admin_token: Option<String>,
+    /// The largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// Time allowed to connect to the upstream.
+    pub connect_timeout: Duration,
+    /// Time allowed between two reads from the upstream (first byte included).
+    pub upstream_timeout: Duration,
+    /// Sessions kept warm in memory before idle ones are dropped (they reload from the store).
+    pub session_cache: usize,
+}
+
+impl GatewayConfig {
+    /// Defaults with sessions and archives under `data_dir` (`sessions.db`, `workspace/`).
+    pub fn new(data_dir: impl AsRef<Path>) -> GatewayConfig {
+        let data_dir = data_dir.as_ref();
+        GatewayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            upstream: DEFAULT_UPSTREAM.to_string(),
+            anthropic_upstream: DEFAULT_ANTHROPIC_UPSTREAM.to_string(),
+            store_url: format!("sqlite://{}", data_dir.join("sessions.db").display()),
+            workspace: data_dir.join("workspace").display().to_string(),
+            policy: presets::preset("default").unwrap_or_default(),
+            profiles: Profiles::builtin(),
+            admin_token: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            connect_timeout: Duration::from_secs(10),
+            upstream_timeout: Duration::from_secs(600),
+            session_cache: 10_000,
+        }
+    }
+
+    /// The data directory used when none is given: `$XDG_DATA_HOME/ctxkeeper`, else
+    /// `$HOME/.local/share/ctxkeeper`, else `./.ctxkeeper` (the same place as `sessions`).
+    pub fn default_data_dir() -> PathBuf {
+        std::env::var_os("XDG_DATA_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|home| PathBuf::from(home).join(".local/share"))
+            })
+            .map(|base| base.join("ctxkeeper"))
+            .unwrap_or_else(|| PathBuf::from(".ctxkeeper"))
+    }
+
+    /// Checks the settings that would otherwise fail on the first request.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, url) in [
+            ("upstream", &self.upstream),
+            ("anthropic_upstream", &self.anthropic_upstream),
+        ] {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| ConfigError(format!("{name} {url:?} is not a URL: {e}")))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ConfigError(format!(
+                    "{name} {url:?} must be an http:// or https:// URL"
+                )));
+            }
+        }
+        if self.body_limit == 0 {
+            return Err(ConfigError("body_limit must be greater than 0".into()));
+        }
+        if self.admin_token.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError("admin_token must not be empty".into()));
+        }
+        self.policy
+            .validate()
+            .map_err(|e| ConfigError(format!("policy: {e}")))
+    }
+}
+
+/// A configuration problem, naming the setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The `[gateway]` table of a configuration file; every field optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    pub listen: Option<SocketAddr>,
+    pub upstream: Option<String>,
+    pub anthropic_upstream: Option<String>,
+    pub store: Option<String>,
+    pub workspace: Option<String>,
+    /// A preset name (`default`, `agentscope`, …).
+    pub policy: Option<String>,
+    pub admin_token: Option<String>,
+    pub body_limit: Option<usize>,
+    pub connect_timeout_secs: Option<u64>,
+    pub upstream_timeout_secs: Option<u64>,
+    pub session_cache: Option<usize>,
+}
+
+/// A parsed configuration file: `[gateway]`, `[models."NAME"]` and `[policy]`.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFile {
+    pub gateway: GatewaySection,
+    /// The `[models]` table as TOML text (`[models."NAME"]` entries).
+    pub models: Option<String>,
+    /// The `[policy]` table as TOML text, applied on top of the chosen preset.
+    pub policy: Option<String>,
+}
+
+impl ConfigFile {
+    /// Parses the file's text; unknown sections and fields are errors.
+    pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
+        let mut table: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim().to_string()))?;
+        let gateway = match table.remove("gateway") {
+            Some(value) => value
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError(format!("[gateway]: {}", e.message())))?,
+            None => GatewaySection::default(),
+        };
+        let models = table.remove("models").map(|models| {
+            let mut wrapper = toml::Table::new();
+            wrapper.insert("models".into(), models);
+            wrapper.to_string()
+        });
+        let policy = match table.remove("policy") {
+            Some(toml::Value::Table(policy)) => Some(policy.to_string()),
+            Some(_) => return Err(ConfigError("[policy] must be a table".into())),
+            None => None,
+        };
+        if let Some(unknown) = table.keys().next() {
+            return Err(ConfigError(format!(
+                "unknown section {unknown:?} (expected [gateway], [models.\"NAME\"] or [policy])"
+            )));
+        }
+        Ok(ConfigFile {
+            gateway,
+            models,
+            policy,
+        })
+    }
+
+    /// Reads and parses a file.
+    pub fn read(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+        ConfigFile::parse(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
+    }
+
+    /// Applies the file on top of `base`.
+    pub fn into_config(self, mut base: GatewayConfig) -> Result<GatewayConfig, ConfigError> {
+        let g = self.gateway;
+        if let Some(listen) = g.listen {
+            base.listen = listen;
+        }
+        if let Some(upstream) = g.upstream {
+            base.upstream = upstream;
+        }
+        if let Some(upstream) = g.anthropic_upstream {
+            base.anthropic_upstream = upstream;
+        }
+        if let Some(store) = g.store {
+            base.store_url = store;
+        }
+        if let Some(workspace) = g.workspace {
+            base.workspace = workspace;
+        }
+        if let Some(name) = g.policy {
+            base.policy = policy_preset(&name)?;
+        }
+        if g.admin_token.is_some() {
+            base.admin_token = g.admin_token;
+        }
+        if let Some(limit) = g.body_limit {
+            base.body_limit = limit;
+        }
+        if let Some(secs) = g.connect_timeout_secs {
+            base.connect_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = g.upstream_timeout_secs {
+            base.upstream_timeout = Duration::from_secs(secs);
+        }
+        if let Some(n) = g.session_cache {
+            base.session_cache = n;
+        }
+        if let Some(models) = &self.models {
+            base.profiles = Profiles::from_toml_str(models)
+                .map_err(|e| ConfigError(format!("[models]: {e}")))?;
+        }
+        if let Some(policy) = &self.policy {
+            base.policy = base
+                .policy
+                .with_overrides(policy)
+                .map_err(|e| ConfigError(format!("[policy]: {e}")))?;
+        }
+        Ok(base)
+    }
+}
+
+/// The preset called `name`, or an error listing the available ones.
+pub fn policy_preset(name: &str) -> Result<PolicyConfig, ConfigError> {
+    presets::preset(name).ok_or_else(|| {
+        ConfigError(format!(
+            "unknown policy {name:?} (available: {})",
+            presets::NAMES.join(", ")
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_sections_and_fields_are_refused() {
+        let err = ConfigFile::parse("[gatway]\nlisten = \"127.0.0.1:1\"").unwrap_err();
+        assert!(err.0.contains("gatway"), "{err}");
+        let err = ConfigFile::parse("[gateway]\nlisen = \"127.0.0.1:1\"").unwrap_err();
+        assert!(err.0.contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn bad_policy_overrides_name_the_field() {
+        let file = ConfigFile::parse("[policy]\ntrigger_ratio = 0.99").unwrap();
+        let err = file.into_config(GatewayConfig::new("/tmp/x")).unwrap_err();
+        assert!(err.0.contains("trigger_ratio"), "{err}");
+    }
+
+    #[test]
+    fn validation_rejects_non_http_upstreams() {
+        let mut config = GatewayConfig::new("/tmp/x");
+        config.upstream = "ftp://example.invalid".into();
+        assert!(config.validate().is_err());
+        config.upstream = "http://127.0.0.1:1/v1".into();
+        assert!(config.validate().is_ok());
+    }
+}

@@ -1,0 +1,103 @@
+//! ctxkeeper-gateway: an OpenAI- and Anthropic-compatible proxy that manages the context of
+//! any agent. Agents change only their base URL.
+//!
+//! - [`config`]: [`GatewayConfig`] and the TOML configuration file;
+//! - [`router`]: the axum [`Router`](axum::Router) ([`router::router`]) and [`router::serve`];
+//! - [`proxy`]: the model endpoints (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
+//!   `/v1/models`), overflow recovery and pass-through of upstream errors;
+//! - [`sessions`]: recognising the part of a resent history already seen, persisting with
+//!   compare-and-swap, per-session events;
+//! - [`identity`]: tenant, session and message fingerprints;
+//! - [`streaming`]: `usage` from streamed and plain answers;
+//! - [`admin`]: the admin API; [`metrics`]: Prometheus metrics; [`error`]: errors in each
+//!   provider's shape.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use ctxkeeper_gateway::{GatewayConfig, router};
+//!
+//! let mut config = GatewayConfig::new("/var/lib/ctxkeeper");
+//! config.upstream = "http://127.0.0.1:9000/v1".into();
+//! let server = router::Server::bind(config).await?;
+//! println!("listening on http://{}", server.local_addr());
+//! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod admin;
+pub mod config;
+pub mod error;
+pub mod identity;
+pub mod metrics;
+pub mod proxy;
+pub mod router;
+pub mod sessions;
+pub mod streaming;
+
+use std::sync::Arc;
+
+pub use config::GatewayConfig;
+pub use router::{GatewayError, Server, router, serve};
+
+use crate::metrics::Metrics;
+use crate::sessions::Sessions;
+
+/// The shared state of one gateway process.
+#[derive(Debug)]
+pub struct Gateway {
+    pub config: GatewayConfig,
+    pub sessions: Sessions,
+    pub metrics: Arc<Metrics>,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    /// Opens the store and the archive the configuration names and builds the upstream client.
+    pub async fn open(config: GatewayConfig) -> Result<Arc<Gateway>, GatewayError> {
+        config
+            .validate()
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
+        let store = ctxkeeper_store::open_store(&config.store_url)
+            .await
+            .map_err(|e| {
+                GatewayError::Store(format!(
+                    "{}: {e}",
+                    ctxkeeper_store::redact(&config.store_url)
+                ))
+            })?;
+        let archive = ctxkeeper_store::open_archive(&config.workspace)
+            .await
+            .map_err(|e| GatewayError::Store(format!("archive {}: {e}", config.workspace)))?;
+        let metrics = Arc::new(Metrics::default());
+        let sessions = Sessions::new(
+            store,
+            archive,
+            config.policy.clone(),
+            config.profiles.clone(),
+            config.session_cache,
+        )
+        .with_metrics(metrics.clone());
+        Gateway::with_sessions(config, sessions, metrics)
+    }
+
+    /// A gateway over sessions built by the caller (tests share one store between several).
+    pub fn with_sessions(
+        config: GatewayConfig,
+        sessions: Sessions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Gateway>, GatewayError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.upstream_timeout)
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .build()
+            .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+        Ok(Arc::new(Gateway {
+            config,
+            sessions,
+            metrics,
+            client,
+        }))
+    }
+}

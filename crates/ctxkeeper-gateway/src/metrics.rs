@@ -1,0 +1,217 @@
+//! Prometheus metrics in the text exposition format, kept with atomics (no registry crate:
+//! the gateway has a handful of fixed series, and recording one must cost nanoseconds).
+//!
+//! | metric | type | labels |
+//! | --- | --- | --- |
+//! | `ctxkeeper_requests_total` | counter | `endpoint`, `status` |
+//! | `ctxkeeper_upstream_latency_seconds` | histogram | |
+//! | `ctxkeeper_gateway_overhead_seconds` | histogram (total minus upstream time) | |
+//! | `ctxkeeper_compactions_total` | counter | |
+//! | `ctxkeeper_tokens_saved_total` | counter | |
+//! | `ctxkeeper_overflow_recoveries_total` | counter | |
+//! | `ctxkeeper_history_divergences_total` | counter | |
+//! | `ctxkeeper_store_conflicts_total` | counter | |
+//!
+//! ```
+//! use std::time::Duration;
+//! use ctxkeeper_gateway::metrics::Metrics;
+//!
+//! let metrics = Metrics::default();
+//! metrics.request("chat_completions", 200);
+//! metrics.upstream_latency(Duration::from_millis(120));
+//! let text = metrics.render();
+//! assert!(text.contains(r#"ctxkeeper_requests_total{endpoint="chat_completions",status="200"} 1"#));
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Histogram bucket bounds in seconds: from 25 µs (gateway overhead, finely bucketed below a
+/// millisecond so its p50 and p99 can be read off) to 5 minutes (long upstream generations).
+const BUCKETS: [f64; 24] = [
+    0.000_025, 0.000_05, 0.000_075, 0.000_1, 0.000_15, 0.000_2, 0.000_3, 0.000_4, 0.000_5,
+    0.000_75, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+    300.0,
+];
+
+/// A fixed-bucket histogram.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    /// Sum in nanoseconds.
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, value: Duration) {
+        let seconds = value.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(
+            u64::try_from(value.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, name: &str, help: &str, out: &mut String) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let count = self.count();
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// Every metric the gateway keeps.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// (endpoint, status) → count. A mutex is fine: the key set is tiny and the lock is held
+    /// for one map update.
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    pub upstream: Histogram,
+    pub overhead: Histogram,
+    pub compactions: AtomicU64,
+    pub tokens_saved: AtomicU64,
+    pub overflow_recoveries: AtomicU64,
+    pub divergences: AtomicU64,
+    pub store_conflicts: AtomicU64,
+}
+
+impl Metrics {
+    /// Counts one answered request.
+    pub fn request(&self, endpoint: &'static str, status: u16) {
+        if let Ok(mut map) = self.requests.lock() {
+            *map.entry((endpoint, status)).or_default() += 1;
+        }
+    }
+
+    /// Records the time the upstream took.
+    pub fn upstream_latency(&self, elapsed: Duration) {
+        self.upstream.observe(elapsed);
+    }
+
+    /// Records the gateway's own time for one request.
+    pub fn gateway_overhead(&self, elapsed: Duration) {
+        self.overhead.observe(elapsed);
+    }
+
+    /// Adds to a counter.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// How many requests were answered on `endpoint` with `status`.
+    pub fn requests(&self, endpoint: &str, status: u16) -> u64 {
+        self.requests
+            .lock()
+            .map(|map| {
+                map.iter()
+                    .filter(|((e, s), _)| *e == endpoint && *s == status)
+                    .map(|(_, n)| *n)
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        out.push_str("# HELP ctxkeeper_requests_total Requests answered, by endpoint and status.\n# TYPE ctxkeeper_requests_total counter\n");
+        if let Ok(map) = self.requests.lock() {
+            for ((endpoint, status), n) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "ctxkeeper_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }
+        self.upstream.render(
+            "ctxkeeper_upstream_latency_seconds",
+            "Time the upstream took to answer (whole body; headers for streams).",
+            &mut out,
+        );
+        self.overhead.render(
+            "ctxkeeper_gateway_overhead_seconds",
+            "Gateway time per request: total minus upstream time.",
+            &mut out,
+        );
+        for (name, help, counter) in [
+            (
+                "ctxkeeper_compactions_total",
+                "Compactions applied.",
+                &self.compactions,
+            ),
+            (
+                "ctxkeeper_tokens_saved_total",
+                "Tokens removed from contexts by compaction and ingest caps.",
+                &self.tokens_saved,
+            ),
+            (
+                "ctxkeeper_overflow_recoveries_total",
+                "Upstream context-overflow errors recovered by compacting and retrying.",
+                &self.overflow_recoveries,
+            ),
+            (
+                "ctxkeeper_history_divergences_total",
+                "Requests whose history diverged from the stored session.",
+                &self.divergences,
+            ),
+            (
+                "ctxkeeper_store_conflicts_total",
+                "Session saves that lost a compare-and-swap and were redone.",
+                &self.store_conflicts,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let metrics = Metrics::default();
+        metrics.gateway_overhead(Duration::from_micros(40));
+        metrics.gateway_overhead(Duration::from_millis(3));
+        let text = metrics.render();
+        assert!(text.contains("ctxkeeper_gateway_overhead_seconds_bucket{le=\"0.00005\"} 1"));
+        assert!(text.contains("ctxkeeper_gateway_overhead_seconds_bucket{le=\"0.005\"} 2"));
+        assert!(text.contains("ctxkeeper_gateway_overhead_seconds_count 2"));
+    }
+
+    #[test]
+    fn requests_are_counted_by_endpoint_and_status() {
+        let metrics = Metrics::default();
+        metrics.request("messages", 200);
+        metrics.request("messages", 200);
+        metrics.request("messages", 400);
+        assert_eq!(metrics.requests("messages", 200), 2);
+        assert_eq!(metrics.requests("messages", 400), 1);
+        assert_eq!(metrics.requests("responses", 200), 0);
+    }
+}

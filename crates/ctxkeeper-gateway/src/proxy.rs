@@ -1,0 +1,801 @@
+//! The model endpoints: `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages`
+//! and the `GET /v1/models` pass-through.
+//!
+//! Per request: read the body (bounded), parse it with the endpoint's [`Wire`], refuse what a
+//! provider would refuse (malformed JSON, unknown roles, broken tool pairs) in the provider's
+//! own error shape, find the session, bring its context up to the client's messages and
+//! prepare ([`Sessions::step`]), forward, and read `usage` from the answer. When nothing was
+//! compacted the client's own bytes are forwarded. A context-overflow answer
+//! ([`overflow::classify`]) is recovered by compacting harder and retrying, within the
+//! policy's bound, before anything reaches the client. Streams included: a non-2xx status
+//! decides at once; a 2xx stream is held back until its first content event, because the
+//! Responses API reports an overflow met after opening the stream as an `error` event
+//! ([`StreamHead`]). Any other upstream answer is passed through with its status and body.
+//!
+//! The client's credentials (`Authorization`, `x-api-key`) and provider headers
+//! (`anthropic-version`, `anthropic-beta`, `OpenAI-Organization`, …) go upstream untouched;
+//! hop-by-hop headers, `content-length`, `accept-encoding` (the gateway reads the answer) and
+//! the gateway's own `x-ctxkeeper-*` headers do not. No header is ever logged.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use ctxkeeper_core::formats::Wire;
+use ctxkeeper_core::model::{CheckRules, Message, Request as WireRequest, check};
+use ctxkeeper_core::overflow;
+use ctxkeeper_store::SessionKey;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::Gateway;
+use crate::error::{ApiError, Flavor};
+use crate::identity;
+use crate::sessions::Incoming;
+use crate::streaming::{Opening, SseUsage, StreamHead, input_tokens};
+
+/// The model endpoints the gateway manages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    ChatCompletions,
+    Responses,
+    Messages,
+}
+
+impl Endpoint {
+    /// The metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::ChatCompletions => "chat_completions",
+            Endpoint::Responses => "responses",
+            Endpoint::Messages => "messages",
+        }
+    }
+
+    fn wire(self) -> Wire {
+        match self {
+            Endpoint::ChatCompletions => Wire::OpenAiChat,
+            Endpoint::Responses => Wire::Responses,
+            Endpoint::Messages => Wire::Anthropic,
+        }
+    }
+
+    fn flavor(self) -> Flavor {
+        match self {
+            Endpoint::Messages => Flavor::Anthropic,
+            _ => Flavor::OpenAi,
+        }
+    }
+
+    fn upstream_url(self, gateway: &Gateway, query: Option<&str>) -> String {
+        let config = &gateway.config;
+        let mut url = match self {
+            Endpoint::ChatCompletions => join(&config.upstream, "/chat/completions"),
+            Endpoint::Responses => join(&config.upstream, "/responses"),
+            Endpoint::Messages => join(&config.anthropic_upstream, "/v1/messages"),
+        };
+        if let Some(query) = query {
+            url.push('?');
+            url.push_str(query);
+        }
+        url
+    }
+}
+
+fn join(base: &str, path: &str) -> String {
+    format!("{}{path}", base.trim_end_matches('/'))
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(State(gw): State<Arc<Gateway>>, req: Request<Body>) -> Response {
+    handle(gw, Endpoint::ChatCompletions, req).await
+}
+
+/// `POST /v1/responses`.
+pub async fn responses(State(gw): State<Arc<Gateway>>, req: Request<Body>) -> Response {
+    handle(gw, Endpoint::Responses, req).await
+}
+
+/// `POST /v1/messages`.
+pub async fn messages(State(gw): State<Arc<Gateway>>, req: Request<Body>) -> Response {
+    handle(gw, Endpoint::Messages, req).await
+}
+
+/// Runs one request and records its metrics.
+async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request<Body>) -> Response {
+    let started = Instant::now();
+    let mut upstream = Duration::ZERO;
+    let response = match proxy(&gw, endpoint, req, &mut upstream).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::info!(endpoint = endpoint.name(), %error, "request refused");
+            error.into_response()
+        }
+    };
+    let status = response.status().as_u16();
+    gw.metrics.request(endpoint.name(), status);
+    gw.metrics
+        .gateway_overhead(started.elapsed().saturating_sub(upstream));
+    tracing::debug!(
+        endpoint = endpoint.name(),
+        status,
+        total_us = started.elapsed().as_micros() as u64,
+        upstream_us = upstream.as_micros() as u64,
+        "request done"
+    );
+    response
+}
+
+/// What the gateway reports on a managed answer.
+#[derive(Debug, Clone)]
+struct Report {
+    session: String,
+    budget_used_pct: f64,
+    compacted: bool,
+    input_tokens: u64,
+}
+
+impl Report {
+    fn apply(&self, headers: &mut HeaderMap) {
+        let pairs = [
+            ("x-ctxkeeper-session", self.session.clone()),
+            (
+                "x-ctxkeeper-budget-used",
+                format!("{:.2}", self.budget_used_pct),
+            ),
+            ("x-ctxkeeper-compacted", self.compacted.to_string()),
+            ("x-ctxkeeper-input-tokens", self.input_tokens.to_string()),
+        ];
+        for (name, value) in pairs {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+    }
+}
+
+/// A managed request: its session and what is needed to emit it again after a recovery.
+struct Managed {
+    key: SessionKey,
+    wire: Wire,
+    incoming: Incoming,
+    /// The request without its messages (model, tools, every other field).
+    template: WireRequest,
+}
+
+async fn proxy(
+    gw: &Arc<Gateway>,
+    endpoint: Endpoint,
+    req: Request<Body>,
+    upstream_time: &mut Duration,
+) -> Result<Response, ApiError> {
+    let flavor = endpoint.flavor();
+    let wire = endpoint.wire();
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(body, &parts.headers, gw.config.body_limit, flavor).await?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid_request(flavor, format!("malformed JSON body: {e}")))?;
+    let stream = value.get("stream").and_then(Value::as_bool) == Some(true);
+    // Responses continuing a stored response: the upstream holds the history, so there is no
+    // context here to manage; forward as it is.
+    let unmanaged = endpoint == Endpoint::Responses
+        && value
+            .get("previous_response_id")
+            .is_some_and(|v| !v.is_null());
+    let request = wire.parse_request(&value).map_err(|e| {
+        let param = match &e.position {
+            ctxkeeper_core::Position::Path { path, .. } => {
+                path.trim_start_matches("$.").to_string()
+            }
+            _ => String::new(),
+        };
+        let error = ApiError::invalid_request(flavor, format!("invalid request: {e}"));
+        if param.is_empty() {
+            error
+        } else {
+            error.with_param(param)
+        }
+    })?;
+    drop(value);
+    if let Some(violation) = check(&request.messages, &CheckRules::openai())
+        .into_iter()
+        .find(|v| v.kind.is_tool_pairing())
+    {
+        return Err(ApiError::invalid_request(
+            flavor,
+            format!("invalid tool call pairing: {violation}"),
+        )
+        .with_param("messages"));
+    }
+    let bad_id = |e: ctxkeeper_store::StoreError| ApiError::invalid_request(flavor, e.to_string());
+    let tenant = identity::tenant_of(&parts.headers).map_err(bad_id)?;
+    let header_session = identity::session_header(&parts.headers).map_err(bad_id)?;
+
+    let headers = forward_headers(&parts.headers);
+    let url = endpoint.upstream_url(gw, parts.uri.query());
+    if unmanaged || request.messages.is_empty() {
+        let report = header_session.map(|session| Report {
+            session,
+            budget_used_pct: 0.0,
+            compacted: false,
+            input_tokens: 0,
+        });
+        return forward(
+            gw,
+            flavor,
+            &url,
+            headers,
+            bytes,
+            stream,
+            None,
+            report,
+            upstream_time,
+        )
+        .await;
+    }
+
+    let WireRequest {
+        model,
+        messages,
+        tools,
+        extra,
+        hints,
+    } = request;
+    let session =
+        header_session.unwrap_or_else(|| identity::derived_session(model.as_deref(), &messages));
+    let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, session)
+        .map_err(bad_id)?;
+    let incoming = Incoming::new(model.clone(), messages, &tools);
+    let mut managed = Managed {
+        key,
+        wire,
+        incoming,
+        template: WireRequest {
+            model,
+            messages: Vec::new(),
+            tools,
+            extra,
+            hints,
+        },
+    };
+    let step = gw
+        .sessions
+        .step(&managed.key, &managed.incoming, &managed.template.tools)
+        .await
+        .map_err(|e| ApiError::internal(flavor, format!("session {}: {e}", managed.key)))?;
+    let report = Report {
+        session: managed.key.session().to_string(),
+        budget_used_pct: step.prepared.budget_used_pct,
+        compacted: step.prepared.compacted,
+        input_tokens: step.prepared.input_tokens,
+    };
+    let body = if step.verbatim {
+        bytes
+    } else {
+        emit(wire, &mut managed.template, step.prepared.messages)
+    };
+    forward(
+        gw,
+        flavor,
+        &url,
+        headers,
+        body,
+        stream,
+        Some(&mut managed),
+        Some(report),
+        upstream_time,
+    )
+    .await
+}
+
+/// Emits the request with `messages` in place of the client's.
+fn emit(wire: Wire, template: &mut WireRequest, messages: Vec<Message>) -> Bytes {
+    template.messages = messages;
+    let value = wire.emit_request(template);
+    template.messages = Vec::new();
+    // A Value always serializes.
+    Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+}
+
+/// Reads the body, refusing more than `limit` bytes (before reading, when the client
+/// announced the length).
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+    flavor: Flavor,
+) -> Result<Bytes, ApiError> {
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(flavor, limit));
+    }
+    let mut stream = body.into_data_stream();
+    let mut buffer = Vec::with_capacity(announced.map_or(8192, |n| n as usize));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::invalid_request(flavor, format!("could not read the request body: {e}"))
+        })?;
+        if buffer.len() + chunk.len() > limit {
+            return Err(ApiError::too_large(flavor, limit));
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(buffer))
+}
+
+/// Headers that describe one connection, not the message, and never cross a proxy.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
+
+/// The client's headers as sent upstream.
+fn forward_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if is_hop_by_hop(name)
+            || n == "host"
+            || n == "content-length"
+            || n == "accept-encoding"
+            || n.starts_with("x-ctxkeeper-")
+        {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if !out.contains_key(header::CONTENT_TYPE) {
+        out.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    out
+}
+
+/// The upstream's headers as returned to the client.
+fn response_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len() + 4);
+    for (name, value) in headers {
+        if is_hop_by_hop(name) || name == header::CONTENT_LENGTH {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+fn upstream_failure(flavor: Flavor, err: &reqwest::Error) -> ApiError {
+    if err.is_timeout() {
+        ApiError::timeout(flavor, "the upstream did not answer in time")
+    } else if err.is_connect() {
+        ApiError::bad_gateway(flavor, "the upstream could not be reached")
+    } else {
+        ApiError::bad_gateway(flavor, format!("the upstream failed: {err}"))
+    }
+}
+
+/// The most bytes of a stream's opening held back while waiting for its first content event.
+/// Preambles are a few hundred bytes; past this the stream is released as it is.
+const MAX_HELD: usize = 256 * 1024;
+
+type ByteStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// An upstream answer, read far enough to know whether it failed.
+enum Answer {
+    /// A plain body, read whole.
+    Whole {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// A 2xx stream: the opening bytes held back, and the rest still to come. `error` holds
+    /// the data of an error event that came before any content.
+    Stream {
+        status: StatusCode,
+        headers: HeaderMap,
+        held: Vec<Bytes>,
+        rest: ByteStream,
+        error: Option<String>,
+    },
+}
+
+impl Answer {
+    /// What to classify, and the status to classify it with, when the answer is an error.
+    fn failure(&self) -> Option<(u16, String)> {
+        match self {
+            Answer::Whole { status, body, .. } if !status.is_success() => {
+                Some((status.as_u16(), String::from_utf8_lossy(body).into_owned()))
+            }
+            // The status (200) says nothing: the stream reported the error in an event.
+            Answer::Stream {
+                error: Some(error), ..
+            } => Some((0, error.clone())),
+            _ => None,
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Answer::Whole { status, .. } | Answer::Stream { status, .. } => *status,
+        }
+    }
+}
+
+/// Reads the upstream's answer: a streamed 2xx until its first content event or an error
+/// event (nothing reaches the client meanwhile), anything else whole.
+async fn read_answer(
+    response: reqwest::Response,
+    stream: bool,
+    flavor: Flavor,
+) -> Result<Answer, ApiError> {
+    let status = response.status();
+    let headers = response_headers(response.headers());
+    if !(stream && status.is_success()) {
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| upstream_failure(flavor, &e))?;
+        return Ok(Answer::Whole {
+            status,
+            headers,
+            body,
+        });
+    }
+    let mut rest: ByteStream = Box::pin(response.bytes_stream());
+    let mut head = StreamHead::default();
+    let mut held = Vec::new();
+    let mut held_bytes = 0;
+    let mut error = None;
+    while let Some(chunk) = rest.next().await {
+        // Nothing was sent to the client yet, so a broken stream is still a clean error.
+        let chunk = chunk.map_err(|e| upstream_failure(flavor, &e))?;
+        let decided = head.feed(&chunk);
+        held_bytes += chunk.len();
+        held.push(chunk);
+        match decided {
+            Some(Opening::Error(data)) => {
+                error = Some(data);
+                break;
+            }
+            Some(Opening::Content) => break,
+            None if held_bytes > MAX_HELD => break,
+            None => {}
+        }
+    }
+    Ok(Answer::Stream {
+        status,
+        headers,
+        held,
+        rest,
+        error,
+    })
+}
+
+/// Sends the request upstream, recovers from context overflows, and builds the answer.
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    gw: &Arc<Gateway>,
+    flavor: Flavor,
+    url: &str,
+    headers: HeaderMap,
+    mut body: Bytes,
+    stream: bool,
+    mut managed: Option<&mut Managed>,
+    mut report: Option<Report>,
+    upstream_time: &mut Duration,
+) -> Result<Response, ApiError> {
+    let mut attempt = 0u32;
+    loop {
+        let sent_at = Instant::now();
+        let sent = gw
+            .client
+            .post(url)
+            .headers(headers.clone())
+            .body(body.clone())
+            .send()
+            .await;
+        let answer = match sent {
+            Ok(response) => read_answer(response, stream, flavor).await,
+            Err(err) => Err(upstream_failure(flavor, &err)),
+        };
+        let elapsed = sent_at.elapsed();
+        *upstream_time += elapsed;
+        gw.metrics.upstream_latency(elapsed);
+        let answer = answer?;
+        let Some((status_code, failure)) = answer.failure() else {
+            return Ok(deliver(gw, answer, managed.as_deref(), report.as_ref()).await);
+        };
+        if let Some(managed) = managed.as_deref_mut()
+            && let Some(found) = overflow::classify(status_code, &failure)
+        {
+            attempt += 1;
+            match gw
+                .sessions
+                .recover(
+                    &managed.key,
+                    &managed.incoming,
+                    &managed.template.tools,
+                    &found,
+                    attempt,
+                )
+                .await
+            {
+                Ok(prepared) => {
+                    tracing::info!(
+                        session = %managed.key,
+                        attempt,
+                        tokens = prepared.input_tokens,
+                        "context overflow: compacted, retrying"
+                    );
+                    if let Some(report) = report.as_mut() {
+                        report.compacted = true;
+                        report.input_tokens = prepared.input_tokens;
+                        report.budget_used_pct = prepared.budget_used_pct;
+                    }
+                    body = emit(managed.wire, &mut managed.template, prepared.messages);
+                    continue;
+                }
+                Err(err) => {
+                    tracing::warn!(session = %managed.key, attempt, %err, "overflow recovery gave up");
+                    gw.sessions.notify(
+                        &managed.key,
+                        "overflow_unrecovered",
+                        json!({"type": "overflow_unrecovered", "attempt": attempt, "error": err.to_string()}),
+                    );
+                }
+            }
+        }
+        if let Some(managed) = managed.as_deref() {
+            gw.sessions.notify(
+                &managed.key,
+                "upstream_error",
+                json!({"type": "upstream_error", "status": answer.status().as_u16()}),
+            );
+        }
+        // Any other error goes to the client exactly as the upstream sent it.
+        return Ok(deliver(gw, answer, None, report.as_ref()).await);
+    }
+}
+
+/// Builds the client's response from an upstream answer; for a managed session, the usage it
+/// reports is fed back (at once for a plain body, at the end of a stream).
+async fn deliver(
+    gw: &Arc<Gateway>,
+    answer: Answer,
+    managed: Option<&Managed>,
+    report: Option<&Report>,
+) -> Response {
+    match answer {
+        Answer::Whole {
+            status,
+            headers,
+            body,
+        } => {
+            if status.is_success()
+                && let Some(managed) = managed
+                && let Ok(value) = serde_json::from_slice::<Value>(&body)
+                && let Some(tokens) = input_tokens(&value)
+            {
+                gw.sessions.observe_usage(&managed.key, tokens).await;
+            }
+            answer_response(status, headers, body, report)
+        }
+        Answer::Stream {
+            status,
+            headers,
+            held,
+            rest,
+            ..
+        } => {
+            let key = managed.map(|m| m.key.clone());
+            stream_answer(gw.clone(), status, headers, held, rest, key, report)
+        }
+    }
+}
+
+fn answer_response(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    report: Option<&Report>,
+) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    if let Some(report) = report {
+        report.apply(response.headers_mut());
+    }
+    response
+}
+
+/// Streams the upstream's answer to the client unchanged (the held-back opening first, then
+/// the rest as it arrives), reading its usage on the way.
+fn stream_answer(
+    gw: Arc<Gateway>,
+    status: StatusCode,
+    headers: HeaderMap,
+    held: Vec<Bytes>,
+    rest: ByteStream,
+    key: Option<SessionKey>,
+    report: Option<&Report>,
+) -> Response {
+    let upstream = futures_util::stream::iter(held.into_iter().map(Ok)).chain(rest);
+    let upstream = Box::pin(upstream);
+    let finish = key.map(|key| (gw, key));
+    let body = futures_util::stream::unfold(
+        (upstream, SseUsage::default(), finish),
+        |(mut upstream, mut usage, mut finish)| async move {
+            match upstream.next().await {
+                Some(Ok(chunk)) => {
+                    usage.feed(&chunk);
+                    Some((Ok::<Bytes, io::Error>(chunk), (upstream, usage, finish)))
+                }
+                Some(Err(err)) => {
+                    // The client sees the stream break off, as it would without the gateway.
+                    finish = None;
+                    Some((Err(io::Error::other(err)), (upstream, usage, finish)))
+                }
+                None => {
+                    if let (Some((gw, key)), Some(tokens)) = (finish.take(), usage.input_tokens()) {
+                        gw.sessions.observe_usage(&key, tokens).await;
+                    }
+                    None
+                }
+            }
+        },
+    );
+    let mut out = Response::new(Body::from_stream(body));
+    *out.status_mut() = status;
+    *out.headers_mut() = headers;
+    if let Some(report) = report {
+        report.apply(out.headers_mut());
+    }
+    out
+}
+
+/// `GET /v1/models` and `GET /v1/models/{id}`: passed through to the Anthropic upstream when
+/// the client speaks Anthropic (`x-api-key` or `anthropic-version`), else to the OpenAI one.
+pub async fn models(State(gw): State<Arc<Gateway>>, req: Request<Body>) -> Response {
+    let started = Instant::now();
+    let anthropic =
+        req.headers().contains_key("anthropic-version") || req.headers().contains_key("x-api-key");
+    let flavor = if anthropic {
+        Flavor::Anthropic
+    } else {
+        Flavor::OpenAi
+    };
+    let path = req.uri().path();
+    let rest = path.strip_prefix("/v1").unwrap_or(path);
+    let mut url = if anthropic {
+        join(&gw.config.anthropic_upstream, path)
+    } else {
+        join(&gw.config.upstream, rest)
+    };
+    if let Some(query) = req.uri().query() {
+        url.push('?');
+        url.push_str(query);
+    }
+    let headers = forward_headers(req.headers());
+    let sent = gw.client.get(&url).headers(headers).send().await;
+    let response = match sent {
+        Ok(response) => {
+            let status = response.status();
+            let headers = response_headers(response.headers());
+            match response.bytes().await {
+                Ok(body) => answer_response(status, headers, body, None),
+                Err(err) => upstream_failure(flavor, &err).into_response(),
+            }
+        }
+        Err(err) => upstream_failure(flavor, &err).into_response(),
+    };
+    gw.metrics.upstream_latency(started.elapsed());
+    gw.metrics.request("models", response.status().as_u16());
+    response
+}
+
+/// `POST /v1/messages/count_tokens`: Anthropic's token counter, passed through unchanged
+/// (nothing is managed: the client asks about the request it would send).
+pub async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request<Body>) -> Response {
+    let started = Instant::now();
+    let flavor = Flavor::Anthropic;
+    let (parts, body) = req.into_parts();
+    let response = match read_body(body, &parts.headers, gw.config.body_limit, flavor).await {
+        Ok(bytes) => {
+            let mut url = join(&gw.config.anthropic_upstream, "/v1/messages/count_tokens");
+            if let Some(query) = parts.uri.query() {
+                url.push('?');
+                url.push_str(query);
+            }
+            let sent = gw
+                .client
+                .post(&url)
+                .headers(forward_headers(&parts.headers))
+                .body(bytes)
+                .send()
+                .await;
+            match sent {
+                Ok(response) => {
+                    let status = response.status();
+                    let headers = response_headers(response.headers());
+                    match response.bytes().await {
+                        Ok(body) => answer_response(status, headers, body, None),
+                        Err(err) => upstream_failure(flavor, &err).into_response(),
+                    }
+                }
+                Err(err) => upstream_failure(flavor, &err).into_response(),
+            }
+        }
+        Err(error) => error.into_response(),
+    };
+    gw.metrics.upstream_latency(started.elapsed());
+    gw.metrics
+        .request("count_tokens", response.status().as_u16());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_and_provider_headers_go_upstream_but_not_hop_by_hop_ones() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("authorization", "Bearer sk-1"),
+            ("x-api-key", "sk-ant-1"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "tools-2024"),
+            ("openai-organization", "org-1"),
+            ("connection", "keep-alive"),
+            ("content-length", "12"),
+            ("host", "localhost"),
+            ("x-ctxkeeper-session", "s1"),
+            ("accept-encoding", "gzip"),
+        ] {
+            headers.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let out = forward_headers(&headers);
+        for kept in [
+            "authorization",
+            "x-api-key",
+            "anthropic-version",
+            "anthropic-beta",
+            "openai-organization",
+        ] {
+            assert_eq!(out.get(kept), headers.get(kept), "{kept}");
+        }
+        for dropped in [
+            "connection",
+            "content-length",
+            "host",
+            "x-ctxkeeper-session",
+            "accept-encoding",
+        ] {
+            assert!(!out.contains_key(dropped), "{dropped}");
+        }
+        assert_eq!(out.get("content-type").unwrap(), "application/json");
+    }
+}

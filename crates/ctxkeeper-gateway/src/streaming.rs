@@ -1,0 +1,350 @@
+//! Reading `usage` out of upstream answers, streamed or not.
+//!
+//! A streamed answer is forwarded to the client byte for byte as it arrives; [`SseUsage`] only
+//! watches the bytes go by. It splits them into server-sent events (`\n\n` or `\r\n\r\n`
+//! separated, `data:` lines joined) and keeps the input tokens of the last event that reports
+//! usage: OpenAI Chat's final chunk (`usage.prompt_tokens`, with `stream_options.include_usage`),
+//! Responses' `response.completed` (`response.usage.input_tokens`), Anthropic's
+//! `message_start` (`message.usage.input_tokens` plus the cache-read and cache-write tokens).
+//! Re-encoding parsed events would risk changing what the client sees, so the gateway parses a
+//! copy instead of a transformed stream.
+//!
+//! [`StreamHead`] reads the opening events of a streamed answer to decide whether it can go to
+//! the client: the Responses API answers a request that does not fit the window with HTTP 200
+//! and then an `error` (or `response.failed`) event, so the status alone does not tell. The
+//! gateway holds the bytes back until the first event that carries content, or the first error.
+//!
+//! ```
+//! use ctxkeeper_gateway::streaming::SseUsage;
+//!
+//! let mut usage = SseUsage::default();
+//! usage.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":");
+//! usage.feed(b"{\"input_tokens\":120,\"cache_read_input_tokens\":30}}}\n\n");
+//! assert_eq!(usage.input_tokens(), Some(150));
+//! ```
+
+use serde_json::Value;
+
+/// The input tokens an answer body reports, if any.
+pub fn input_tokens(body: &Value) -> Option<u64> {
+    let usage = body
+        .get("usage")
+        .filter(|u| u.is_object())
+        .or_else(|| body.get("response").and_then(|r| r.get("usage")))
+        .or_else(|| body.get("message").and_then(|m| m.get("usage")))?;
+    if let Some(prompt) = usage.get("prompt_tokens").and_then(Value::as_u64) {
+        // OpenAI Chat: prompt_tokens already includes cached tokens.
+        return Some(prompt);
+    }
+    let input = usage.get("input_tokens").and_then(Value::as_u64)?;
+    // Anthropic reports cached parts apart from input_tokens; Responses includes them in
+    // input_tokens and has no such fields, so adding them is right for both.
+    let cached = ["cache_read_input_tokens", "cache_creation_input_tokens"]
+        .iter()
+        .filter_map(|field| usage.get(*field).and_then(Value::as_u64))
+        .sum::<u64>();
+    Some(input + cached)
+}
+
+/// Splits a server-sent-event byte stream into events, whatever the chunking.
+#[derive(Debug, Default)]
+pub struct SseSplitter {
+    /// Bytes of the event being received.
+    pending: Vec<u8>,
+}
+
+/// The most bytes one event may buffer; larger events (a huge tool-call delta) are skipped,
+/// since usage, preamble and error events are small.
+const MAX_EVENT: usize = 1 << 20;
+
+impl SseSplitter {
+    /// Feeds the next chunk and calls `each` with the raw bytes of every event it completes
+    /// (without the blank line that ends it).
+    pub fn feed(&mut self, chunk: &[u8], mut each: impl FnMut(&[u8])) {
+        let mut rest = chunk;
+        while let Some(end) = find_event_end(&self.pending, rest) {
+            let (head, tail) = rest.split_at(end.consumed);
+            self.pending.extend_from_slice(head);
+            let event = std::mem::take(&mut self.pending);
+            each(&event[..event.len() - end.separator]);
+            rest = tail;
+        }
+        if self.pending.len() + rest.len() <= MAX_EVENT {
+            self.pending.extend_from_slice(rest);
+        } else {
+            self.pending.clear();
+        }
+    }
+}
+
+/// The `event:` name and the joined `data:` lines of one raw event; `None` when it is not
+/// UTF-8.
+pub fn parse_event(raw: &[u8]) -> Option<(Option<String>, String)> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let mut name = None;
+    let mut data = String::new();
+    for line in text.lines() {
+        if let Some(value) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        } else if let Some(value) = line.strip_prefix("event:") {
+            name = Some(value.trim().to_string());
+        }
+    }
+    Some((name, data))
+}
+
+/// Watches a server-sent-event byte stream for `usage`. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct SseUsage {
+    splitter: SseSplitter,
+    input_tokens: Option<u64>,
+}
+
+impl SseUsage {
+    /// Feeds the next chunk of the stream.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        let mut found = self.input_tokens;
+        self.splitter.feed(chunk, |raw| {
+            if let Some(tokens) = usage_of_event(raw) {
+                found = Some(tokens);
+            }
+        });
+        self.input_tokens = found;
+    }
+
+    /// The input tokens of the last event that reported them.
+    pub fn input_tokens(&self) -> Option<u64> {
+        self.input_tokens
+    }
+}
+
+fn usage_of_event(raw: &[u8]) -> Option<u64> {
+    // Cheap filter first: most events are content deltas without usage.
+    if !raw.windows(5).any(|w| w == b"usage") {
+        return None;
+    }
+    let (_, data) = parse_event(raw)?;
+    let value = serde_json::from_str::<Value>(&data).ok()?;
+    input_tokens(&value).filter(|tokens| *tokens > 0)
+}
+
+/// What the opening events of a streamed answer decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opening {
+    /// An event carrying content (or anything the gateway does not know to be a preamble):
+    /// the answer is going well and may be released to the client.
+    Content,
+    /// An error event came before any content; its data, to classify.
+    Error(String),
+}
+
+/// Reads the opening events of a streamed answer until one decides it. See the
+/// [module docs](self).
+///
+/// ```
+/// use ctxkeeper_gateway::streaming::{Opening, StreamHead};
+///
+/// let mut head = StreamHead::default();
+/// assert_eq!(head.feed(b"event: response.created\ndata: {\"type\":\"response.created\"}\n\n"), None);
+/// let error = b"event: error\ndata: {\"type\":\"error\",\"code\":\"context_length_exceeded\"}\n\n";
+/// assert!(matches!(head.feed(error), Some(Opening::Error(_))));
+/// ```
+#[derive(Debug, Default)]
+pub struct StreamHead {
+    splitter: SseSplitter,
+    decided: Option<Opening>,
+}
+
+impl StreamHead {
+    /// Feeds the next chunk; returns the decision once an event makes it (and again on every
+    /// later call).
+    pub fn feed(&mut self, chunk: &[u8]) -> Option<Opening> {
+        if self.decided.is_none() {
+            let mut decided = None;
+            self.splitter.feed(chunk, |raw| {
+                if decided.is_none() {
+                    decided = opening_event(raw);
+                }
+            });
+            self.decided = decided;
+        }
+        self.decided.clone()
+    }
+}
+
+/// Events that open a stream before any content: Responses' `response.created`,
+/// `response.in_progress` and `response.queued`, Anthropic's `message_start` and `ping`.
+const PREAMBLE: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+    "message_start",
+    "ping",
+];
+
+/// `None` for a preamble event (keep waiting), else what the event decides.
+fn opening_event(raw: &[u8]) -> Option<Opening> {
+    let Some((name, data)) = parse_event(raw) else {
+        return Some(Opening::Content);
+    };
+    if name.is_none() && data.is_empty() {
+        // A comment (`: keep-alive`) or an empty event.
+        return None;
+    }
+    let value = serde_json::from_str::<Value>(&data).ok();
+    let kind = value
+        .as_ref()
+        .and_then(|v| v.get("type"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or(name);
+    let is_error = matches!(kind.as_deref(), Some("error" | "response.failed"))
+        // OpenAI-compatible chat servers put a bare `{"error": {...}}` chunk in the stream.
+        || value
+            .as_ref()
+            .is_some_and(|v| v.get("error").is_some_and(Value::is_object) && v.get("choices").is_none());
+    if is_error {
+        return Some(Opening::Error(data));
+    }
+    match kind.as_deref() {
+        Some(kind) if PREAMBLE.contains(&kind) => None,
+        _ => Some(Opening::Content),
+    }
+}
+
+struct EventEnd {
+    /// Bytes of the new chunk up to and including the separator.
+    consumed: usize,
+    /// Length of the separator.
+    separator: usize,
+}
+
+/// Finds the end of the event being received in `pending` + `chunk`: a blank line.
+fn find_event_end(pending: &[u8], chunk: &[u8]) -> Option<EventEnd> {
+    // A separator may straddle the boundary: look at up to 3 pending bytes too.
+    let carry = pending.len().min(3);
+    let mut window = Vec::with_capacity(carry + chunk.len().min(4));
+    window.extend_from_slice(&pending[pending.len() - carry..]);
+    for (i, byte) in chunk.iter().enumerate() {
+        if *byte != b'\n' {
+            continue;
+        }
+        // Bytes before this newline, from the carry and the chunk.
+        let before = |n: usize| -> Option<u8> {
+            if n <= i {
+                Some(chunk[i - n])
+            } else {
+                let back = n - i;
+                (back <= carry).then(|| window[carry - back])
+            }
+        };
+        if before(1) == Some(b'\n') {
+            return Some(EventEnd {
+                consumed: i + 1,
+                separator: 2,
+            });
+        }
+        if before(1) == Some(b'\r') && before(2) == Some(b'\n') && before(3) == Some(b'\r') {
+            return Some(EventEnd {
+                consumed: i + 1,
+                separator: 4,
+            });
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fed_in_pieces(stream: &str, piece: usize) -> Option<u64> {
+        let mut usage = SseUsage::default();
+        for chunk in stream.as_bytes().chunks(piece) {
+            usage.feed(chunk);
+        }
+        usage.input_tokens()
+    }
+
+    #[test]
+    fn usage_is_found_in_every_provider_stream_whatever_the_chunking() {
+        let openai = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n\
+                      data: {\"choices\":[],\"usage\":{\"prompt_tokens\":42,\"completion_tokens\":2}}\n\n\
+                      data: [DONE]\n\n";
+        let responses = "event: response.created\r\ndata: {\"type\":\"response.created\"}\r\n\r\n\
+                         event: response.completed\r\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":77}}}\r\n\r\n";
+        let anthropic = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_creation_input_tokens\":5}}}\n\n\
+                         event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":3}}\n\n";
+        for piece in [1, 2, 3, 7, 1000] {
+            assert_eq!(fed_in_pieces(openai, piece), Some(42), "piece {piece}");
+            assert_eq!(fed_in_pieces(responses, piece), Some(77), "piece {piece}");
+            assert_eq!(fed_in_pieces(anthropic, piece), Some(15), "piece {piece}");
+        }
+    }
+
+    fn opening(stream: &str, piece: usize) -> Option<Opening> {
+        let mut head = StreamHead::default();
+        let mut decided = None;
+        for chunk in stream.as_bytes().chunks(piece) {
+            decided = head.feed(chunk);
+        }
+        decided
+    }
+
+    #[test]
+    fn the_opening_of_a_stream_is_held_until_content_or_an_error() {
+        let overflow = "event: response.created\ndata: {\"type\":\"response.created\"}\n\n\
+                        event: response.in_progress\ndata: {\"type\":\"response.in_progress\"}\n\n\
+                        event: error\ndata: {\"type\":\"error\",\"error\":{\"code\":\"context_length_exceeded\"}}\n\n";
+        let failed = "event: response.created\ndata: {\"type\":\"response.created\"}\n\n\
+                      event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"error\":{\"code\":\"context_length_exceeded\"}}}\n\n";
+        let content = "event: response.created\ndata: {\"type\":\"response.created\"}\n\n\
+                       event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\"}\n\n";
+        let anthropic = ": keep-alive\n\nevent: message_start\ndata: {\"type\":\"message_start\"}\n\n\
+                         event: ping\ndata: {\"type\":\"ping\"}\n\n\
+                         event: content_block_start\ndata: {\"type\":\"content_block_start\"}\n\n";
+        let chat = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+        let chat_error =
+            "data: {\"error\":{\"message\":\"maximum context length is 10 tokens\"}}\n\n";
+        for piece in [1, 5, 1000] {
+            let Some(Opening::Error(data)) = opening(overflow, piece) else {
+                panic!("piece {piece}: the error event decides");
+            };
+            assert!(data.contains("context_length_exceeded"));
+            assert!(ctxkeeper_core::overflow::classify(0, &data).is_some());
+            assert!(matches!(opening(failed, piece), Some(Opening::Error(_))));
+            assert!(matches!(
+                opening(chat_error, piece),
+                Some(Opening::Error(_))
+            ));
+            assert_eq!(opening(content, piece), Some(Opening::Content));
+            assert_eq!(opening(anthropic, piece), Some(Opening::Content));
+            assert_eq!(opening(chat, piece), Some(Opening::Content));
+        }
+        // Only the preamble so far: undecided.
+        assert_eq!(
+            opening(
+                "event: response.created\ndata: {\"type\":\"response.created\"}\n\n",
+                7
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn bodies_report_usage_in_each_shape() {
+        assert_eq!(
+            input_tokens(&json!({"usage": {"prompt_tokens": 9}})),
+            Some(9)
+        );
+        assert_eq!(
+            input_tokens(&json!({"usage": {"input_tokens": 9, "cache_read_input_tokens": 1}})),
+            Some(10)
+        );
+        assert_eq!(input_tokens(&json!({"id": "x"})), None);
+    }
+}

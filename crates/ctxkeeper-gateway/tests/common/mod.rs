@@ -1,0 +1,180 @@
+//! Shared harness: a gateway in this process in front of the mock upstream (or any router).
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ctxkeeper_core::tokens::Profiles;
+use ctxkeeper_gateway::metrics::Metrics;
+use ctxkeeper_gateway::router::Server;
+use ctxkeeper_gateway::sessions::Sessions;
+use ctxkeeper_gateway::{Gateway, GatewayConfig};
+use ctxkeeper_mock_upstream::{MockConfig, MockServer};
+use ctxkeeper_store::SessionStore;
+use ctxkeeper_store::archive::Offloader;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// A small model whose window makes the default policy compact after a few tool rounds.
+pub const SMALL_MODEL: &str = "mock-small";
+
+pub fn profiles() -> Profiles {
+    Profiles::from_toml_str(
+        r#"
+        [models."mock-small"]
+        context_window = 4000
+        max_output = 256
+        tokenizer = "o200k_base"
+        "#,
+    )
+    .unwrap()
+}
+
+/// A running gateway.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The configuration tests start from: upstreams at `upstream` (an `http://ADDR`).
+pub fn config(dir: &TempDir, upstream: &str) -> GatewayConfig {
+    let mut config = GatewayConfig::new(dir.path());
+    config.upstream = format!("{upstream}/v1");
+    config.anthropic_upstream = upstream.to_string();
+    config.store_url = "memory://".into();
+    config.profiles = profiles();
+    config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.upstream_timeout = Duration::from_secs(20);
+    config
+}
+
+/// Starts a gateway with its own store and archive.
+pub async fn start(config: GatewayConfig) -> Running {
+    let gateway = Gateway::open(config).await.unwrap();
+    run(gateway).await
+}
+
+/// Starts a gateway over a given store and archive (several gateways may share them).
+pub async fn start_shared(
+    config: GatewayConfig,
+    store: Arc<dyn SessionStore>,
+    archive: Arc<dyn Offloader>,
+) -> Running {
+    let metrics = Arc::new(Metrics::default());
+    let sessions = Sessions::new(
+        store,
+        archive,
+        config.policy.clone(),
+        config.profiles.clone(),
+        config.session_cache,
+    )
+    .with_metrics(metrics.clone());
+    let gateway = Gateway::with_sessions(config, sessions, metrics).unwrap();
+    run(gateway).await
+}
+
+async fn run(gateway: Arc<Gateway>) -> Running {
+    let server = Server::bind_gateway(gateway.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    let addr = server.local_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .run(async move {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    Running {
+        addr,
+        gateway,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+/// A mock upstream with the given window.
+pub async fn mock(window: u64) -> MockServer {
+    ctxkeeper_mock_upstream::spawn(MockConfig {
+        window,
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+/// An OpenAI chat conversation of `rounds` tool rounds, each result `result_bytes` long.
+pub fn chat_history(rounds: usize, result_bytes: usize) -> Vec<Value> {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Fix the rounding bug in invoice totals."}),
+    ];
+    for i in 0..rounds {
+        let id = format!("call_{i}");
+        messages.push(json!({
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [{"id": id, "type": "function",
+                "function": {"name": "read_file", "arguments": format!("{{\"path\":\"src/f{i}.rs\"}}")}}]
+        }));
+        messages
+            .push(json!({"role": "tool", "tool_call_id": id, "content": filler(i, result_bytes)}));
+    }
+    messages
+}
+
+/// Deterministic, varied text (so compression and token counts behave like real output).
+pub fn filler(seed: usize, bytes: usize) -> String {
+    let words = [
+        "invoice", "total", "round", "cents", "amount", "ledger", "tax", "line", "sum", "value",
+        "customer", "order", "price", "discount", "currency", "balance",
+    ];
+    let mut out = String::with_capacity(bytes + 16);
+    let mut i = seed;
+    while out.len() < bytes {
+        out.push_str(words[i % words.len()]);
+        out.push_str(if i.is_multiple_of(11) { ".\n" } else { " " });
+        i = i.wrapping_mul(31).wrapping_add(7);
+    }
+    out.truncate(bytes);
+    out
+}
+
+pub fn tools() -> Value {
+    json!([{"type": "function", "function": {"name": "read_file", "description": "Read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}])
+}

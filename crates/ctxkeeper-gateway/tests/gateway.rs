@@ -1,0 +1,1057 @@
+//! The gateway end to end, in this process, in front of the mock upstream: prefix reuse, the
+//! byte-stable forwarded prefix, divergence, overflow recovery, pass-through of upstream
+//! errors, credentials, the admin API, limits and malformed input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use common::{SMALL_MODEL, chat_history, client, config, filler, mock, start, tools};
+use ctxkeeper_store::{HistoryPage, SessionKey};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+const KEY: &str = "Bearer sk-test-SECRET-0123456789";
+
+async fn post(url: &str, session: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut request = client().post(url).header("authorization", KEY).json(body);
+    if let Some(session) = session {
+        request = request.header("x-ctxkeeper-session", session);
+    }
+    request.send().await.unwrap()
+}
+
+fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+#[tokio::test]
+async fn resent_history_is_ingested_once_and_forwarded_whole() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let url = gw.url("/v1/chat/completions");
+    for rounds in [1, 2, 3] {
+        let body =
+            json!({"model": "gpt-4o", "messages": chat_history(rounds, 300), "tools": tools()});
+        let response = post(&url, Some("prefix-1"), &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-ctxkeeper-session"), "prefix-1");
+        assert_eq!(header(&response, "x-ctxkeeper-compacted"), "false");
+        assert!(
+            header(&response, "x-ctxkeeper-input-tokens")
+                .parse::<u64>()
+                .unwrap()
+                > 0
+        );
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["object"], "chat.completion");
+    }
+    let received = upstream.requests();
+    assert_eq!(received.len(), 3);
+    assert_eq!(
+        received[2].body["messages"].as_array().unwrap().len(),
+        chat_history(3, 300).len()
+    );
+    // The session log holds every client message exactly once.
+    let tenant = ctxkeeper_gateway::identity::tenant_of(&{
+        let mut h = axum::http::HeaderMap::new();
+        h.insert("authorization", KEY.parse().unwrap());
+        h
+    })
+    .unwrap();
+    let key = SessionKey::new(tenant, "default", "default", "prefix-1").unwrap();
+    let log = gw
+        .gateway
+        .sessions
+        .store()
+        .history(&key, HistoryPage::last(100))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), chat_history(3, 300).len());
+}
+
+#[tokio::test]
+async fn sessions_are_derived_from_the_conversation_when_no_header_names_one() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let url = gw.url("/v1/chat/completions");
+    let first = post(
+        &url,
+        None,
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
+    let second = post(
+        &url,
+        None,
+        &json!({"model": "gpt-4o", "messages": chat_history(2, 100)}),
+    )
+    .await;
+    let session = header(&first, "x-ctxkeeper-session").to_string();
+    assert!(session.starts_with("auto-"), "{session}");
+    assert_eq!(header(&second, "x-ctxkeeper-session"), session);
+}
+
+/// A stand-in upstream that keeps the raw bytes of every request body.
+async fn capturing_upstream() -> (String, Arc<Mutex<Vec<Bytes>>>) {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |body: Bytes| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(body);
+                // No usage: a made-up prompt_tokens would anchor the gateway's accounting to a
+                // wrong figure (reported usage overrides its estimate), and this upstream does
+                // not count tokens. Servers that report no usage exist, and the estimate serves.
+                axum::Json(json!({
+                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                 "finish_reason": "stop"}]
+                }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), bodies)
+}
+
+#[derive(serde::Deserialize)]
+struct RawMessages<'a> {
+    #[serde(borrow)]
+    messages: &'a serde_json::value::RawValue,
+}
+
+#[tokio::test]
+async fn the_forwarded_prefix_is_byte_identical_between_compactions() {
+    let (upstream, bodies) = capturing_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream)).await;
+    let url = gw.url("/v1/chat/completions");
+    let mut compacted = Vec::new();
+    for rounds in 1..=24 {
+        let body =
+            json!({"model": SMALL_MODEL, "messages": chat_history(rounds, 700), "tools": tools()});
+        let response = post(&url, Some("stable"), &body).await;
+        assert_eq!(response.status(), 200);
+        compacted.push(header(&response, "x-ctxkeeper-compacted") == "true");
+    }
+    assert!(
+        compacted.iter().any(|c| *c),
+        "a 4,000-token window must compact: {compacted:?}"
+    );
+    let bodies = bodies.lock().unwrap().clone();
+    let mut checked_after_compaction = 0;
+    for i in 1..bodies.len() {
+        if compacted[i] {
+            continue;
+        }
+        let before: RawMessages = serde_json::from_slice(&bodies[i - 1]).unwrap();
+        let after: RawMessages = serde_json::from_slice(&bodies[i]).unwrap();
+        let before = before.messages.get();
+        let prefix = &before[..before.len() - 1];
+        assert!(
+            after.messages.get().starts_with(prefix),
+            "request {i}: the previous request's messages are not a byte prefix"
+        );
+        if compacted[..i].iter().any(|c| *c) {
+            checked_after_compaction += 1;
+        }
+    }
+    assert!(
+        checked_after_compaction > 0,
+        "the prefix must also hold between compactions, not only before the first"
+    );
+}
+
+#[tokio::test]
+async fn an_edited_turn_is_followed_and_announced_on_the_event_stream() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let url = gw.url("/v1/chat/completions");
+    let events = client()
+        .get(gw.url("/v1/sessions/branchy/events"))
+        .header("authorization", KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let mut stream = events.bytes_stream();
+    post(
+        &url,
+        Some("branchy"),
+        &json!({"model": "gpt-4o", "messages": chat_history(2, 100)}),
+    )
+    .await;
+    let mut edited = chat_history(3, 100);
+    edited[1] = json!({"role": "user", "content": "Actually, fix the tax rounding instead."});
+    let response = post(
+        &url,
+        Some("branchy"),
+        &json!({"model": "gpt-4o", "messages": edited}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    // The upstream got the client's edited history, not the stored one.
+    let last = upstream.requests().pop().unwrap();
+    assert_eq!(
+        last.body["messages"][1]["content"],
+        "Actually, fix the tax rounding instead."
+    );
+    let mut seen = String::new();
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(chunk) = stream.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            if seen.contains("event: history_diverged") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(found, "no history_diverged event in: {seen}");
+    // Another tenant sees nothing of this session.
+    assert!(!seen.contains("sk-test"), "events never carry credentials");
+}
+
+#[tokio::test]
+async fn a_context_overflow_is_compacted_and_retried_before_the_client_sees_it() {
+    let upstream = mock(3_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let url = gw.url("/v1/chat/completions");
+    // gpt-4o's profile says 128k, so only the upstream's error reveals the 3,000-token window.
+    let body = json!({"model": "gpt-4o", "messages": chat_history(20, 1200), "tools": tools()});
+    let response = post(&url, Some("overflow"), &body).await;
+    assert_eq!(response.status(), 200, "{:?}", response.text().await);
+    assert_eq!(header(&response, "x-ctxkeeper-compacted"), "true");
+    let statuses: Vec<u16> = upstream.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses.first(), Some(&400));
+    assert_eq!(statuses.last(), Some(&200));
+    assert!(
+        gw.gateway
+            .metrics
+            .render()
+            .contains("ctxkeeper_overflow_recoveries_total 1")
+    );
+    // The window is learned: the next, longer request is compacted before it is sent.
+    let before = upstream.requests().len();
+    let body = json!({"model": "gpt-4o", "messages": chat_history(22, 1200), "tools": tools()});
+    let response = post(&url, Some("overflow"), &body).await;
+    assert_eq!(response.status(), 200);
+    let after: Vec<u16> = upstream.requests()[before..]
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        after,
+        vec![200],
+        "no second overflow once the window is known"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_anthropic_overflow_is_recovered_before_the_first_byte() {
+    let upstream = mock(3_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let mut messages = vec![json!({"role": "user", "content": "Summarise the logs."})];
+    for i in 0..12 {
+        let id = format!("toolu_{i}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "read_log", "input": {"n": i}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": filler(i, 1200)}]}));
+    }
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 128, "stream": true,
+        "system": "You read logs.", "messages": messages,
+        "tools": [{"name": "read_log", "description": "Read a log", "input_schema": {"type": "object"}}]});
+    let response = client()
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-ctxkeeper-compacted"), "true");
+    let text = response.text().await.unwrap();
+    assert!(text.contains("event: message_start"), "{text}");
+    assert!(text.contains("event: message_stop"), "{text}");
+    let last = upstream.requests().pop().unwrap();
+    assert_eq!(last.status, 200);
+    assert_eq!(last.header("anthropic-version"), Some("2023-06-01"));
+}
+
+/// An OpenAI Responses input of `rounds` tool rounds, each output `output_bytes` long.
+fn responses_input(rounds: usize, output_bytes: usize) -> Vec<Value> {
+    let mut input = vec![json!({"type": "message", "role": "user",
+        "content": "Fix the rounding bug in invoice totals."})];
+    for i in 0..rounds {
+        let call = format!("call_{i}");
+        input.push(
+            json!({"type": "function_call", "call_id": call, "name": "read_file",
+            "arguments": format!("{{\"path\":\"src/f{i}.rs\"}}")}),
+        );
+        input.push(json!({"type": "function_call_output", "call_id": call,
+            "output": filler(i, output_bytes)}));
+    }
+    input
+}
+
+fn responses_tools() -> Value {
+    json!([{"type": "function", "name": "read_file", "description": "Read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}])
+}
+
+/// The events of one session as they arrive on `GET /v1/sessions/{id}/events`.
+struct SessionEvents {
+    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    buffer: String,
+    seen: Vec<(String, Value)>,
+}
+
+impl SessionEvents {
+    /// Subscribes (the subscription exists once this returns: the gateway subscribes before
+    /// it answers the headers).
+    async fn open(gw: &common::Running, session: &str) -> SessionEvents {
+        let response = client()
+            .get(gw.url(&format!("/v1/sessions/{session}/events")))
+            .header("authorization", KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "content-type"), "text/event-stream");
+        SessionEvents {
+            stream: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads events until one named `name` has arrived (10 s at most); returns whether it did.
+    async fn wait_for(&mut self, name: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self.seen.iter().any(|(n, _)| n == name) {
+            let Ok(Some(chunk)) = tokio::time::timeout_at(deadline, self.stream.next()).await
+            else {
+                return false;
+            };
+            self.buffer
+                .push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                let mut event_name = String::new();
+                let mut data = String::new();
+                for line in event.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        event_name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim());
+                    }
+                }
+                if !event_name.is_empty() {
+                    self.seen.push((
+                        event_name,
+                        serde_json::from_str(&data).unwrap_or(Value::Null),
+                    ));
+                }
+            }
+        }
+        true
+    }
+
+    fn named(&self, name: &str) -> Vec<&Value> {
+        self.seen
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    fn names(&self) -> Vec<&str> {
+        self.seen.iter().map(|(n, _)| n.as_str()).collect()
+    }
+}
+
+#[tokio::test]
+async fn a_streamed_responses_overflow_is_recovered_before_the_first_byte() {
+    let upstream = mock(3_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let mut events = SessionEvents::open(&gw, "responses-overflow").await;
+    // gpt-4o's profile says 128k: only the upstream's in-stream error reveals the window.
+    let body = json!({"model": "gpt-4o", "stream": true, "instructions": "You fix bugs.",
+        "input": responses_input(16, 1200), "tools": responses_tools()});
+    let response = post(&gw.url("/v1/responses"), Some("responses-overflow"), &body).await;
+    assert_eq!(response.status(), 200);
+    let compacted = header(&response, "x-ctxkeeper-compacted").to_string();
+    let text = response.text().await.unwrap();
+    assert_eq!(compacted, "true");
+    // The client sees exactly one stream, the retried one: never the failed one's events.
+    assert_eq!(text.matches("event: response.created").count(), 1, "{text}");
+    assert!(!text.contains("event: error"), "{text}");
+    assert!(!text.contains("context_length_exceeded"), "{text}");
+    assert!(text.contains("event: response.output_item.added"), "{text}");
+    assert!(text.contains("event: response.completed"), "{text}");
+
+    let received = upstream.requests();
+    assert!(received.len() >= 2, "at least one retry");
+    assert!(
+        received.iter().all(|r| r.path == "/v1/responses"),
+        "every attempt went to the Responses endpoint"
+    );
+    assert!(
+        received[0].input_tokens + 64 > 3_000,
+        "the first attempt overflowed the mock's window"
+    );
+    let last = received.last().unwrap();
+    assert!(last.input_tokens + 64 <= 3_000, "the retry fits");
+    assert_eq!(last.body["stream"], true);
+    assert_eq!(last.header("authorization"), Some(KEY));
+    assert!(
+        gw.gateway
+            .metrics
+            .render()
+            .contains("ctxkeeper_overflow_recoveries_total 1")
+    );
+    assert!(
+        events.wait_for("overflow_recovered").await,
+        "{:?}",
+        events.names()
+    );
+    let recovered = events.named("overflow_recovered")[0];
+    assert_eq!(recovered["attempt"], 1);
+    assert!(
+        recovered["tokens_after"].as_u64().unwrap() < recovered["tokens_before"].as_u64().unwrap(),
+        "{recovered}"
+    );
+}
+
+#[tokio::test]
+async fn compactions_and_overflow_recoveries_are_announced_on_the_event_stream() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let url = gw.url("/v1/chat/completions");
+
+    // 1. A compaction the policy triggers: the small window fills after a few tool rounds.
+    let mut events = SessionEvents::open(&gw, "events-compaction").await;
+    let mut compacted_at = None;
+    for rounds in 1..=24 {
+        let body =
+            json!({"model": SMALL_MODEL, "messages": chat_history(rounds, 700), "tools": tools()});
+        let response = post(&url, Some("events-compaction"), &body).await;
+        assert_eq!(response.status(), 200);
+        if header(&response, "x-ctxkeeper-compacted") == "true" {
+            compacted_at = Some(rounds);
+            break;
+        }
+    }
+    assert!(compacted_at.is_some(), "a 4,000-token window must compact");
+    assert!(
+        events.wait_for("context_compaction_end").await,
+        "{:?}",
+        events.names()
+    );
+    let names = events.names();
+    let start_at = names
+        .iter()
+        .position(|n| *n == "context_compaction_start")
+        .expect("a start event");
+    let end_at = names
+        .iter()
+        .position(|n| *n == "context_compaction_end")
+        .unwrap();
+    assert!(start_at < end_at, "start comes before end: {names:?}");
+    let start = events.named("context_compaction_start")[0].clone();
+    let end = events.named("context_compaction_end")[0].clone();
+    assert_eq!(start["type"], "context_compaction_start");
+    assert_eq!(start["reason"], end["reason"]);
+    let (before, after) = (
+        end["tokens_before"].as_u64().unwrap(),
+        end["tokens_after"].as_u64().unwrap(),
+    );
+    assert_eq!(start["tokens_before"].as_u64(), Some(before));
+    assert!(after > 0 && after < before, "{end}");
+    assert!(
+        end["messages_after"].as_u64().unwrap() < end["messages_before"].as_u64().unwrap(),
+        "{end}"
+    );
+    assert!(events.named("overflow_recovered").is_empty());
+
+    // 2. An overflow the upstream reports: compacted harder and announced as recovered.
+    upstream.set_window(3_000);
+    let mut events = SessionEvents::open(&gw, "events-overflow").await;
+    let body = json!({"model": "gpt-4o", "messages": chat_history(20, 1200), "tools": tools()});
+    let response = post(&url, Some("events-overflow"), &body).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        events.wait_for("overflow_recovered").await,
+        "{:?}",
+        events.names()
+    );
+    let recovered = events.named("overflow_recovered")[0];
+    assert_eq!(recovered["attempt"], 1);
+    assert_eq!(
+        recovered["limit"].as_u64(),
+        Some(3_000),
+        "the stated window"
+    );
+    assert!(
+        recovered["tokens_after"].as_u64().unwrap() < recovered["tokens_before"].as_u64().unwrap(),
+        "{recovered}"
+    );
+    let overflow_end = events
+        .named("context_compaction_end")
+        .into_iter()
+        .find(|e| e["reason"] == "overflow")
+        .cloned();
+    assert!(overflow_end.is_some(), "{:?}", events.names());
+    assert!(events.named("overflow_unrecovered").is_empty());
+}
+
+#[tokio::test]
+async fn an_unrecoverable_overflow_gives_up_with_the_providers_own_error() {
+    // Nothing fits: the window is smaller than the output budget the mock reserves (64), so
+    // every attempt overflows however hard the context is compacted.
+    let upstream = mock(40).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let huge = filler(1, 6_000);
+
+    let mut events = SessionEvents::open(&gw, "give-up-chat").await;
+    let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": huge}]});
+    let response = post(&gw.url("/v1/chat/completions"), Some("give-up-chat"), &body).await;
+    assert_eq!(response.status(), 400);
+    assert_eq!(header(&response, "x-ctxkeeper-session"), "give-up-chat");
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "context_length_exceeded");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(
+        events.wait_for("overflow_unrecovered").await,
+        "{:?}",
+        events.names()
+    );
+    let gave_up = events.named("overflow_unrecovered")[0].clone();
+    assert!(gave_up["attempt"].as_u64().unwrap() >= 1, "{gave_up}");
+    assert!(
+        gave_up["error"].as_str().unwrap().contains("too long"),
+        "{gave_up}"
+    );
+    assert!(events.wait_for("upstream_error").await);
+    assert_eq!(events.named("upstream_error")[0]["status"], 400);
+
+    let mut events = SessionEvents::open(&gw, "give-up-anthropic").await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 32,
+        "messages": [{"role": "user", "content": huge}]});
+    let response = post(&gw.url("/v1/messages"), Some("give-up-anthropic"), &body).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    // The last attempt's answer, as Anthropic words an overflow.
+    let found = ctxkeeper_core::overflow::classify(400, &error.to_string()).expect("an overflow");
+    assert_eq!(
+        found.provider,
+        ctxkeeper_core::overflow::Provider::Anthropic
+    );
+    assert!(events.wait_for("overflow_unrecovered").await);
+
+    // Streamed Responses: the upstream's own stream, error event included, reaches the client.
+    let mut events = SessionEvents::open(&gw, "give-up-responses").await;
+    let body = json!({"model": "gpt-4o", "stream": true,
+        "input": [{"type": "message", "role": "user", "content": huge}]});
+    let response = post(&gw.url("/v1/responses"), Some("give-up-responses"), &body).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.starts_with("event: response.created"), "{text}");
+    assert!(text.contains("event: error"), "{text}");
+    assert!(text.contains("context_length_exceeded"), "{text}");
+    assert!(events.wait_for("overflow_unrecovered").await);
+    // The default policy allows 3 recovery attempts: at most 4 upstream calls per request.
+    let requests = upstream.requests();
+    for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
+        let attempts = requests.iter().filter(|r| r.path == path).count();
+        assert!(
+            (2..=4).contains(&attempts),
+            "{path}: recovery was tried, within the policy's bound: {attempts} upstream calls"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_connected_event_subscriber_does_not_hold_the_graceful_shutdown() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let mut events = SessionEvents::open(&gw, "watched").await;
+    tokio::time::timeout(Duration::from_secs(10), gw.stop())
+        .await
+        .expect("the graceful shutdown waited forever on a connected subscriber");
+    // The subscriber saw its stream end rather than hang.
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = events.stream.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the event stream ended");
+}
+
+#[tokio::test]
+async fn other_upstream_errors_pass_through_with_status_and_body() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let body = json!({"model": "gpt-4o", "messages": chat_history(1, 50)});
+    // No API key: the mock answers 401 like the real API.
+    let direct = client()
+        .post(format!("{}/chat/completions", upstream.openai_base_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let direct_status = direct.status();
+    let direct_body: Value = direct.json().await.unwrap();
+    let through = client()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct_status, 401);
+    assert_eq!(through.status(), direct_status);
+    assert_eq!(through.json::<Value>().await.unwrap(), direct_body);
+}
+
+#[tokio::test]
+async fn credentials_go_upstream_untouched_and_are_never_stored() {
+    let upstream = mock(3_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.store_url = format!("sqlite://{}", dir.path().join("sessions.db").display());
+    let gw = start(cfg).await;
+    let response = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", KEY)
+        .header("openai-organization", "org-test")
+        .json(&json!({"model": "gpt-4o", "messages": chat_history(20, 1200)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    for request in upstream.requests() {
+        assert_eq!(request.header("authorization"), Some(KEY));
+        assert_eq!(request.header("openai-organization"), Some("org-test"));
+    }
+    gw.stop().await;
+    // Nothing written anywhere (store, archive, logs of compaction) holds the key.
+    let mut files = vec![dir.path().to_path_buf()];
+    let mut scanned = 0;
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            scanned += bytes.len();
+            assert!(
+                !bytes.windows(6).any(|w| w == b"SECRET"),
+                "{} holds the API key",
+                path.display()
+            );
+        }
+    }
+    assert!(scanned > 0, "the session was written somewhere");
+}
+
+#[tokio::test]
+async fn the_admin_api_needs_its_token_and_stays_in_its_tenant() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let disabled = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let answer = client()
+        .get(disabled.url("/admin/sessions"))
+        .header("authorization", "Bearer anything")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    assert!(answer.text().await.unwrap().contains("--admin-token"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.admin_token = Some("admin-secret".into());
+    let gw = start(cfg).await;
+    let chat = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", KEY)
+        .header("x-ctxkeeper-tenant", "acme")
+        .header("x-ctxkeeper-session", "ticket-7")
+        .json(&json!({"model": "gpt-4o", "messages": chat_history(2, 200)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+
+    let admin = |method: reqwest::Method, path: &str, tenant: &str, token: &str| {
+        client()
+            .request(method, gw.url(path))
+            .header("authorization", format!("Bearer {token}"))
+            .header("x-ctxkeeper-tenant", tenant)
+    };
+    let wrong = admin(reqwest::Method::GET, "/admin/sessions", "acme", "nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let other: Value = admin(
+        reqwest::Method::GET,
+        "/admin/sessions",
+        "globex",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(other["sessions"], json!([]), "another tenant sees nothing");
+    let listed: Value = admin(
+        reqwest::Method::GET,
+        "/admin/sessions",
+        "acme",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(listed["sessions"][0]["id"], "ticket-7");
+    let missing = admin(
+        reqwest::Method::GET,
+        "/admin/sessions/ticket-7",
+        "globex",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(missing.status(), 404);
+
+    let stats: Value = admin(
+        reqwest::Method::GET,
+        "/admin/sessions/ticket-7",
+        "acme",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(stats["messages"], chat_history(2, 200).len());
+    assert_eq!(stats["log_len"], chat_history(2, 200).len());
+
+    let bad = admin(
+        reqwest::Method::PATCH,
+        "/admin/sessions/ticket-7/policy",
+        "acme",
+        "admin-secret",
+    )
+    .body("trigger_ratio = 0.99")
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(bad.status(), 400);
+    assert!(bad.text().await.unwrap().contains("trigger_ratio"));
+    let good = admin(
+        reqwest::Method::PATCH,
+        "/admin/sessions/ticket-7/policy",
+        "acme",
+        "admin-secret",
+    )
+    .header("content-type", "application/json")
+    .body(r#"{"keep_recent_rounds": 5}"#)
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(good.status(), 200);
+    let policy: Value = admin(
+        reqwest::Method::GET,
+        "/admin/sessions/ticket-7/policy",
+        "acme",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(policy["effective"]["keep_recent_rounds"], 5);
+
+    let hits: Value = admin(
+        reqwest::Method::GET,
+        "/admin/sessions/ticket-7/search?q=rounding",
+        "acme",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert!(!hits["hits"].as_array().unwrap().is_empty(), "{hits}");
+
+    let cleared = admin(
+        reqwest::Method::POST,
+        "/admin/sessions/ticket-7/clear",
+        "acme",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(cleared.status(), 200);
+    let stats: Value = admin(
+        reqwest::Method::GET,
+        "/admin/sessions/ticket-7",
+        "acme",
+        "admin-secret",
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(stats["messages"], 0);
+    assert_eq!(
+        stats["log_len"],
+        chat_history(2, 200).len(),
+        "the log stays"
+    );
+    assert_eq!(stats["policy_overrides"], "keep_recent_rounds = 5\n");
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_413_in_the_clients_error_shape() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.body_limit = 4096;
+    let gw = start(cfg).await;
+    let big = json!({"model": "gpt-4o", "max_tokens": 10, "messages": [{"role": "user", "content": "x".repeat(8000)}]});
+    let openai = post(&gw.url("/v1/chat/completions"), None, &big).await;
+    assert_eq!(openai.status(), 413);
+    let body: Value = openai.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "request_too_large");
+    let anthropic = post(&gw.url("/v1/messages"), None, &big).await;
+    assert_eq!(anthropic.status(), 413);
+    let body: Value = anthropic.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "request_too_large");
+    // Without a content-length (chunked upload) the limit holds too.
+    let chunks = futures_util::stream::iter(
+        (0..4).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 2048]))),
+    );
+    let chunked = client()
+        .post(gw.url("/v1/chat/completions"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chunked.status(), 413);
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing oversized went upstream"
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_get_400_in_the_clients_error_shape() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("/v1/chat/completions", b"{\"model\": \"gpt-4o\", \"messages\": [".to_vec(), "malformed JSON"),
+        ("/v1/messages", b"not json".to_vec(), "malformed JSON"),
+        (
+            "/v1/chat/completions",
+            serde_json::to_vec(&json!({"model": "gpt-4o", "messages": [{"role": "narrator", "content": "hi"}]})).unwrap(),
+            "role",
+        ),
+        (
+            "/v1/chat/completions",
+            serde_json::to_vec(&json!({"model": "gpt-4o", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "user", "content": "where is the result?"}]})).unwrap(),
+            "pairing",
+        ),
+        (
+            "/v1/messages",
+            serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "orphan"}]}]})).unwrap(),
+            "pairing",
+        ),
+    ];
+    for (path, body, needle) in cases {
+        let response = client()
+            .post(gw.url(path))
+            .header("authorization", KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{path} {needle}");
+        let body: Value = response.json().await.unwrap();
+        if path == "/v1/messages" {
+            assert_eq!(body["type"], "error");
+            assert_eq!(body["error"]["type"], "invalid_request_error");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(needle),
+                "{body}"
+            );
+        } else {
+            assert_eq!(body["error"]["type"], "invalid_request_error");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(needle),
+                "{body}"
+            );
+        }
+    }
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing malformed went upstream"
+    );
+}
+
+#[tokio::test]
+async fn hostile_session_and_tenant_ids_are_refused_never_used_as_paths() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.store_url = format!("file://{}", dir.path().join("store").display());
+    let gw = start(cfg).await;
+    for (name, value) in [
+        ("x-ctxkeeper-session", "../../x"),
+        ("x-ctxkeeper-session", "a/b"),
+        ("x-ctxkeeper-tenant", "../etc"),
+    ] {
+        let response = client()
+            .post(gw.url("/v1/chat/completions"))
+            .header("authorization", KEY)
+            .header(name, value)
+            .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 50)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{name}: {value}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("must be"),
+            "{body}"
+        );
+    }
+    assert!(upstream.requests().is_empty());
+    assert!(!dir.path().parent().unwrap().join("x").exists());
+    let events = client()
+        .get(gw.url("/v1/sessions/..%2F..%2Fx/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 400);
+}
+
+#[tokio::test]
+async fn a_slow_upstream_answers_504_in_the_clients_error_shape() {
+    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+        delay: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.upstream_timeout = Duration::from_millis(300);
+    let gw = start(cfg).await;
+    let response = client()
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", "sk-ant")
+        .json(&json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 504);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "timeout_error");
+}
+
+#[tokio::test]
+async fn health_metrics_and_models_answer() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let health = client().get(gw.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    post(
+        &gw.url("/v1/chat/completions"),
+        None,
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 50)}),
+    )
+    .await;
+    let models = client()
+        .get(gw.url("/v1/models"))
+        .header("authorization", KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    let metrics = client()
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"ctxkeeper_requests_total{endpoint="chat_completions",status="200"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ctxkeeper_gateway_overhead_seconds_count 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ctxkeeper_upstream_latency_seconds_bucket"),
+        "{metrics}"
+    );
+}
