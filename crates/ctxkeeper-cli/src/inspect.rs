@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use clap::Args;
 use ctxkeeper_core::model::CheckRules;
-use ctxkeeper_core::stats::TraceStats;
+use ctxkeeper_core::stats::{TraceStats, thousands};
 use serde_json::json;
 
 use crate::TraceArgs;
@@ -171,31 +171,5 @@ fn share(part: u64, total: u64) -> f64 {
         0.0
     } else {
         part as f64 * 100.0 / total as f64
-    }
-}
-
-/// `1234567` → `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::thousands;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
     }
 }

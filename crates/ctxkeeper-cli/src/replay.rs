@@ -15,8 +15,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::TraceArgs;
-use crate::inspect::thousands;
 use crate::trace_input::{self, InputError, LoadedTrace};
+use ctxkeeper_core::stats::thousands;
 
 /// Arguments of `ctxkeeper replay`.
 #[derive(Debug, Args)]
@@ -92,6 +92,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
 
+    // The keys a stored replay is saved under, checked before the replay runs; its archive
+    // goes under the same tenant and session ids, where `mcp` and `sessions show` look.
+    let stored_keys = match (&args.store, &args.session) {
+        (Some(_), Some(id)) => Some(stored_keys(id, &args.tenant, loaded.sessions.len())?),
+        _ => None,
+    };
+
     let options = ReplayOptions { window, rules };
     let total_steps = loaded
         .sessions
@@ -143,6 +150,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         let summarizer = make_summarizer(args)?;
         let mut engine =
             ctxkeeper::replay::PolicyReplay::new(policy, window, offloader, summarizer)?;
+        if let Some(keys) = &stored_keys {
+            engine = engine.archive_under(keys.iter().map(|k| k.archive_scope()).collect());
+        }
         let report = replay(
             &loaded.sessions,
             &loaded.tokens,
@@ -170,8 +180,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         )
     };
     progress.finish_and_clear();
-    if let (Some(url), Some(id)) = (&args.store, &args.session) {
-        persist(url, id, &args.tenant, &loaded, &final_contexts)?;
+    if let (Some(url), Some(keys)) = (&args.store, &stored_keys) {
+        persist(url, keys, &loaded, &final_contexts)?;
     }
 
     if args.trace.json {
@@ -185,16 +195,41 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     Ok(())
 }
 
+/// The keys the trace's sessions are stored under: `ID`, or `ID-0001`, `ID-0002`, … for a
+/// multi-session trace, in the default user and agent of `tenant`.
+fn stored_keys(
+    id: &str,
+    tenant: &str,
+    sessions: usize,
+) -> Result<Vec<ctxkeeper::store::SessionKey>> {
+    use ctxkeeper::store::SessionKey;
+    (0..sessions.max(1))
+        .map(|index| {
+            let name = if sessions > 1 {
+                format!("{id}-{:04}", index + 1)
+            } else {
+                id.to_string()
+            };
+            SessionKey::new(
+                tenant,
+                SessionKey::DEFAULT,
+                SessionKey::DEFAULT,
+                name.as_str(),
+            )
+            .map_err(|e| InputError::BadOption(format!("--session/--tenant: {e}")).into())
+        })
+        .collect()
+}
+
 /// Stores every replayed session: its whole log (append-only) and the final context as the
 /// saved state, so `ctxkeeper sessions …` and a later run can pick it up.
 fn persist(
     url: &str,
-    id: &str,
-    tenant: &str,
+    keys: &[ctxkeeper::store::SessionKey],
     loaded: &LoadedTrace,
     final_contexts: &std::collections::HashMap<String, Vec<ctxkeeper::core::model::Message>>,
 ) -> Result<()> {
-    use ctxkeeper::store::{AgentState, SessionKey, open_store};
+    use ctxkeeper::store::{AgentState, open_store};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -202,23 +237,11 @@ fn persist(
         let store = open_store(url)
             .await
             .with_context(|| format!("cannot open the store {url}"))?;
-        let many = loaded.sessions.len() > 1;
-        for (index, session) in loaded.sessions.iter().enumerate() {
-            let name = if many {
-                format!("{id}-{:04}", index + 1)
-            } else {
-                id.to_string()
-            };
-            let key = SessionKey::new(
-                tenant,
-                SessionKey::DEFAULT,
-                SessionKey::DEFAULT,
-                name.as_str(),
-            )
-            .map_err(|e| InputError::BadOption(format!("--session/--tenant: {e}")))?;
+        for (session, key) in loaded.sessions.iter().zip(keys) {
+            let name = key.session();
             for chunk in session.messages.chunks(500) {
                 store
-                    .append(&key, chunk)
+                    .append(key, chunk)
                     .await
                     .with_context(|| format!("cannot append to {name}"))?;
             }
@@ -227,9 +250,9 @@ fn persist(
                 .get(&session.id)
                 .cloned()
                 .unwrap_or_else(|| session.messages.clone());
-            let expected = store.load(&key).await?.map(|v| v.version);
+            let expected = store.load(key).await?.map(|v| v.version);
             store
-                .save(&key, &state, expected)
+                .save(key, &state, expected)
                 .await
                 .with_context(|| format!("cannot save {name}"))?;
         }

@@ -24,6 +24,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use ctxkeeper_core::model::Role;
+use ctxkeeper_core::stats::thousands;
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use ctxkeeper_store::archive::{ArchiveEntry, Offloader};
 use ctxkeeper_store::{
@@ -556,18 +557,6 @@ fn parse_age(text: &str) -> Result<Duration> {
         other => bail!("bad age unit {other:?} in {text:?}: use s, m, h or d"),
     };
     Ok(Duration::from_secs(n.saturating_mul(seconds)))
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The text on one line, cut to about `max` characters.

@@ -401,3 +401,61 @@ fn a_replayed_trace_leaves_a_real_session_behind() {
         .or_else(|| entries["entries"].as_array().map(Vec::len));
     assert_eq!(count, Some(5), "{entries}");
 }
+
+#[test]
+fn a_stored_replay_archives_under_its_tenant_and_session() {
+    let Some(dir) = traces_dir() else { return };
+    let trace = dir.join("swe-agent/marshmallow-code__marshmallow-1867.function_calling.traj");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let workspace = scratch.path().join("workspace");
+    let output = run(&[
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        "default",
+        "--window",
+        "4000",
+        "--store",
+        &store,
+        "--tenant",
+        "acme",
+        "--session",
+        "stored-1",
+        "--workspace",
+        workspace.to_str().expect("utf-8"),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Where `mcp --tenant acme --session stored-1` reads, and nowhere else.
+    let archived = workspace.join("tenants/acme/sessions/stored-1");
+    let items: Vec<_> = std::fs::read_dir(&archived)
+        .expect("the archive of the stored session")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tool_result-"))
+        .collect();
+    assert!(
+        !items.is_empty(),
+        "nothing archived in {}",
+        archived.display()
+    );
+    assert!(!workspace.join("sessions").exists());
+
+    // A bad tenant is refused before anything runs.
+    let output = run(&[
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        "default",
+        "--store",
+        &store,
+        "--tenant",
+        "../x",
+        "--session",
+        "s",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+}

@@ -1,0 +1,317 @@
+//! `ctxkeeper serve`: the gateway, with the MCP server mounted at `/mcp` over the same store
+//! and archive. Prints `listening on http://ADDR` on stdout once bound (the only line it prints
+//! there) and logs to stderr.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ctxkeeper::core::tokens::TokenModel;
+use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, policy_preset};
+use ctxkeeper_gateway::identity::{TENANT_HEADER, tenant_of};
+use ctxkeeper_gateway::router::Server;
+use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal, TenantResolver};
+
+use crate::trace_input::InputError;
+
+const MCP_HELP: &str = "\
+MCP server at /mcp:
+  `serve` also serves ctxkeeper's MCP retrieval tools (session_search, context_read, compact, …)
+  over streamable HTTP at http://ADDR/mcp, over the gateway's own store and archive.
+
+  Tenant: every /mcp request is served for the tenant the gateway would give a model call with
+  the same headers: x-ctxkeeper-tenant, else a hash of the API key (Authorization: Bearer … or
+  x-api-key), else `default`. An MCP client sending the agent's headers sees exactly the
+  agent's sessions; an MCP session keeps the tenant it was opened with. Like the model
+  endpoints, /mcp trusts x-ctxkeeper-tenant: when clients that must not choose their tenant can
+  reach the gateway, pin one tenant with --mcp-tenant (then a header naming another tenant is
+  refused with 403) or turn the endpoint off with --no-mcp.
+
+  Only loopback Host headers (localhost, 127.0.0.1, ::1) are accepted at /mcp unless
+  --mcp-allow-host names more.";
+
+/// Options of `ctxkeeper serve`.
+#[derive(Debug, Args)]
+#[command(after_help = MCP_HELP)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR", env = "CTXKEEPER_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// The OpenAI-compatible upstream, including its /v1 (default https://api.openai.com/v1).
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_UPSTREAM")]
+    pub upstream: Option<String>,
+
+    /// The Anthropic upstream, without /v1 (default https://api.anthropic.com).
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_ANTHROPIC_UPSTREAM")]
+    pub anthropic_upstream: Option<String>,
+
+    /// The session store: sqlite://PATH (default: sessions.db in the data directory),
+    /// postgres://…, mysql://…, redis://…, file://DIR, memory://.
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_STORE")]
+    pub store: Option<String>,
+
+    /// The archive for compacted content: a directory (default: workspace/ in the data
+    /// directory) or an archive URL (s3://…, postgres://…, memory://).
+    #[arg(long, value_name = "DIR", env = "CTXKEEPER_WORKSPACE")]
+    pub workspace: Option<String>,
+
+    /// The context policy: default, none, agentscope, reme-compact, reme-compress, reme-auto,
+    /// agentrail, cowagent, harness.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+
+    /// A TOML file: [gateway] settings, [models."NAME"] profiles, [policy] overrides.
+    #[arg(long, value_name = "FILE", env = "CTXKEEPER_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Enables the admin API with this bearer token.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CTXKEEPER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+
+    /// The largest request body accepted, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub body_limit: Option<usize>,
+
+    /// Seconds allowed between two reads from the upstream.
+    #[arg(long, value_name = "SECONDS")]
+    pub upstream_timeout: Option<u64>,
+
+    /// Do not mount the MCP server at /mcp.
+    #[arg(long)]
+    pub no_mcp: bool,
+
+    /// Serve only this tenant at /mcp, whatever the request's API key (an x-ctxkeeper-tenant
+    /// header naming another tenant is refused). Default: each request's own tenant.
+    #[arg(long, value_name = "TENANT", conflicts_with = "no_mcp")]
+    pub mcp_tenant: Option<String>,
+
+    /// A Host header to accept at /mcp besides localhost, 127.0.0.1 and ::1 (repeatable);
+    /// needed when MCP clients reach the gateway by another name.
+    #[arg(
+        long = "mcp-allow-host",
+        value_name = "HOST",
+        conflicts_with = "no_mcp"
+    )]
+    pub mcp_allow_hosts: Vec<String>,
+
+    /// The model whose tokenizer and window the MCP tools `context_stats` and `compact`
+    /// measure with.
+    #[arg(long, default_value = "gpt-4o", value_name = "MODEL")]
+    pub mcp_model: String,
+
+    /// The context window in tokens for `context_stats` and `compact` (default: the model's).
+    #[arg(long, value_name = "TOKENS")]
+    pub mcp_window: Option<u64>,
+}
+
+/// Builds the configuration: defaults, then the file, then the options.
+fn config(args: &ServeArgs) -> Result<GatewayConfig> {
+    let mut config = GatewayConfig::new(GatewayConfig::default_data_dir());
+    if let Some(path) = &args.config {
+        config = ConfigFile::read(path)
+            .and_then(|file| file.into_config(config))
+            .map_err(|e| InputError::BadOption(e.to_string()))?;
+    }
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(url) = &args.upstream {
+        config.upstream.clone_from(url);
+    }
+    if let Some(url) = &args.anthropic_upstream {
+        config.anthropic_upstream.clone_from(url);
+    }
+    if let Some(url) = &args.store {
+        config.store_url.clone_from(url);
+    }
+    if let Some(dir) = &args.workspace {
+        config.workspace.clone_from(dir);
+    }
+    if let Some(name) = &args.policy {
+        // The file's [policy] overrides apply to whichever preset is chosen.
+        let mut policy = policy_preset(name).map_err(|e| InputError::BadOption(e.to_string()))?;
+        if let Some(path) = &args.config
+            && let Some(overrides) = ConfigFile::read(path)
+                .map_err(|e| InputError::BadOption(e.to_string()))?
+                .policy
+        {
+            policy = policy
+                .with_overrides(&overrides)
+                .map_err(|e| InputError::BadOption(format!("[policy]: {e}")))?;
+        }
+        config.policy = policy;
+    }
+    if args.admin_token.is_some() {
+        config.admin_token.clone_from(&args.admin_token);
+    }
+    if let Some(limit) = args.body_limit {
+        config.body_limit = limit;
+    }
+    if let Some(secs) = args.upstream_timeout {
+        config.upstream_timeout = std::time::Duration::from_secs(secs);
+    }
+    config
+        .validate()
+        .map_err(|e| InputError::BadOption(e.to_string()))?;
+    if config.store_url.starts_with("sqlite://") {
+        // SQLite creates the file, not its directory.
+        if let Some(dir) = PathBuf::from(config.store_url.trim_start_matches("sqlite://")).parent()
+        {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+    }
+    Ok(config)
+}
+
+/// The settings of every tenant's MCP server (the tenant itself is replaced per request), or
+/// `None` with `--no-mcp`. `compact` runs the gateway's own policy.
+fn mcp_options(args: &ServeArgs, config: &GatewayConfig) -> Result<Option<Options>> {
+    if args.no_mcp {
+        return Ok(None);
+    }
+    let model = TokenModel::for_model(&args.mcp_model, &config.profiles);
+    let window = args.mcp_window.unwrap_or(model.profile.context_window);
+    let options = Options {
+        tenant: args
+            .mcp_tenant
+            .clone()
+            .unwrap_or_else(|| ctxkeeper_gateway::identity::DEFAULT_TENANT.to_string()),
+        session: None,
+        policy: config.policy.clone(),
+        model,
+        window,
+    };
+    if let Some(tenant) = &args.mcp_tenant {
+        ctxkeeper::store::state::validate_identifier("tenant", tenant)
+            .map_err(|e| InputError::BadOption(format!("--mcp-tenant: {e}")))?;
+    }
+    if window == 0 {
+        return Err(InputError::BadOption("--mcp-window must be greater than 0".into()).into());
+    }
+    Ok(Some(options))
+}
+
+/// How /mcp picks a request's tenant: pinned by `--mcp-tenant`, else exactly as the gateway
+/// picks the tenant of a model call, so an MCP client sending the agent's own headers reads
+/// the agent's own sessions.
+fn mcp_tenant_rule(pinned: Option<String>) -> TenantResolver {
+    match pinned {
+        None => Arc::new(|headers| {
+            tenant_of(headers).map_err(|e| TenantRefusal::bad_request(e.to_string()))
+        }),
+        Some(tenant) => Arc::new(move |headers| match headers.get(TENANT_HEADER) {
+            // Refused rather than ignored: a client that names a tenant must not silently
+            // read another one.
+            Some(named) if named.as_bytes() != tenant.as_bytes() => Err(TenantRefusal::forbidden(
+                "this gateway serves one tenant at /mcp (--mcp-tenant), and x-ctxkeeper-tenant \
+                 names another",
+            )),
+            _ => Ok(tenant.clone()),
+        }),
+    }
+}
+
+/// Builds the MCP endpoint over the gateway's store and archive; `None` (with a warning) when
+/// the archive cannot be shared with it.
+async fn mcp_endpoint(
+    args: &ServeArgs,
+    options: Options,
+    server: &Server,
+) -> Result<Option<TenantEndpoint>> {
+    let gateway = server.gateway();
+    let services =
+        match Services::over_store(gateway.sessions.store().clone(), &gateway.config.workspace)
+            .await
+        {
+            Ok(services) => services,
+            Err(e) => {
+                tracing::warn!("MCP server not mounted at /mcp: {e}");
+                return Ok(None);
+            }
+        };
+    let resolve = mcp_tenant_rule(args.mcp_tenant.clone());
+    let endpoint = TenantEndpoint::new(services, options, &args.mcp_allow_hosts, resolve)
+        .map_err(|e| InputError::BadOption(e.to_string()))?;
+    Ok(Some(endpoint))
+}
+
+/// Runs the command until ctrl-c or SIGTERM.
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let config = config(args)?;
+    let mcp_options = mcp_options(args, &config)?;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let mut server = Server::bind(config).await?;
+        let mcp = match mcp_options {
+            Some(options) => mcp_endpoint(args, options, &server).await?,
+            None => None,
+        };
+        if let Some(endpoint) = &mcp {
+            server = server.merge(endpoint.router());
+        }
+        // The one stdout line: scripts and tests wait for it.
+        println!("listening on http://{}", server.local_addr());
+        use std::io::Write;
+        std::io::stdout().flush().ok();
+        tracing::info!(address = %server.local_addr(), "gateway listening");
+        if mcp.is_some() {
+            tracing::info!(
+                url = %format!("http://{}/mcp", server.local_addr()),
+                tenant = args.mcp_tenant.as_deref().unwrap_or("per request"),
+                "MCP server mounted"
+            );
+        }
+        let shutdown = async move {
+            shutdown_signal().await;
+            // Open MCP event streams would otherwise hold the graceful shutdown until their
+            // clients hang up.
+            if let Some(endpoint) = mcp {
+                endpoint.shutdown();
+            }
+        };
+        server.run(shutdown).await?;
+        tracing::info!("gateway stopped");
+        Ok(())
+    })
+}
+
+/// Completes on ctrl-c or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
