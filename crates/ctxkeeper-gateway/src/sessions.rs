@@ -18,15 +18,19 @@
 //! (compactions, divergences, overflow recoveries) reach subscribers and metrics only once its
 //! save committed: a step that lost its swap is redone, and what it did is not announced.
 //!
-//! The session log is a second write after the save. So that no message is lost when a
-//! process dies (or the store fails) between the two, each save also records the client
-//! messages it commits to the log and the log length they end at (write-ahead). The saver
-//! appends them right after the save; whoever next saves on top of that state first checks
-//! the log, waits (up to [`DEFAULT_LOG_LEASE`]) while the saver's append is still due, and
-//! then appends whatever never arrived itself, inside its own compare-and-swapped save. This
-//! also keeps the log in commit order across gateways. The one case left: a saver stalled
-//! for longer than the lease between its two writes appends late, and its messages are
-//! logged twice (never lost); only a store that saves and appends atomically removes it.
+//! The client messages a step ingests also go to the session log. On a store that
+//! [commits atomically](SessionStore::commits_atomically) (SQLite, PostgreSQL, MySQL, Redis,
+//! memory) they are written with the state in one commit, so the log never misses or
+//! repeats a message. On a store that cannot (the JSON file store), the log is a second
+//! write after the save. So that no message is lost when a process dies (or the store
+//! fails) between the two, each save also records the client messages it commits to the log
+//! and the log length they end at (write-ahead). The saver appends them right after the
+//! save; whoever next saves on top of that state first checks the log, waits (up to
+//! [`DEFAULT_LOG_LEASE`]) while the saver's append is still due, and then appends whatever
+//! never arrived itself, inside its own compare-and-swapped save. This also keeps the log in
+//! commit order across gateways. The one case left on such a store: a saver stalled for
+//! longer than the lease between its two writes appends late, and its messages are logged
+//! twice (never lost).
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -839,6 +843,24 @@ impl Sessions {
         let mut pending = slot.log.pending.get(in_log..).unwrap_or_default().to_vec();
         pending.extend_from_slice(log);
         let expected = len + pending.len() as u64;
+        if self.store.commits_atomically() {
+            // The state and its log entries in one write: nothing is ever owed to the log.
+            let state = self.agent_state(slot, &[], expected);
+            let committed = self
+                .store
+                .save_and_append(key, &state, slot.version, &pending)
+                .await?;
+            let len = committed.appended.map_or(len, |appended| appended.last_seq);
+            slot.version = Some(committed.version);
+            slot.log = LogCursor {
+                pending: Vec::new(),
+                expected: Some(len),
+                saved_at_ms: state.updated_at_ms,
+                seen: Some((len, 0)),
+                owner: true,
+            };
+            return Ok(());
+        }
         let state = self.agent_state(slot, &pending, expected);
         let version = self.store.save(key, &state, slot.version).await?;
         slot.version = Some(version);
@@ -1260,6 +1282,9 @@ mod tests {
         conflicting_saves: std::sync::atomic::AtomicUsize,
         /// Every append waits this long first.
         append_delay: Duration,
+        /// Passes the inner store's atomic save-and-append through (else the store is one
+        /// that saves, then appends).
+        atomic: bool,
     }
 
     impl Flaky {
@@ -1269,6 +1294,7 @@ mod tests {
                 failing_appends: 0.into(),
                 conflicting_saves: 0.into(),
                 append_delay: Duration::ZERO,
+                atomic: false,
             }
         }
 
@@ -1318,6 +1344,34 @@ mod tests {
                 });
             }
             self.inner.append(key, messages).await
+        }
+        fn commits_atomically(&self) -> bool {
+            self.atomic && self.inner.commits_atomically()
+        }
+        async fn save_and_append(
+            &self,
+            key: &SessionKey,
+            state: &AgentState,
+            expected: Option<u64>,
+            messages: &[Message],
+        ) -> Result<ctxkeeper_store::Committed, StoreError> {
+            if !self.atomic {
+                let version = self.save(key, state, expected).await?;
+                let appended = match messages {
+                    [] => None,
+                    _ => Some(self.append(key, messages).await?),
+                };
+                return Ok(ctxkeeper_store::Committed { version, appended });
+            }
+            if Flaky::take(&self.conflicting_saves) {
+                return Err(StoreError::Conflict {
+                    expected,
+                    actual: None,
+                });
+            }
+            self.inner
+                .save_and_append(key, state, expected, messages)
+                .await
         }
         async fn list(
             &self,
@@ -1382,6 +1436,34 @@ mod tests {
             log_of(&store, &key).await,
             conversation(2),
             "every message once, in order"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_atomic_store_gets_each_step_in_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+        let mut atomic = Flaky::new(store.clone());
+        atomic.atomic = true;
+        // A separate append would fail: the steps must not need one.
+        atomic
+            .failing_appends
+            .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        // And one lost swap, which is redone without logging its messages twice.
+        atomic
+            .conflicting_saves
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        let sessions = sessions(Arc::new(atomic), dir.path()).await;
+        let key = SessionKey::simple("s").unwrap();
+        for rounds in [1, 2, 3] {
+            sessions.step(&key, &step_of(rounds), &[]).await.unwrap();
+            assert_eq!(log_of(&store, &key).await, conversation(rounds));
+        }
+        let engine = store.load(&key).await.unwrap().unwrap().state.engine;
+        assert_eq!(engine["log_len"], json!(conversation(3).len()));
+        assert!(
+            engine.get("pending_log").is_none(),
+            "nothing is ever owed to the log: {engine}"
         );
     }
 

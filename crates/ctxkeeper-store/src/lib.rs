@@ -59,7 +59,7 @@ use std::sync::Arc;
 
 pub use archive::{ArchiveRef, ArchiveScope, Offloader};
 pub use session::{
-    AppendOutcome, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery, SearchScope,
+    AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, Versioned,
 };
 pub use state::{AgentState, SessionKey};

@@ -9,7 +9,7 @@ use ctxkeeper_core::model::Message;
 
 use crate::StoreError;
 use crate::session::{
-    AppendOutcome, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo, SessionStore,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo, SessionStore,
     Versioned, check_messages, rank_entries,
 };
 use crate::state::{AgentState, SessionKey};
@@ -57,6 +57,23 @@ fn touch<'a>(
     });
     session.updated_at_ms = now;
     session
+}
+
+/// Appends to a session's log; `None` when `messages` is empty.
+fn push_log(session: &mut Session, messages: &[Message], now: i64) -> Option<AppendOutcome> {
+    let first_seq = session.log.len() as u64 + 1;
+    for message in messages {
+        let seq = session.log.len() as u64 + 1;
+        session.log.push(LogEntry {
+            seq,
+            at_ms: now,
+            message: message.clone(),
+        });
+    }
+    (!messages.is_empty()).then(|| AppendOutcome {
+        first_seq,
+        last_seq: session.log.len() as u64,
+    })
 }
 
 #[async_trait]
@@ -107,21 +124,39 @@ impl SessionStore for MemoryStore {
         check_messages(messages)?;
         self.with(|sessions| {
             let now = now_ms();
+            push_log(touch(sessions, key, now), messages, now)
+        })?
+        .ok_or_else(|| StoreError::InvalidInput("append of no messages".into()))
+    }
+
+    fn commits_atomically(&self) -> bool {
+        true
+    }
+
+    async fn save_and_append(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        let copy = AgentState::from_json(&state.to_json()?)?;
+        // Both under one lock: nobody sees the state without its log entries.
+        self.with(|sessions| {
+            let actual = sessions
+                .get(key)
+                .and_then(|s| s.state.as_ref())
+                .map(|(v, _)| *v);
+            if actual != expected {
+                return Err(StoreError::Conflict { expected, actual });
+            }
+            let version = actual.unwrap_or(0) + 1;
+            let now = now_ms();
             let session = touch(sessions, key, now);
-            let first_seq = session.log.len() as u64 + 1;
-            for message in messages {
-                let seq = session.log.len() as u64 + 1;
-                session.log.push(LogEntry {
-                    seq,
-                    at_ms: now,
-                    message: message.clone(),
-                });
-            }
-            AppendOutcome {
-                first_seq,
-                last_seq: session.log.len() as u64,
-            }
-        })
+            session.state = Some((version, copy));
+            let appended = push_log(session, messages, now);
+            Ok(Committed { version, appended })
+        })?
     }
 
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {

@@ -26,7 +26,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::session::{
-    AppendOutcome, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
     SessionInfo, SessionStore, Versioned, check_messages, parse_entry, rank_entries,
 };
 use crate::state::{AgentState, SessionKey};
@@ -53,6 +53,25 @@ end
 redis.call('HSET', KEYS[1], 'updated', ARGV[1])
 redis.call('HSETNX', KEYS[1], 'created', ARGV[1])
 return n + 1
+"#;
+
+/// SAVE_SCRIPT then APPEND_SCRIPT in one script: Redis runs a script atomically, so the
+/// state and its log entries land together or not at all. ARGV: expected version, state,
+/// now, then the messages. Returns {1, new version, first seq} or {0, actual version, 0}.
+const SAVE_AND_APPEND_SCRIPT: &str = r#"
+local cur = redis.call('HGET', KEYS[1], 'version')
+local exp = ARGV[1]
+if (exp == '' and cur) or (exp ~= '' and cur ~= exp) then
+  return {0, cur or '', 0}
+end
+local new = (tonumber(cur) or 0) + 1
+redis.call('HSET', KEYS[1], 'version', new, 'state', ARGV[2], 'updated', ARGV[3])
+redis.call('HSETNX', KEYS[1], 'created', ARGV[3])
+local n = redis.call('LLEN', KEYS[2])
+for i = 4, #ARGV do
+  redis.call('RPUSH', KEYS[2], '{"seq":' .. string.format('%d', n + i - 3) .. ',"at_ms":' .. ARGV[3] .. ',"message":' .. ARGV[i] .. '}')
+end
+return {1, tostring(new), n + 1}
 "#;
 
 #[derive(Clone)]
@@ -97,6 +116,7 @@ pub struct RedisStore {
     shown_url: String,
     save: Script,
     append: Script,
+    save_and_append: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -175,6 +195,7 @@ impl RedisStore {
             shown_url: shown_url.clone(),
             save: Script::new(SAVE_SCRIPT),
             append: Script::new(APPEND_SCRIPT),
+            save_and_append: Script::new(SAVE_AND_APPEND_SCRIPT),
         };
         // Fail at open, not at first use, when the server is not there.
         let _: String = redis::cmd("PING")
@@ -370,6 +391,53 @@ impl SessionStore for RedisStore {
             first_seq: first,
             last_seq: first + messages.len() as u64 - 1,
         })
+    }
+
+    fn commits_atomically(&self) -> bool {
+        true
+    }
+
+    async fn save_and_append(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        let json = state.to_json()?;
+        let now = now_ms();
+        let mut invocation = self.save_and_append.key(self.state_key(key));
+        invocation
+            .key(self.log_key(key))
+            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
+            .arg(json)
+            .arg(now);
+        for message in messages {
+            let json = serde_json::to_string(message).map_err(|e| {
+                StoreError::InvalidInput(format!("message does not serialize: {e}"))
+            })?;
+            invocation.arg(json);
+        }
+        let (ok, version, first): (i64, String, u64) = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(err)?;
+        if ok != 1 {
+            return Err(StoreError::Conflict {
+                expected,
+                actual: version.parse().ok(),
+            });
+        }
+        self.index(key, now).await?;
+        let version = version
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("redis version {version:?}")))?;
+        let n = messages.len() as u64;
+        let appended = (n > 0).then(|| AppendOutcome {
+            first_seq: first,
+            last_seq: first + n - 1,
+        });
+        Ok(Committed { version, appended })
     }
 
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {

@@ -57,6 +57,15 @@ pub struct AppendOutcome {
     pub last_seq: u64,
 }
 
+/// What [`SessionStore::save_and_append`] committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    /// The state's new version.
+    pub version: u64,
+    /// Where the log entries landed; `None` when there were none to append.
+    pub appended: Option<AppendOutcome>,
+}
+
 /// One entry of a session log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -273,6 +282,34 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         key: &SessionKey,
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError>;
+
+    /// Whether [`save_and_append`](Self::save_and_append) commits the state and the log
+    /// entries in one atomic write. When it does not, a crash between the two can leave a
+    /// state saved without its log entries; a caller that needs the log complete then tracks
+    /// what is owed itself (the gateway's sessions do).
+    fn commits_atomically(&self) -> bool {
+        false
+    }
+
+    /// Saves `state` if the stored version is still `expected` (as [`save`](Self::save)) and
+    /// appends `messages` to the session log. On a conflict nothing is appended. One atomic
+    /// write where [`commits_atomically`](Self::commits_atomically) says so, and one round
+    /// trip instead of two; otherwise the save, then the append.
+    async fn save_and_append(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        let version = self.save(key, state, expected).await?;
+        let appended = if messages.is_empty() {
+            None
+        } else {
+            Some(self.append(key, messages).await?)
+        };
+        Ok(Committed { version, appended })
+    }
 
     /// The sessions passing the filter, most recently updated first.
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError>;

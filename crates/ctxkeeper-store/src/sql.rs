@@ -46,7 +46,7 @@ use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::blob::{BlobArchive, Blobs, CONTEXT_FILE, Loc, slice_lines};
 use crate::session::{
-    AppendOutcome, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
     SessionInfo, SessionStore, Versioned, check_messages, sort_hits,
 };
 use crate::state::{AgentState, SessionKey};
@@ -366,6 +366,130 @@ impl SqlStore {
         Ok(())
     }
 
+    /// Commits `tx` when its writes succeeded, rolls it back (releasing the write lock at
+    /// once, not when the pool next touches the connection) when they failed.
+    async fn finish<T>(&self, tx: WriteTx, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        match result {
+            Ok(value) => {
+                tx.commit().await.map_err(|err| self.err(err))?;
+                Ok(value)
+            }
+            Err(err) => {
+                let _ = tx.rollback().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// The compare-and-swap save, inside `tx`: [`StoreError::Conflict`] when the stored
+    /// version is not `expected`.
+    async fn save_in(
+        &self,
+        tx: &mut WriteTx,
+        key: &SessionKey,
+        json: &str,
+        expected: Option<u64>,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let expected_i = i64::try_from(expected.unwrap_or(0))
+            .map_err(|_| StoreError::InvalidInput("version out of range".into()))?;
+        let new_version = expected_i + 1;
+        sqlx::query(self.q(self.upsert_touch()))
+            .bind(key.tenant())
+            .bind(key.user())
+            .bind(key.agent())
+            .bind(key.session())
+            .bind(now)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        let updated = sqlx::query(self.q("UPDATE ctxkeeper_sessions SET version = ?, updated_at = ? WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ? AND COALESCE(version, 0) = ?"))
+            .bind(new_version).bind(now)
+            .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
+            .bind(expected_i)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        if updated.rows_affected() != 1 {
+            let actual: Option<i64> = sqlx::query_scalar(self.q("SELECT version FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
+                .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?
+                .flatten();
+            return Err(StoreError::Conflict {
+                expected,
+                actual: actual.map(u64_of),
+            });
+        }
+        // The session row is locked (or SQLite's write lock held) until commit, so the state
+        // and its version change together.
+        sqlx::query(self.q(self.upsert_state()))
+            .bind(key.tenant())
+            .bind(key.user())
+            .bind(key.agent())
+            .bind(key.session())
+            .bind(json)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        Ok(u64_of(new_version))
+    }
+
+    /// Appends serialized log rows (from [`log_rows`]), inside `tx`.
+    async fn append_in(
+        &self,
+        tx: &mut WriteTx,
+        key: &SessionKey,
+        rows: &[(String, String)],
+        now: i64,
+    ) -> Result<AppendOutcome, StoreError> {
+        let n = rows.len() as i64;
+        sqlx::query(self.q(self.upsert_bump()))
+            .bind(key.tenant())
+            .bind(key.user())
+            .bind(key.agent())
+            .bind(key.session())
+            .bind(n)
+            .bind(now)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        let log_len: i64 = sqlx::query_scalar(self.q("SELECT log_len FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
+            .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        let first = log_len - n + 1;
+        for (chunk_index, chunk) in rows.chunks(INSERT_BATCH).enumerate() {
+            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let text = format!(
+                "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES {values}"
+            );
+            let sql = self.q(&text);
+            let mut query = sqlx::query(sql);
+            for (i, (json, body)) in chunk.iter().enumerate() {
+                let seq = first + (chunk_index * INSERT_BATCH + i) as i64;
+                query = query
+                    .bind(key.tenant())
+                    .bind(key.user())
+                    .bind(key.agent())
+                    .bind(key.session())
+                    .bind(seq)
+                    .bind(now)
+                    .bind(json.as_str())
+                    .bind(body.as_str());
+            }
+            query.execute(&mut **tx).await.map_err(|err| self.err(err))?;
+        }
+        Ok(AppendOutcome {
+            first_seq: u64_of(first),
+            last_seq: u64_of(log_len),
+        })
+    }
+
     fn upsert_touch(&self) -> &'static str {
         match self.dialect {
             Dialect::MySql => {
@@ -517,6 +641,19 @@ fn key_of(row: &AnyRow) -> Result<SessionKey, StoreError> {
     SessionKey::new(get(0)?, get(1)?, get(2)?, get(3)?)
 }
 
+/// Log rows as the log table stores them: the message's JSON and its indexed text.
+fn log_rows(messages: &[Message]) -> Result<Vec<(String, String)>, StoreError> {
+    messages
+        .iter()
+        .map(|message| {
+            let json = serde_json::to_string(message).map_err(|err| {
+                StoreError::InvalidInput(format!("message does not serialize: {err}"))
+            })?;
+            Ok((json, indexed_body(message)))
+        })
+        .collect()
+}
+
 fn u64_of(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
@@ -553,53 +690,9 @@ impl SessionStore for SqlStore {
     ) -> Result<u64, StoreError> {
         let json = state.to_json()?;
         let now = now_ms();
-        let expected_i = i64::try_from(expected.unwrap_or(0))
-            .map_err(|_| StoreError::InvalidInput("version out of range".into()))?;
-        let new_version = expected_i + 1;
         let mut tx = self.begin().await?;
-        sqlx::query(self.q(self.upsert_touch()))
-            .bind(key.tenant())
-            .bind(key.user())
-            .bind(key.agent())
-            .bind(key.session())
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        let updated = sqlx::query(self.q("UPDATE ctxkeeper_sessions SET version = ?, updated_at = ? WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ? AND COALESCE(version, 0) = ?"))
-            .bind(new_version).bind(now)
-            .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
-            .bind(expected_i)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        if updated.rows_affected() != 1 {
-            let actual: Option<i64> = sqlx::query_scalar(self.q("SELECT version FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
-                .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|err| self.err(err))?
-                .flatten();
-            let _ = tx.rollback().await;
-            return Err(StoreError::Conflict {
-                expected,
-                actual: actual.map(u64_of),
-            });
-        }
-        // The session row is locked (or SQLite's write lock held) until commit, so the state
-        // and its version change together.
-        sqlx::query(self.q(self.upsert_state()))
-            .bind(key.tenant())
-            .bind(key.user())
-            .bind(key.agent())
-            .bind(key.session())
-            .bind(json)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        tx.commit().await.map_err(|err| self.err(err))?;
-        Ok(u64_of(new_version))
+        let saved = self.save_in(&mut tx, key, &json, expected, now).await;
+        self.finish(tx, saved).await
     }
 
     async fn append(
@@ -608,59 +701,40 @@ impl SessionStore for SqlStore {
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError> {
         check_messages(messages)?;
-        let mut rows = Vec::with_capacity(messages.len());
-        for message in messages {
-            let json = serde_json::to_string(message).map_err(|err| {
-                StoreError::InvalidInput(format!("message does not serialize: {err}"))
-            })?;
-            rows.push((json, indexed_body(message)));
-        }
-        let n = messages.len() as i64;
+        let rows = log_rows(messages)?;
         let now = now_ms();
         let mut tx = self.begin().await?;
-        sqlx::query(self.q(self.upsert_bump()))
-            .bind(key.tenant())
-            .bind(key.user())
-            .bind(key.agent())
-            .bind(key.session())
-            .bind(n)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        let log_len: i64 = sqlx::query_scalar(self.q("SELECT log_len FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
-            .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        let first = log_len - n + 1;
-        for (chunk_index, chunk) in rows.chunks(INSERT_BATCH).enumerate() {
-            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-            let text = format!(
-                "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES {values}"
-            );
-            let sql = self.q(&text);
-            let mut query = sqlx::query(sql);
-            for (i, (json, body)) in chunk.iter().enumerate() {
-                let seq = first + (chunk_index * INSERT_BATCH + i) as i64;
-                query = query
-                    .bind(key.tenant())
-                    .bind(key.user())
-                    .bind(key.agent())
-                    .bind(key.session())
-                    .bind(seq)
-                    .bind(now)
-                    .bind(json.as_str())
-                    .bind(body.as_str());
-            }
-            query.execute(&mut *tx).await.map_err(|err| self.err(err))?;
+        let appended = self.append_in(&mut tx, key, &rows, now).await;
+        self.finish(tx, appended).await
+    }
+
+    fn commits_atomically(&self) -> bool {
+        true
+    }
+
+    async fn save_and_append(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        // Serialize before the transaction: the writer slot is held for the writes only.
+        let json = state.to_json()?;
+        let rows = log_rows(messages)?;
+        let now = now_ms();
+        let mut tx = self.begin().await?;
+        let committed = async {
+            let version = self.save_in(&mut tx, key, &json, expected, now).await?;
+            let appended = if rows.is_empty() {
+                None
+            } else {
+                Some(self.append_in(&mut tx, key, &rows, now).await?)
+            };
+            Ok(Committed { version, appended })
         }
-        tx.commit().await.map_err(|err| self.err(err))?;
-        Ok(AppendOutcome {
-            first_seq: u64_of(first),
-            last_seq: u64_of(log_len),
-        })
+        .await;
+        self.finish(tx, committed).await
     }
 
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {

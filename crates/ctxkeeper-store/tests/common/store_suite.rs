@@ -18,6 +18,7 @@ pub async fn run_all(store: Arc<dyn SessionStore>) {
     let name = store.backend();
     round_trip(&*store).await;
     cas_conflict(&*store).await;
+    save_and_append(&*store).await;
     concurrent_appends(Arc::clone(&store)).await;
     history_paging(&*store).await;
     tenant_isolation(&*store).await;
@@ -157,6 +158,65 @@ pub async fn cas_conflict(store: &dyn SessionStore) {
             .iter()
             .filter_map(|r| r.as_ref().err())
             .all(StoreError::is_conflict)
+    );
+}
+
+/// A save with its log entries: both land, or (on a lost swap) neither.
+pub async fn save_and_append(store: &dyn SessionStore) {
+    let k = key(&unique("sa"), "s1");
+    let first = [Message::user("book a flight"), Message::assistant("to where?")];
+    let state = rich_state();
+    let committed = store
+        .save_and_append(&k, &state, None, &first)
+        .await
+        .unwrap();
+    assert_eq!(committed.version, 1);
+    let appended = committed.appended.expect("two messages were appended");
+    assert_eq!((appended.first_seq, appended.last_seq), (1, 2));
+    assert_eq!(store.load(&k).await.unwrap().unwrap().state, state);
+
+    // A stale version: no state, no log entries.
+    let stale = store
+        .save_and_append(&k, &AgentState::new(), None, &[Message::user("lost")])
+        .await;
+    assert!(
+        matches!(stale, Err(ref err) if err.is_conflict()),
+        "{stale:?}"
+    );
+    // Nothing to log: only the state moves.
+    let quiet = store
+        .save_and_append(&k, &AgentState::new(), Some(1), &[])
+        .await
+        .unwrap();
+    assert_eq!((quiet.version, quiet.appended), (2, None));
+
+    // Racers from one version: one wins, and the log holds exactly its messages.
+    let store_ref = store;
+    let k_ref = &k;
+    let results = futures_join_all((0..4).map(|i| async move {
+        let said = [Message::user(format!("racer {i}"))];
+        store_ref
+            .save_and_append(k_ref, &AgentState::new(), Some(2), &said)
+            .await
+            .map(|c| (i, c))
+    }))
+    .await;
+    let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    let (winner, committed) = winners[0];
+    assert_eq!(committed.version, 3);
+    let texts: Vec<String> = store
+        .history(&k, HistoryPage::last(10))
+        .await
+        .unwrap()
+        .iter()
+        .map(|entry| entry.message.text())
+        .collect();
+    assert_eq!(
+        texts,
+        ["book a flight", "to where?", &format!("racer {winner}")],
+        "{} logged a message of a losing save",
+        store.backend()
     );
 }
 
