@@ -59,14 +59,14 @@ use std::sync::Arc;
 
 pub use archive::{ArchiveRef, ArchiveScope, Offloader};
 pub use session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery, SearchScope,
-    SessionFilter, SessionInfo, SessionStore, Versioned,
+    AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
+    SearchScope, SessionFilter, SessionInfo, SessionStore, Versioned,
 };
 pub use state::{AgentState, SessionKey};
 pub use workspace::LocalWorkspace;
 
 /// Errors of the store layer.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The item, session or reference does not exist (or belongs to another tenant).

@@ -9,8 +9,8 @@ use ctxkeeper_core::model::Message;
 
 use crate::StoreError;
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo, SessionStore,
-    Versioned, check_messages, rank_entries,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo,
+    SessionStore, Versioned, check_messages, rank_entries,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -70,7 +70,7 @@ fn push_log(session: &mut Session, messages: &[Message], now: i64) -> Option<App
             message: message.clone(),
         });
     }
-    (!messages.is_empty()).then(|| AppendOutcome {
+    (!messages.is_empty()).then_some(AppendOutcome {
         first_seq,
         last_seq: session.log.len() as u64,
     })

@@ -26,8 +26,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
-    SessionInfo, SessionStore, Versioned, check_messages, parse_entry, rank_entries,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
+    SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, parse_entry, rank_entries,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;

@@ -18,6 +18,11 @@
 //!   row that the append bumps first; the row lock (the write lock in SQLite) serializes
 //!   concurrent appenders, so numbers never repeat or skip. The indexed text of a message is
 //!   capped at 256 KiB; the message itself is stored whole.
+//! - **Atomic save with log entries** ([`SessionStore::save_and_append`]): the swap, the
+//!   state and the log rows in one transaction. On SQLite these go through a group commit:
+//!   saves that arrive while a transaction runs share the next one, written with one
+//!   multi-row statement per table, so many sessions' saves cost one write lock and one sync
+//!   of the write-ahead log.
 //! - **Archive**: `ctxkeeper_archive_items` and `ctxkeeper_archive_context` hold offloaded
 //!   content, so several hosts share archives through the database alone ([`SqlStore::archive`]).
 //!
@@ -36,6 +41,7 @@
 //! # }).unwrap();
 //! ```
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,8 +52,8 @@ use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::blob::{BlobArchive, Blobs, CONTEXT_FILE, Loc, slice_lines};
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
-    SessionInfo, SessionStore, Versioned, check_messages, sort_hits,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
+    SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, sort_hits,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::text::{Ranker, indexed_body, snippet};
@@ -184,6 +190,64 @@ pub struct SqlStore {
     /// Writers of this process queue here instead, in order; other processes still meet
     /// `busy_timeout`.
     writers: Arc<tokio::sync::Mutex<()>>,
+    /// SQLite only: the group commit that [`SessionStore::save_and_append`] goes through.
+    group: Option<GroupCommit>,
+}
+
+/// A save with its log entries, serialized and waiting for its transaction.
+#[derive(Debug)]
+struct PendingCommit {
+    key: SessionKey,
+    json: String,
+    expected: Option<u64>,
+    rows: Vec<(String, String)>,
+}
+
+/// The most saves one group commit carries.
+const MAX_GROUP: usize = 64;
+
+/// Group commit for SQLite's single writer: saves that arrive while a transaction runs wait
+/// and then share the next one, so their write-lock hand-over, their `COMMIT` and the sync
+/// of the write-ahead log are paid once per group instead of once per save. Under one
+/// writer the sessions' saves queue anyway; grouping is what lets the queue drain as fast as
+/// it fills. A lone save waits for nothing: it is a group of one.
+#[derive(Debug, Clone)]
+struct GroupCommit {
+    queue: tokio::sync::mpsc::UnboundedSender<(
+        PendingCommit,
+        tokio::sync::oneshot::Sender<Result<Committed, StoreError>>,
+    )>,
+}
+
+impl GroupCommit {
+    /// Starts the committing task for `store` (which must not itself group: the task would
+    /// hold its own queue open and never end). The task ends when the last store clone that
+    /// holds the queue is dropped.
+    fn start(store: SqlStore) -> GroupCommit {
+        let (queue, mut pending) = tokio::sync::mpsc::unbounded_channel::<(
+            PendingCommit,
+            tokio::sync::oneshot::Sender<Result<Committed, StoreError>>,
+        )>();
+        tokio::spawn(async move {
+            let mut group = Vec::with_capacity(MAX_GROUP);
+            while pending.recv_many(&mut group, MAX_GROUP).await > 0 {
+                let (commits, replies): (Vec<_>, Vec<_>) = group.drain(..).unzip();
+                let outcomes = store.commit_group(&commits).await;
+                for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                    // A caller that gave up waiting is gone; its save stands either way.
+                    let _ = reply.send(outcome);
+                }
+            }
+        });
+        GroupCommit { queue }
+    }
+
+    async fn commit(&self, commit: PendingCommit) -> Result<Committed, StoreError> {
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        let stopped = || StoreError::backend("sqlite", "the group commit task has stopped");
+        self.queue.send((commit, reply)).map_err(|_| stopped())?;
+        outcome.await.map_err(|_| stopped())?
+    }
 }
 
 /// A write transaction, holding this process's SQLite writer slot until it ends.
@@ -244,15 +308,19 @@ impl SqlStore {
         let pool = options.connect(&url).await.map_err(|err| {
             StoreError::backend(dialect.name(), format!("cannot connect to {shown}: {err}"))
         })?;
-        let store = SqlStore {
+        let mut store = SqlStore {
             pool,
             dialect,
             writers: Arc::new(tokio::sync::Mutex::new(())),
+            group: None,
         };
         if dialect == Dialect::Sqlite {
             store.enable_wal().await?;
         }
         store.migrate().await?;
+        if dialect == Dialect::Sqlite {
+            store.group = Some(GroupCommit::start(store.clone()));
+        }
         Ok(store)
     }
 
@@ -381,31 +449,36 @@ impl SqlStore {
         }
     }
 
-    /// The compare-and-swap save, inside `tx`: [`StoreError::Conflict`] when the stored
-    /// version is not `expected`.
-    async fn save_in(
+    /// The compare-and-swap of a save, inside `tx`: moves the session row to the next
+    /// version and counts `logged` more log entries, or answers [`StoreError::Conflict`]
+    /// having changed nothing (so a group commit can go on with its other saves).
+    async fn cas_in(
         &self,
         tx: &mut WriteTx,
         key: &SessionKey,
-        json: &str,
         expected: Option<u64>,
+        logged: usize,
         now: i64,
     ) -> Result<u64, StoreError> {
         let expected_i = i64::try_from(expected.unwrap_or(0))
             .map_err(|_| StoreError::InvalidInput("version out of range".into()))?;
         let new_version = expected_i + 1;
-        sqlx::query(self.q(self.upsert_touch()))
-            .bind(key.tenant())
-            .bind(key.user())
-            .bind(key.agent())
-            .bind(key.session())
-            .bind(now)
-            .bind(now)
-            .execute(&mut **tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        let updated = sqlx::query(self.q("UPDATE ctxkeeper_sessions SET version = ?, updated_at = ? WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ? AND COALESCE(version, 0) = ?"))
-            .bind(new_version).bind(now)
+        if expected.is_none() {
+            // A first save may find no row yet. With a version expected, a missing row is a
+            // conflict anyway, and this insert is skipped.
+            sqlx::query(self.q(self.upsert_touch()))
+                .bind(key.tenant())
+                .bind(key.user())
+                .bind(key.agent())
+                .bind(key.session())
+                .bind(now)
+                .bind(now)
+                .execute(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?;
+        }
+        let updated = sqlx::query(self.q("UPDATE ctxkeeper_sessions SET version = ?, updated_at = ?, log_len = log_len + ? WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ? AND COALESCE(version, 0) = ?"))
+            .bind(new_version).bind(now).bind(logged as i64)
             .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
             .bind(expected_i)
             .execute(&mut **tx)
@@ -423,8 +496,18 @@ impl SqlStore {
                 actual: actual.map(u64_of),
             });
         }
-        // The session row is locked (or SQLite's write lock held) until commit, so the state
-        // and its version change together.
+        Ok(u64_of(new_version))
+    }
+
+    /// Writes the state of a session whose row [`cas_in`](Self::cas_in) just moved. The row
+    /// is locked (SQLite: the write lock is held) until commit, so the state and its version
+    /// change together.
+    async fn state_in(
+        &self,
+        tx: &mut WriteTx,
+        key: &SessionKey,
+        json: &str,
+    ) -> Result<(), StoreError> {
         sqlx::query(self.q(self.upsert_state()))
             .bind(key.tenant())
             .bind(key.user())
@@ -434,11 +517,12 @@ impl SqlStore {
             .execute(&mut **tx)
             .await
             .map_err(|err| self.err(err))?;
-        Ok(u64_of(new_version))
+        Ok(())
     }
 
-    /// Appends serialized log rows (from [`log_rows`]), inside `tx`.
-    async fn append_in(
+    /// Inserts serialized log rows (from [`log_rows`]) whose count the session row's
+    /// `log_len` already includes: they take the numbers up to it.
+    async fn log_in(
         &self,
         tx: &mut WriteTx,
         key: &SessionKey,
@@ -446,17 +530,6 @@ impl SqlStore {
         now: i64,
     ) -> Result<AppendOutcome, StoreError> {
         let n = rows.len() as i64;
-        sqlx::query(self.q(self.upsert_bump()))
-            .bind(key.tenant())
-            .bind(key.user())
-            .bind(key.agent())
-            .bind(key.session())
-            .bind(n)
-            .bind(now)
-            .bind(now)
-            .execute(&mut **tx)
-            .await
-            .map_err(|err| self.err(err))?;
         let log_len: i64 = sqlx::query_scalar(self.q("SELECT log_len FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
             .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
             .fetch_one(&mut **tx)
@@ -482,12 +555,185 @@ impl SqlStore {
                     .bind(json.as_str())
                     .bind(body.as_str());
             }
-            query.execute(&mut **tx).await.map_err(|err| self.err(err))?;
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?;
         }
         Ok(AppendOutcome {
             first_seq: u64_of(first),
             last_seq: u64_of(log_len),
         })
+    }
+
+    /// A save and its log entries, inside `tx`; a conflict changes nothing.
+    async fn save_and_append_in(
+        &self,
+        tx: &mut WriteTx,
+        commit: &PendingCommit,
+        now: i64,
+    ) -> Result<Committed, StoreError> {
+        let version = self
+            .cas_in(tx, &commit.key, commit.expected, commit.rows.len(), now)
+            .await?;
+        self.state_in(tx, &commit.key, &commit.json).await?;
+        let appended = if commit.rows.is_empty() {
+            None
+        } else {
+            Some(self.log_in(tx, &commit.key, &commit.rows, now).await?)
+        };
+        Ok(Committed { version, appended })
+    }
+
+    /// Commits a group of saves in one SQLite transaction: one write lock and one sync of
+    /// the write-ahead log for all of them. A lost compare-and-swap fails only its own save;
+    /// any other failure fails the group, and nothing of it is committed.
+    async fn commit_group(&self, group: &[PendingCommit]) -> Vec<Result<Committed, StoreError>> {
+        let now = now_ms();
+        let mut tx = match self.begin().await {
+            Ok(tx) => tx,
+            Err(err) => return group.iter().map(|_| Err(err.clone())).collect(),
+        };
+        let outcomes = self.group_in(&mut tx, group, now).await;
+        match self.finish(tx, outcomes).await {
+            Ok(outcomes) => outcomes,
+            Err(err) => group.iter().map(|_| Err(err.clone())).collect(),
+        }
+    }
+
+    /// The writes of a group commit, inside `tx`: a statement per kind of write for the whole
+    /// group (each statement is a round trip to SQLite's connection thread, and those, not
+    /// SQLite's own work, dominated a save), or one save at a time when a session appears
+    /// twice (its second save must see the first).
+    async fn group_in(
+        &self,
+        tx: &mut WriteTx,
+        group: &[PendingCommit],
+        now: i64,
+    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
+        let keys: std::collections::HashSet<&SessionKey> = group.iter().map(|c| &c.key).collect();
+        if keys.len() < group.len() {
+            let mut outcomes = Vec::with_capacity(group.len());
+            for commit in group {
+                match self.save_and_append_in(tx, commit, now).await {
+                    Err(err) if !err.is_conflict() => return Err(err),
+                    outcome => outcomes.push(outcome),
+                }
+            }
+            return Ok(outcomes);
+        }
+        // Rows for sessions saved for the first time.
+        let fresh: Vec<&PendingCommit> = group.iter().filter(|c| c.expected.is_none()).collect();
+        if !fresh.is_empty() {
+            let values = vec!["(?, ?, ?, ?, ?, ?)"; fresh.len()].join(", ");
+            let text = format!(
+                "INSERT INTO ctxkeeper_sessions (tenant, user_id, agent, session, created_at, updated_at) VALUES {values} ON CONFLICT (tenant, user_id, agent, session) DO NOTHING"
+            );
+            let mut query = sqlx::query(AssertSqlSafe(text));
+            for commit in &fresh {
+                query = bind_key(query, &commit.key).bind(now).bind(now);
+            }
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?;
+        }
+        // Every compare-and-swap in one statement; the winners come back with their log length.
+        let values = vec!["(?, ?, ?, ?, ?, ?)"; group.len()].join(", ");
+        let text = format!(
+            "UPDATE ctxkeeper_sessions SET version = v.column5 + 1, updated_at = ?, log_len = log_len + v.column6 FROM (VALUES {values}) AS v WHERE ctxkeeper_sessions.tenant = v.column1 AND ctxkeeper_sessions.user_id = v.column2 AND ctxkeeper_sessions.agent = v.column3 AND ctxkeeper_sessions.session = v.column4 AND COALESCE(ctxkeeper_sessions.version, 0) = v.column5 RETURNING tenant, user_id, agent, session, version, log_len"
+        );
+        let mut query = sqlx::query(AssertSqlSafe(text)).bind(now);
+        for commit in group {
+            let expected = i64::try_from(commit.expected.unwrap_or(0))
+                .map_err(|_| StoreError::InvalidInput("version out of range".into()))?;
+            query = bind_key(query, &commit.key)
+                .bind(expected)
+                .bind(commit.rows.len() as i64);
+        }
+        let won: HashMap<SessionKey, (i64, i64)> = query
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?
+            .iter()
+            .map(|row| {
+                Ok((
+                    key_of(row)?,
+                    (
+                        row.try_get(4).map_err(|e| self.err(e))?,
+                        row.try_get(5).map_err(|e| self.err(e))?,
+                    ),
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let winners: Vec<&PendingCommit> =
+            group.iter().filter(|c| won.contains_key(&c.key)).collect();
+        if !winners.is_empty() {
+            let values = vec!["(?, ?, ?, ?, ?)"; winners.len()].join(", ");
+            let text = format!(
+                "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state) VALUES {values} ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET state = excluded.state"
+            );
+            let mut query = sqlx::query(AssertSqlSafe(text));
+            for commit in &winners {
+                query = bind_key(query, &commit.key).bind(commit.json.as_str());
+            }
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?;
+        }
+        // Every winner's log rows, numbered up to its new log length.
+        let mut rows = Vec::new();
+        for commit in &winners {
+            let (_, log_len) = won[&commit.key];
+            let first = log_len - commit.rows.len() as i64 + 1;
+            for (i, row) in commit.rows.iter().enumerate() {
+                rows.push((&commit.key, first + i as i64, row));
+            }
+        }
+        for chunk in rows.chunks(INSERT_BATCH) {
+            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let text = format!(
+                "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES {values}"
+            );
+            let mut query = sqlx::query(AssertSqlSafe(text));
+            for (key, seq, (json, body)) in chunk {
+                query = bind_key(query, key)
+                    .bind(*seq)
+                    .bind(now)
+                    .bind(json.as_str())
+                    .bind(body.as_str());
+            }
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?;
+        }
+        let mut outcomes = Vec::with_capacity(group.len());
+        for commit in group {
+            outcomes.push(match won.get(&commit.key) {
+                Some(&(version, log_len)) => Ok(Committed {
+                    version: u64_of(version),
+                    appended: (!commit.rows.is_empty()).then(|| AppendOutcome {
+                        first_seq: u64_of(log_len - commit.rows.len() as i64 + 1),
+                        last_seq: u64_of(log_len),
+                    }),
+                }),
+                None => {
+                    let actual: Option<i64> = sqlx::query_scalar(self.q("SELECT version FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
+                        .bind(commit.key.tenant()).bind(commit.key.user()).bind(commit.key.agent()).bind(commit.key.session())
+                        .fetch_optional(&mut **tx)
+                        .await
+                        .map_err(|err| self.err(err))?
+                        .flatten();
+                    Err(StoreError::Conflict {
+                        expected: commit.expected,
+                        actual: actual.map(u64_of),
+                    })
+                }
+            });
+        }
+        Ok(outcomes)
     }
 
     fn upsert_touch(&self) -> &'static str {
@@ -641,6 +887,18 @@ fn key_of(row: &AnyRow) -> Result<SessionKey, StoreError> {
     SessionKey::new(get(0)?, get(1)?, get(2)?, get(3)?)
 }
 
+/// Binds a session key's four columns, in schema order.
+fn bind_key<'q>(
+    query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    key: &'q SessionKey,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    query
+        .bind(key.tenant())
+        .bind(key.user())
+        .bind(key.agent())
+        .bind(key.session())
+}
+
 /// Log rows as the log table stores them: the message's JSON and its indexed text.
 fn log_rows(messages: &[Message]) -> Result<Vec<(String, String)>, StoreError> {
     messages
@@ -691,7 +949,12 @@ impl SessionStore for SqlStore {
         let json = state.to_json()?;
         let now = now_ms();
         let mut tx = self.begin().await?;
-        let saved = self.save_in(&mut tx, key, &json, expected, now).await;
+        let saved = async {
+            let version = self.cas_in(&mut tx, key, expected, 0, now).await?;
+            self.state_in(&mut tx, key, &json).await?;
+            Ok(version)
+        }
+        .await;
         self.finish(tx, saved).await
     }
 
@@ -704,7 +967,21 @@ impl SessionStore for SqlStore {
         let rows = log_rows(messages)?;
         let now = now_ms();
         let mut tx = self.begin().await?;
-        let appended = self.append_in(&mut tx, key, &rows, now).await;
+        let appended = async {
+            sqlx::query(self.q(self.upsert_bump()))
+                .bind(key.tenant())
+                .bind(key.user())
+                .bind(key.agent())
+                .bind(key.session())
+                .bind(rows.len() as i64)
+                .bind(now)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(|err| self.err(err))?;
+            self.log_in(&mut tx, key, &rows, now).await
+        }
+        .await;
         self.finish(tx, appended).await
     }
 
@@ -719,21 +996,18 @@ impl SessionStore for SqlStore {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
-        // Serialize before the transaction: the writer slot is held for the writes only.
-        let json = state.to_json()?;
-        let rows = log_rows(messages)?;
-        let now = now_ms();
-        let mut tx = self.begin().await?;
-        let committed = async {
-            let version = self.save_in(&mut tx, key, &json, expected, now).await?;
-            let appended = if rows.is_empty() {
-                None
-            } else {
-                Some(self.append_in(&mut tx, key, &rows, now).await?)
-            };
-            Ok(Committed { version, appended })
+        // Serialized before the transaction: the write lock is held for the writes only.
+        let commit = PendingCommit {
+            key: key.clone(),
+            json: state.to_json()?,
+            expected,
+            rows: log_rows(messages)?,
+        };
+        if let Some(group) = &self.group {
+            return group.commit(commit).await;
         }
-        .await;
+        let mut tx = self.begin().await?;
+        let committed = self.save_and_append_in(&mut tx, &commit, now_ms()).await;
         self.finish(tx, committed).await
     }
 
@@ -1156,6 +1430,114 @@ mod tests {
                 .await?;
             assert_eq!(mode, expected, "{query}");
         }
+        Ok(())
+    }
+
+    fn pending(session: &str, expected: Option<u64>, said: &[&str]) -> PendingCommit {
+        let messages: Vec<Message> = said.iter().map(|text| Message::user(*text)).collect();
+        let mut state = AgentState::new();
+        state.context = messages.clone();
+        PendingCommit {
+            key: SessionKey::simple(session).expect("a valid session id"),
+            json: state.to_json().expect("a state serializes"),
+            expected,
+            rows: log_rows(&messages).expect("messages serialize"),
+        }
+    }
+
+    async fn logged(store: &SqlStore, session: &str) -> Vec<(u64, String)> {
+        let key = SessionKey::simple(session).expect("a valid session id");
+        let page = store
+            .history(&key, HistoryPage::last(100))
+            .await
+            .expect("the log reads back");
+        page.iter().map(|e| (e.seq, e.message.text())).collect()
+    }
+
+    /// One group, many sessions: every winner gets its state and numbered log entries, the
+    /// one stale save gets a conflict and leaves nothing behind.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_group_commit_settles_each_save_on_its_own() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
+        for session in ["a", "b", "stale"] {
+            let key = SessionKey::simple(session)?;
+            store
+                .save_and_append(&key, &AgentState::new(), None, &[Message::user("hello")])
+                .await?;
+        }
+        let group = [
+            pending("a", Some(1), &["a1", "a2"]),
+            pending("stale", Some(7), &["lost"]),
+            pending("b", Some(1), &[]),
+            pending("new", None, &["n1"]),
+        ];
+        let outcomes = store.commit_group(&group).await;
+        let summary: Vec<_> = outcomes
+            .iter()
+            .map(|o| {
+                o.as_ref()
+                    .map(|c| (c.version, c.appended.map(|a| (a.first_seq, a.last_seq))))
+                    .map_err(|e| e.to_string())
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                Ok((2, Some((2, 3)))),
+                Err("version conflict: expected 7, found 1".to_string()),
+                Ok((2, None)),
+                Ok((1, Some((1, 1)))),
+            ]
+        );
+        assert_eq!(
+            logged(&store, "a").await,
+            [(1, "hello".into()), (2, "a1".into()), (3, "a2".into())]
+        );
+        assert_eq!(logged(&store, "stale").await, [(1, "hello".into())]);
+        assert_eq!(logged(&store, "new").await, [(1, "n1".into())]);
+        let a = store
+            .load(&SessionKey::simple("a")?)
+            .await?
+            .ok_or("a has a state")?;
+        assert_eq!((a.version, a.state.context.len()), (2, 2));
+        let stale = store
+            .load(&SessionKey::simple("stale")?)
+            .await?
+            .ok_or("stale has a state")?;
+        assert_eq!((stale.version, stale.state.context.len()), (1, 0));
+        Ok(())
+    }
+
+    /// A session twice in one group: the second save sees the first (and loses against it
+    /// when it expected the same version).
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_session_twice_in_a_group_is_saved_in_order() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
+        let group = [
+            pending("s", None, &["one"]),
+            pending("s", Some(1), &["two"]),
+            pending("s", Some(1), &["late"]),
+        ];
+        let outcomes = store.commit_group(&group).await;
+        assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(1));
+        assert_eq!(outcomes[1].as_ref().map(|c| c.version).ok(), Some(2));
+        assert!(
+            matches!(&outcomes[2], Err(err) if err.is_conflict()),
+            "{:?}",
+            outcomes[2]
+        );
+        assert_eq!(
+            logged(&store, "s").await,
+            [(1, "one".into()), (2, "two".into())]
+        );
         Ok(())
     }
 

@@ -164,7 +164,10 @@ pub async fn cas_conflict(store: &dyn SessionStore) {
 /// A save with its log entries: both land, or (on a lost swap) neither.
 pub async fn save_and_append(store: &dyn SessionStore) {
     let k = key(&unique("sa"), "s1");
-    let first = [Message::user("book a flight"), Message::assistant("to where?")];
+    let first = [
+        Message::user("book a flight"),
+        Message::assistant("to where?"),
+    ];
     let state = rich_state();
     let committed = store
         .save_and_append(&k, &state, None, &first)
