@@ -18,8 +18,8 @@
 #     minus upstream time, read from /metrics around each run) is reported beside it.
 #   - two workloads through ctxkeeper: "repeat" resends the same history (nothing new to
 #     store: the gateway recognises it and forwards), "grow" adds two messages per request (an
-#     agent's turn: the gateway appends them to the session log and saves the state before
-#     forwarding, one durable SQLite commit per request).
+#     agent's turn: the gateway commits them to the session log with the state before
+#     forwarding; concurrent sessions share SQLite commits through its group commit).
 #   - throughput: closed loop, 32 connections, direct and through the gateway (both workloads).
 #   - memory: VmRSS of `serve` after start; VmRSS and peak (VmHWM) after one request for each
 #     of 1,000 sessions.
