@@ -113,7 +113,7 @@ def test_responses_api(gateway):
 def test_anthropic_messages(gateway, mock):
     client = anthropic_client(gateway)
     message = client.messages.create(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=64,
         system="Be terse.",
         messages=[{"role": "user", "content": "Say hello."}],
@@ -132,7 +132,7 @@ def test_anthropic_messages(gateway, mock):
 def test_anthropic_messages_streaming(gateway):
     client = anthropic_client(gateway)
     with client.messages.stream(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=64,
         messages=[{"role": "user", "content": "Stream a greeting."}],
     ) as stream:
@@ -246,7 +246,7 @@ def test_anthropic_tool_use_round_trip(gateway, mock):
     headers = {"x-ctxkeeper-session": "py-anthropic-tools"}
     messages = [{"role": "user", "content": "Read src/main.rs and say what it does."}]
     first = client.messages.create(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=256,
         tools=ANTHROPIC_TOOLS,
         messages=messages,
@@ -260,7 +260,7 @@ def test_anthropic_tool_use_round_trip(gateway, mock):
 
     messages += [tool_use_turn(call), tool_result_turn(call.id, tool_output(1))]
     second = client.messages.create(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=256,
         tools=ANTHROPIC_TOOLS,
         tool_choice={"type": "none"},
@@ -294,7 +294,7 @@ def test_anthropic_streamed_tool_use_round_trip(gateway, mock):
     headers = {"x-ctxkeeper-session": "py-anthropic-streamed-tools"}
     messages = [{"role": "user", "content": "Read src/lib.rs."}]
     with client.messages.stream(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=256,
         tools=ANTHROPIC_TOOLS,
         messages=messages,
@@ -314,7 +314,7 @@ def test_anthropic_streamed_tool_use_round_trip(gateway, mock):
 
     messages += [tool_use_turn(call), tool_result_turn(call.id, tool_output(2))]
     with client.messages.stream(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=256,
         tools=ANTHROPIC_TOOLS,
         messages=messages,
@@ -327,7 +327,7 @@ def test_anthropic_streamed_tool_use_round_trip(gateway, mock):
     assert again.id != call.id
 
     with client.messages.stream(
-        model="claude-sonnet-4-5",
+        model="claude-sonnet-4-6",
         max_tokens=256,
         tools=ANTHROPIC_TOOLS,
         tool_choice={"type": "none"},
