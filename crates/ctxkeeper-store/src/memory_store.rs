@@ -100,20 +100,10 @@ impl SessionStore for MemoryStore {
         state: &AgentState,
         expected: Option<u64>,
     ) -> Result<u64, StoreError> {
-        // Serializing checks the state the way the durable backends do.
-        let copy = AgentState::from_json(&state.to_json()?)?;
-        self.with(|sessions| {
-            let actual = sessions
-                .get(key)
-                .and_then(|s| s.state.as_ref())
-                .map(|(v, _)| *v);
-            if actual != expected {
-                return Err(StoreError::Conflict { expected, actual });
-            }
-            let version = actual.unwrap_or(0) + 1;
-            touch(sessions, key, now_ms()).state = Some((version, copy));
-            Ok(version)
-        })?
+        Ok(self
+            .save_and_append(key, state, expected, &[])
+            .await?
+            .version)
     }
 
     async fn append(
@@ -140,6 +130,7 @@ impl SessionStore for MemoryStore {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
+        // Serializing checks the state the way the durable backends do.
         let copy = AgentState::from_json(&state.to_json()?)?;
         // Both under one lock: nobody sees the state without its log entries.
         self.with(|sessions| {

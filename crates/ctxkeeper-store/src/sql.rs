@@ -536,21 +536,33 @@ impl SqlStore {
             .await
             .map_err(|err| self.err(err))?;
         let first = log_len - n + 1;
-        for (chunk_index, chunk) in rows.chunks(INSERT_BATCH).enumerate() {
+        let numbered: Vec<_> = (first..)
+            .zip(rows)
+            .map(|(seq, row)| (key, seq, row))
+            .collect();
+        self.insert_log(tx, &numbered, now).await?;
+        Ok(AppendOutcome {
+            first_seq: u64_of(first),
+            last_seq: u64_of(log_len),
+        })
+    }
+
+    /// Inserts numbered log rows (of one session or several), [`INSERT_BATCH`] per statement.
+    async fn insert_log(
+        &self,
+        tx: &mut WriteTx,
+        rows: &[(&SessionKey, i64, &(String, String))],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        for chunk in rows.chunks(INSERT_BATCH) {
             let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
             let text = format!(
                 "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES {values}"
             );
-            let sql = self.q(&text);
-            let mut query = sqlx::query(sql);
-            for (i, (json, body)) in chunk.iter().enumerate() {
-                let seq = first + (chunk_index * INSERT_BATCH + i) as i64;
-                query = query
-                    .bind(key.tenant())
-                    .bind(key.user())
-                    .bind(key.agent())
-                    .bind(key.session())
-                    .bind(seq)
+            let mut query = sqlx::query(self.q(&text));
+            for (key, seq, (json, body)) in chunk {
+                query = bind_key(query, key)
+                    .bind(*seq)
                     .bind(now)
                     .bind(json.as_str())
                     .bind(body.as_str());
@@ -560,10 +572,7 @@ impl SqlStore {
                 .await
                 .map_err(|err| self.err(err))?;
         }
-        Ok(AppendOutcome {
-            first_seq: u64_of(first),
-            last_seq: u64_of(log_len),
-        })
+        Ok(())
     }
 
     /// A save and its log entries, inside `tx`; a conflict changes nothing.
@@ -691,24 +700,7 @@ impl SqlStore {
                 rows.push((&commit.key, first + i as i64, row));
             }
         }
-        for chunk in rows.chunks(INSERT_BATCH) {
-            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-            let text = format!(
-                "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES {values}"
-            );
-            let mut query = sqlx::query(AssertSqlSafe(text));
-            for (key, seq, (json, body)) in chunk {
-                query = bind_key(query, key)
-                    .bind(*seq)
-                    .bind(now)
-                    .bind(json.as_str())
-                    .bind(body.as_str());
-            }
-            query
-                .execute(&mut **tx)
-                .await
-                .map_err(|err| self.err(err))?;
-        }
+        self.insert_log(tx, &rows, now).await?;
         let mut outcomes = Vec::with_capacity(group.len());
         for commit in group {
             outcomes.push(match won.get(&commit.key) {
