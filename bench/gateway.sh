@@ -20,7 +20,9 @@
 #     store: the gateway recognises it and forwards), "grow" adds two messages per request (an
 #     agent's turn: the gateway commits them to the session log with the state before
 #     forwarding; concurrent sessions share SQLite commits through its group commit).
-#   - throughput: closed loop, 32 connections, direct and through the gateway (both workloads).
+#   - throughput: closed loop, 32 connections, direct and through the gateway (both workloads;
+#     grow conversations restart after 50 exchanges, so direct and proxied runs send the same
+#     bodies whatever their speed).
 #   - memory: VmRSS of `serve` after start; VmRSS and peak (VmHWM) after one request for each
 #     of 1,000 sessions.
 set -euo pipefail
@@ -54,6 +56,7 @@ else
   ROUNDS=3
 fi
 RATES=(25 50 500)
+GROW_EXCHANGES=50
 LITELLM_RATES=(25 50)
 WARMUP=1
 
@@ -227,8 +230,12 @@ fi
 echo "   gateway: max throughput, 32 connections, $MAX_SECONDS s each" >&2
 load max-direct --url "$MOCK/v1" --connections 32 --duration "$MAX_SECONDS" --warmup "$WARMUP"
 load max-repeat --url "$GATEWAY/v1" --connections 32 --duration "$MAX_SECONDS" --warmup "$WARMUP"
+# Growing conversations restart after GROW_EXCHANGES exchanges, so request sizes (20 to 120
+# messages) do not depend on how fast the server is; the mock alone gets the same sequence.
+load max-direct-grow --url "$MOCK/v1" --connections 32 --duration "$MAX_SECONDS" --warmup "$WARMUP" \
+  --grow --sessions 64 --exchanges-per-conversation "$GROW_EXCHANGES" --session-prefix grow-max
 load max-grow --url "$GATEWAY/v1" --connections 32 --duration "$MAX_SECONDS" --warmup "$WARMUP" \
-  --grow --sessions 64 --session-prefix grow-max
+  --grow --sessions 64 --exchanges-per-conversation "$GROW_EXCHANGES" --session-prefix grow-max
 FINAL_RSS=$(rss_kb "$SERVE_PID")
 FINAL_HWM=$(hwm_kb "$SERVE_PID")
 note "load average at end (1/5/15 min): $(cut -d' ' -f1-3 /proc/loadavg)"

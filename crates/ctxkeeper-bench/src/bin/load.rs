@@ -12,7 +12,9 @@
 //!
 //! Every request is the same 20-message OpenAI chat completion (about 4 KB of JSON) sent to
 //! `URL/chat/completions` with an `x-ctxkeeper-session` header; request `i` uses session
-//! `PREFIX-(i mod SESSIONS)`. In open-loop mode requests leave on a fixed schedule whatever the
+//! `PREFIX-(i mod SESSIONS)`. With `--grow` each session's conversation instead gains an
+//! exchange per request (`--exchanges-per-conversation N` restarts it under a new id after N).
+//! In open-loop mode requests leave on a fixed schedule whatever the
 //! server does, so a slow server meets a growing queue instead of a politely waiting client
 //! (no coordinated omission). Latency is measured from the moment a request leaves to the end of
 //! its response body. The result is one JSON object on stdout: request counts, errors, achieved
@@ -69,6 +71,11 @@ struct Args {
     /// agent's does. Without it every request repeats the same 20 messages.
     #[arg(long)]
     grow: bool,
+    /// With --grow: a conversation ends after this many exchanges and its slot starts a new
+    /// one under a new session id (`PREFIX-SLOT.GENERATION`), so request sizes stay in the same
+    /// range however fast the server is (0: conversations grow for the whole run).
+    #[arg(long, default_value_t = 0)]
+    exchanges_per_conversation: u64,
 }
 
 /// What every request does and where its outcome goes.
@@ -80,6 +87,7 @@ struct Target {
     /// The model name, for the bodies built per request under `--grow`.
     model: String,
     grow: bool,
+    exchanges_per_conversation: u64,
     sessions: u64,
     prefix: String,
     authorization: String,
@@ -126,6 +134,7 @@ async fn run(args: Args) -> Result<Value> {
         body: bytes::Bytes::from(request_body(&args.model, 0).to_string()),
         model: args.model.clone(),
         grow: args.grow,
+        exchanges_per_conversation: args.exchanges_per_conversation,
         sessions: args.sessions,
         prefix: args.session_prefix.clone(),
         authorization: format!("Bearer {}", args.api_key),
@@ -142,12 +151,22 @@ async fn run(args: Args) -> Result<Value> {
 }
 
 impl Target {
+    /// The session id of request `i` and how many exchanges its conversation has reached.
+    fn conversation(&self, i: u64) -> (String, u64) {
+        let slot = i % self.sessions;
+        let turn = i / self.sessions;
+        match self.exchanges_per_conversation {
+            0 => (format!("{}-{slot}", self.prefix), turn),
+            per => (format!("{}-{slot}.{}", self.prefix, turn / per), turn % per),
+        }
+    }
+
     /// Sends request `i` and reads the whole answer; returns the latency in microseconds.
     async fn send(&self, i: u64) -> Result<u64, String> {
-        let session = format!("{}-{}", self.prefix, i % self.sessions);
+        let (session, exchanges) = self.conversation(i);
         let body = if self.grow {
             // Built before the clock starts: the client's own work is not latency.
-            bytes::Bytes::from(request_body(&self.model, i / self.sessions).to_string())
+            bytes::Bytes::from(request_body(&self.model, exchanges).to_string())
         } else {
             self.body.clone()
         };
@@ -392,6 +411,36 @@ mod tests {
         assert_eq!(messages, Some(20));
         let size = body.to_string().len();
         assert!((3_500..=5_000).contains(&size), "body is {size} bytes");
+    }
+
+    fn grow_target(sessions: u64, exchanges_per_conversation: u64) -> Target {
+        Target {
+            client: reqwest::Client::new(),
+            url: String::new(),
+            body: bytes::Bytes::new(),
+            model: "m".into(),
+            grow: true,
+            exchanges_per_conversation,
+            sessions,
+            prefix: "g".into(),
+            authorization: String::new(),
+        }
+    }
+
+    #[test]
+    fn conversations_restart_under_a_new_id_after_their_exchanges() {
+        let cycling = grow_target(4, 3);
+        let seen: Vec<(String, u64)> = [1, 5, 9, 13, 17].map(|i| cycling.conversation(i)).into();
+        let expect = [
+            ("g-1.0", 0),
+            ("g-1.0", 1),
+            ("g-1.0", 2),
+            ("g-1.1", 0),
+            ("g-1.1", 1),
+        ];
+        assert_eq!(seen, expect.map(|(id, n)| (id.to_string(), n)));
+        let endless = grow_target(4, 0);
+        assert_eq!(endless.conversation(401), ("g-1".to_string(), 100));
     }
 
     #[test]
