@@ -621,6 +621,43 @@ def test_serve_mcp_refuses_foreign_hosts_bad_tenants_and_borrowed_sessions(store
         gateway.stop()
 
 
+def test_serve_mcp_over_memory_backends(mock_upstream):
+    """With --store memory:// and --workspace memory:// nothing outlives the gateway's own
+    handles: /mcp is mounted over them, so a tool output the gateway archived at ingest is read
+    back whole over MCP."""
+    gateway = start_serve({"store": "memory://", "workspace": "memory://"}, upstream=mock_upstream.url)
+    # gpt-4's window is 8,192 tokens: an output over 40 % of it is archived and cut at ingest.
+    output = "".join(f"line {i:03}: {'build log entry ' * 4}\n" for i in range(300))
+    call = {"id": "call_1", "type": "function", "function": {"name": "run_build", "arguments": "{}"}}
+    auth = {"authorization": "Bearer sk-memory-backends"}
+    try:
+        answer = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            headers={**auth, "x-ctxkeeper-session": "in-memory"},
+            json={"model": "gpt-4", "messages": [
+                {"role": "user", "content": "Run the build."},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": output},
+            ]},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+
+        async def main() -> None:
+            async with http_session(f"{gateway.url}/mcp", auth) as s:
+                assert await sessions_of(s) == ["in-memory"]
+                listing = data(await s.call_tool(
+                    "context_list", {"session": "in-memory", "pattern": "tool_result-*"}))
+                references = [item["reference"] for item in listing["items"]]
+                assert len(references) == 1, listing
+                text, _ = await read_all(s, references[0])
+                assert text == output
+
+        asyncio.run(main())
+    finally:
+        stop(gateway)
+
+
 def test_serve_without_mcp(stored):
     gateway = start_serve(stored, "--no-mcp")
     try:

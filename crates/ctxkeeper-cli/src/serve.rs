@@ -219,24 +219,27 @@ fn mcp_tenant_rule(pinned: Option<String>) -> TenantResolver {
     }
 }
 
-/// Builds the MCP endpoint over the gateway's store and archive; `None` (with a warning) when
-/// the archive cannot be shared with it.
+/// Builds the MCP endpoint over the gateway's own store and archive handles; `None` (with a
+/// warning) when the workspace's long-term memory directory cannot be opened.
 async fn mcp_endpoint(
     args: &ServeArgs,
     options: Options,
     server: &Server,
 ) -> Result<Option<TenantEndpoint>> {
     let gateway = server.gateway();
-    let services =
-        match Services::over_store(gateway.sessions.store().clone(), &gateway.config.workspace)
-            .await
-        {
-            Ok(services) => services,
-            Err(e) => {
-                tracing::warn!("MCP server not mounted at /mcp: {e}");
-                return Ok(None);
-            }
-        };
+    let services = match Services::over_store(
+        gateway.sessions.store().clone(),
+        gateway.sessions.archive().clone(),
+        &gateway.config.workspace,
+    )
+    .await
+    {
+        Ok(services) => services,
+        Err(e) => {
+            tracing::warn!("MCP server not mounted at /mcp: {e}");
+            return Ok(None);
+        }
+    };
     let resolve = mcp_tenant_rule(args.mcp_tenant.clone());
     let endpoint = TenantEndpoint::new(services, options, &args.mcp_allow_hosts, resolve)
         .map_err(|e| InputError::BadOption(e.to_string()))?;

@@ -148,7 +148,8 @@ pub struct Incoming {
 impl Incoming {
     /// Fingerprints a request's messages and tools.
     pub fn new(model: Option<String>, messages: Vec<Message>, tools: &[ToolSpec]) -> Incoming {
-        let hashes = messages.iter().map(identity::message_hash).collect();
+        let mut fingerprints = identity::Fingerprinter::default();
+        let hashes = messages.iter().map(|m| fingerprints.message(m)).collect();
         Incoming {
             model,
             messages,
@@ -371,6 +372,11 @@ impl Sessions {
     }
 
     /// The policy every session starts from.
+    /// The archive compacted content goes to.
+    pub fn archive(&self) -> &Arc<dyn Offloader> {
+        &self.offloader
+    }
+
     pub fn policy(&self) -> &PolicyConfig {
         &self.policy
     }
@@ -1035,28 +1041,35 @@ impl Sessions {
         );
     }
 
+    /// Brings the slot up to the stored session for a reader. Another gateway may have moved
+    /// the session on, so it reloads when the stored version is not the one in memory; a
+    /// current warm session keeps its manager, and with it the usage calibration its next
+    /// request counts with.
+    async fn refresh(&self, key: &SessionKey, slot: &mut Slot) -> Result<(), SessionError> {
+        let stored = self.store.load(key).await?.map(|found| found.version);
+        if !slot.loaded || slot.version.is_none() || slot.version != stored {
+            slot.loaded = false;
+            self.ensure_loaded(key, slot).await?;
+        }
+        Ok(())
+    }
+
     /// Statistics of a session's context, `None` if it was never saved.
     pub async fn stats(&self, key: &SessionKey) -> Result<Option<ContextStats>, SessionError> {
         let slot = self.slot(key);
         let mut slot = slot.lock().await;
-        // Always reload: another gateway may have moved the session on.
-        slot.loaded = false;
-        self.ensure_loaded(key, &mut slot).await?;
+        self.refresh(key, &mut slot).await?;
         if slot.version.is_none() {
             return Ok(None);
         }
-        let version = slot.version;
-        let client_messages = slot.hashes.len();
-        let learned_window = slot.learned_window;
-        let verbatim = slot.verbatim;
-        let policy_overrides = slot.overrides();
-        let Some(state) = slot.state.as_mut() else {
+        // A copy: counting caches token totals, and the running manager's state is its own.
+        let Some(mut state) = slot.state_ref().cloned() else {
             return Ok(None);
         };
         Ok(Some(ContextStats {
-            version,
+            version: slot.version,
             messages: state.entries.len(),
-            client_messages,
+            client_messages: slot.hashes.len(),
             approx_tokens: state.approx_tokens(),
             compactions: state.compactions,
             appended: state.appended,
@@ -1066,9 +1079,9 @@ impl Sessions {
                 .iter()
                 .map(|e| e.meta.archived.len() + e.meta.result_refs.len())
                 .sum(),
-            learned_window,
-            verbatim,
-            policy_overrides,
+            learned_window: slot.learned_window,
+            verbatim: slot.verbatim,
+            policy_overrides: slot.overrides(),
         }))
     }
 
@@ -1094,8 +1107,7 @@ impl Sessions {
     ) -> Result<Option<Option<String>>, SessionError> {
         let slot = self.slot(key);
         let mut slot = slot.lock().await;
-        slot.loaded = false;
-        self.ensure_loaded(key, &mut slot).await?;
+        self.refresh(key, &mut slot).await?;
         Ok(slot.version.map(|_| slot.overrides()))
     }
 
@@ -1243,6 +1255,34 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(log.len(), conversation(3).len(), "each message logged once");
+    }
+
+    #[tokio::test]
+    async fn reading_stats_keeps_a_warm_session_calibrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+        let sessions = sessions(store, dir.path()).await;
+        let key = SessionKey::simple("s").unwrap();
+        let incoming = Incoming::new(Some("gpt-4o".into()), conversation(3), &[]);
+        sessions.step(&key, &incoming, &[]).await.unwrap();
+        // The provider's count, far from any estimate of these few messages.
+        sessions.observe_usage(&key, 54_321).await;
+        for _ in 0..2 {
+            let stats = sessions.stats(&key).await.unwrap().unwrap();
+            assert_eq!(
+                stats.approx_tokens, 54_321,
+                "the reported usage anchors the count"
+            );
+        }
+        // A second process moving the session on is seen: the stats follow the store.
+        let other = sessions.store().clone();
+        let dir2 = tempfile::tempdir().unwrap();
+        let second = self::sessions(other, dir2.path()).await;
+        let longer = Incoming::new(Some("gpt-4o".into()), conversation(4), &[]);
+        second.step(&key, &longer, &[]).await.unwrap();
+        let stats = sessions.stats(&key).await.unwrap().unwrap();
+        assert_eq!(stats.client_messages, conversation(4).len());
+        assert_ne!(stats.approx_tokens, 54_321);
     }
 
     #[tokio::test]

@@ -180,29 +180,18 @@ pub struct Services {
 }
 
 impl Services {
-    /// The backends of a host that already holds the session store (the gateway): the same
-    /// store, the archive at `workspace` (a directory or an archive URL), long-term memory in
-    /// that directory when it is one, and the extractive summarizer.
-    ///
-    /// The archive is opened again from its location, which reaches the same content for
-    /// every backend but one: a `memory://` archive lives only inside the handle that created
-    /// it, so it is refused here rather than served empty.
+    /// The backends of a host that already holds the session store and the archive (the
+    /// gateway): the same store and archive handles, long-term memory in the workspace
+    /// directory when `workspace` is one, and the extractive summarizer. Sharing the handles
+    /// matters for a `memory://` archive, which lives only inside the handle that created it.
     pub async fn over_store(
         store: Arc<dyn SessionStore>,
+        archive: Arc<dyn Offloader>,
         workspace: &str,
     ) -> Result<Services, SetupError> {
         let scheme = workspace
             .split_once("://")
             .map(|(scheme, _)| scheme.to_ascii_lowercase());
-        if scheme.as_deref() == Some("memory") {
-            return Err(SetupError(format!(
-                "the archive {workspace} lives only inside the handle that opened it; \
-                 use a directory or a shared archive URL to read it over MCP"
-            )));
-        }
-        let archive = open_archive(workspace)
-            .await
-            .map_err(|e| SetupError(format!("cannot open the workspace {workspace}: {e}")))?;
         let directory = match scheme.as_deref() {
             None => Some(PathBuf::from(workspace)),
             Some("file") => workspace
