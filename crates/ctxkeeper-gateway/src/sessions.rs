@@ -700,7 +700,7 @@ impl Sessions {
     ) -> Result<Step, SessionError> {
         let slot = self.slot(key);
         let mut slot = slot.lock().await;
-        let mut attempts = 0;
+        let mut conflicts = 0;
         let mut waiting_since = None;
         loop {
             self.ensure_loaded(key, &mut slot).await?;
@@ -724,25 +724,35 @@ impl Sessions {
                     return Err(err);
                 }
             };
-            match self.persist(key, &mut slot, log).await {
-                Ok(()) => {
-                    self.release(key, outbox);
-                    return Ok(step);
-                }
-                Err(PersistError::LogBehind) => slot.loaded = false,
-                Err(PersistError::Store(err))
-                    if err.is_conflict() && attempts < MAX_CAS_RETRIES =>
-                {
-                    attempts += 1;
-                    Metrics::add(&self.metrics.store_conflicts, 1);
-                    slot.loaded = false;
-                }
-                Err(PersistError::Store(err)) => {
-                    slot.loaded = false;
-                    return Err(err.into());
-                }
+            let saved = self.persist(key, &mut slot, log).await;
+            if self.settle(&mut slot, saved, &mut conflicts)? {
+                self.release(key, outbox);
+                return Ok(step);
             }
         }
+    }
+
+    /// Judges a save: `Ok(true)` when it committed, `Ok(false)` when the caller reloads and
+    /// tries again (a lost compare-and-swap within the retry budget, or a log still behind),
+    /// and the error otherwise. Every outcome but success leaves the slot to be reloaded.
+    fn settle(
+        &self,
+        slot: &mut Slot,
+        saved: Result<(), PersistError>,
+        conflicts: &mut usize,
+    ) -> Result<bool, SessionError> {
+        let retry = match saved {
+            Ok(()) => return Ok(true),
+            Err(PersistError::LogBehind) => Ok(false),
+            Err(PersistError::Store(err)) if err.is_conflict() && *conflicts < MAX_CAS_RETRIES => {
+                *conflicts += 1;
+                Metrics::add(&self.metrics.store_conflicts, 1);
+                Ok(false)
+            }
+            Err(PersistError::Store(err)) => Err(err.into()),
+        };
+        slot.loaded = false;
+        retry
     }
 
     /// Checks the log against the loaded state; `Ok(true)` after waiting a moment for another
@@ -993,23 +1003,10 @@ impl Sessions {
                     return Err(err.into());
                 }
             };
-            match self.persist(key, &mut slot, Some(log.unwrap_or(&[]))).await {
-                Ok(()) => {
-                    self.release(key, outbox);
-                    return Ok(prepared);
-                }
-                Err(PersistError::LogBehind) => slot.loaded = false,
-                Err(PersistError::Store(err))
-                    if err.is_conflict() && conflicts < MAX_CAS_RETRIES =>
-                {
-                    conflicts += 1;
-                    Metrics::add(&self.metrics.store_conflicts, 1);
-                    slot.loaded = false;
-                }
-                Err(PersistError::Store(err)) => {
-                    slot.loaded = false;
-                    return Err(err.into());
-                }
+            let saved = self.persist(key, &mut slot, Some(log.unwrap_or(&[]))).await;
+            if self.settle(&mut slot, saved, &mut conflicts)? {
+                self.release(key, outbox);
+                return Ok(prepared);
             }
         }
     }
@@ -1158,7 +1155,7 @@ impl Sessions {
         let mut slot = slot.lock().await;
         let mut conflicts = 0;
         let mut waiting_since = None;
-        while conflicts <= MAX_CAS_RETRIES {
+        loop {
             slot.loaded = false;
             self.ensure_loaded(key, &mut slot).await?;
             if slot.version.is_none() {
@@ -1171,24 +1168,11 @@ impl Sessions {
                 continue;
             }
             change(&mut slot)?;
-            match self.persist(key, &mut slot, Some(&[])).await {
-                Ok(()) => return Ok(true),
-                Err(PersistError::LogBehind) => {}
-                Err(PersistError::Store(err)) if err.is_conflict() => {
-                    conflicts += 1;
-                    Metrics::add(&self.metrics.store_conflicts, 1);
-                }
-                Err(PersistError::Store(err)) => {
-                    slot.loaded = false;
-                    return Err(err.into());
-                }
+            let saved = self.persist(key, &mut slot, Some(&[])).await;
+            if self.settle(&mut slot, saved, &mut conflicts)? {
+                return Ok(true);
             }
         }
-        slot.loaded = false;
-        Err(SessionError::Store(StoreError::Conflict {
-            expected: None,
-            actual: None,
-        }))
     }
 }
 
