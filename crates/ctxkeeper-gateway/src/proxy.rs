@@ -187,7 +187,7 @@ async fn proxy(
         && value
             .get("previous_response_id")
             .is_some_and(|v| !v.is_null());
-    let request = wire.parse_request(&value).map_err(|e| {
+    let request = wire.parse_request_owned(value).map_err(|e| {
         let param = match &e.position {
             ctxkeeper_core::Position::Path { path, .. } => {
                 path.trim_start_matches("$.").to_string()
@@ -201,7 +201,6 @@ async fn proxy(
             error.with_param(param)
         }
     })?;
-    drop(value);
     if let Some(violation) = check(&request.messages, &CheckRules::openai())
         .into_iter()
         .find(|v| v.kind.is_tool_pairing())

@@ -58,9 +58,10 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    DataKind, Fields, data_kind, expect_array, index_path, leading_instructions, media_type,
-    native, object_schema, omitted_data, origin_hints, portable_request_extra, private_at,
-    private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64, type_name,
+    DataKind, Fields, JsonPath, data_kind, expect_array, has_string, leading_instructions,
+    media_type, native, object_schema, omitted_data, origin_hints, portable_request_extra,
+    private_at, private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
+    take_string, type_name,
 };
 use crate::ParseError;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
@@ -80,16 +81,16 @@ pub const CONTINUATION_TEXT: &str = "(continued)";
 
 /// Parses a list of messages (the `messages` array) into the neutral model.
 pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
-    parse_messages_at(value, "$")
+    parse_messages_at(value.clone(), "$")
 }
 
-fn parse_messages_at(value: &Value, path: &str) -> Result<Vec<Message>, ParseError> {
+fn parse_messages_at(value: Value, path: &str) -> Result<Vec<Message>, ParseError> {
     let items = expect_array(value, path, "an array of messages")?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_message(item, &index_path(path, i)))
-        .collect()
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        messages.push(parse_message_owned(item, JsonPath::Index(path, i))?);
+    }
+    Ok(messages)
 }
 
 /// Parses one message; `path` locates it in errors (for example `$.messages[3]`).
@@ -97,6 +98,10 @@ fn parse_messages_at(value: &Value, path: &str) -> Result<Vec<Message>, ParseErr
 /// Fields other than `role` and `content` (such as the `id`, `model` and `usage` of a logged
 /// response) are kept in [`Message::extra`].
 pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
+    parse_message_owned(value.clone(), JsonPath::At(path))
+}
+
+fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, ParseError> {
     let mut fields = Fields::new(value, path, "a message object")?;
     let role_name = fields.required_str("role")?;
     let role = match role_name.as_str() {
@@ -117,13 +122,20 @@ pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
             ));
         }
     };
-    let content_path = fields.path_of("content");
     let content = fields
         .take("content")
-        .ok_or_else(|| ParseError::at(content_path.clone(), "missing required field"))?;
+        .ok_or_else(|| ParseError::at(fields.path_of("content"), "missing required field"))?;
     let mut message = Message::new(role, Vec::new());
     message.hints = origin_hints(WIRE);
-    let (form, parts) = parse_content(&content, &content_path, &mut message.hints.private)?;
+    // A string needs no path: it is built only for blocks, which may report errors.
+    let (form, parts) = match content {
+        Value::String(text) => (ContentForm::String, vec![Part::text(text)]),
+        other => parse_content(
+            other,
+            &fields.path_of("content"),
+            &mut message.hints.private,
+        )?,
+    };
     message.hints.content_form = form;
     message.parts = parts;
     message.extra = fields.rest();
@@ -132,16 +144,16 @@ pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
 
 /// Parses a message `content` (or the `system` field): a string or an array of blocks.
 fn parse_content(
-    content: &Value,
+    content: Value,
     path: &str,
     private: &mut Extra,
 ) -> Result<(ContentForm, Vec<Part>), ParseError> {
     match content {
-        Value::String(text) => Ok((ContentForm::String, vec![Part::text(text.clone())])),
+        Value::String(text) => Ok((ContentForm::String, vec![Part::text(text)])),
         Value::Array(blocks) => {
             let mut parts = Vec::with_capacity(blocks.len());
-            for (i, block) in blocks.iter().enumerate() {
-                let (part, form) = parse_block(block, &index_path(path, i), false)?;
+            for (i, block) in blocks.into_iter().enumerate() {
+                let (part, form) = parse_block(block, JsonPath::Index(path, i), false)?;
                 if let Some(form) = form {
                     record_at(private, RESULT_FORMS, i, form);
                 }
@@ -153,7 +165,7 @@ fn parse_content(
             path,
             format!(
                 "content must be a string or an array of content blocks, found {}",
-                type_name(other)
+                type_name(&other)
             ),
         )),
     }
@@ -163,18 +175,21 @@ fn parse_content(
 /// `content` when it is not an array. Inside a tool result (`nested`), tool blocks are not
 /// meaningful and are kept opaque.
 fn parse_block(
-    value: &Value,
-    path: &str,
+    value: Value,
+    path: JsonPath<'_>,
     nested: bool,
 ) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a content block object")?;
     let kind = fields.kind()?;
-    let opaque = Ok((
-        Part::Opaque {
-            value: value.clone(),
-        },
-        None,
-    ));
+    // Only called before anything is taken out of `fields`.
+    let opaque = |fields: Fields| {
+        Ok((
+            Part::Opaque {
+                value: fields.into_value(),
+            },
+            None,
+        ))
+    };
     let part = match kind.as_str() {
         "text" => {
             fields.take("type");
@@ -185,13 +200,12 @@ fn parse_block(
             }
         }
         "image" | "document" => {
-            let Some(source) = parse_source(fields.get("source")) else {
-                return opaque;
+            let Some(source) = fields.take_object_if("source", is_plain_source) else {
+                return opaque(fields);
             };
             fields.take("type");
-            fields.take("source");
             Part::Data {
-                source,
+                source: parse_source(source),
                 wire_type: Some(kind),
                 extra: fields.rest(),
             }
@@ -200,12 +214,14 @@ fn parse_block(
             fields.take("type");
             let id = fields.required_str("id")?;
             let name = fields.required_str("name")?;
-            let input_path = fields.path_of("input");
             let input = fields
                 .take("input")
-                .ok_or_else(|| ParseError::at(input_path.clone(), "missing required field"))?;
+                .ok_or_else(|| ParseError::at(fields.path_of("input"), "missing required field"))?;
             let arguments = serde_json::to_string(&input).map_err(|e| {
-                ParseError::at(input_path, format!("input cannot be written back: {e}"))
+                ParseError::at(
+                    fields.path_of("input"),
+                    format!("input cannot be written back: {e}"),
+                )
             })?;
             Part::ToolCall {
                 id,
@@ -217,20 +233,20 @@ fn parse_block(
         "tool_result" if !nested => {
             fields.take("type");
             let call_id = fields.required_str("tool_use_id")?;
-            let content_path = fields.path_of("content");
             let (content, form) = match fields.take("content") {
                 None => (Vec::new(), Some("absent")),
                 Some(Value::String(text)) => (vec![Part::text(text)], Some("string")),
                 Some(Value::Array(blocks)) => {
+                    let content_path = fields.path_of("content");
                     let mut parts = Vec::with_capacity(blocks.len());
-                    for (i, block) in blocks.iter().enumerate() {
-                        parts.push(parse_block(block, &index_path(&content_path, i), true)?.0);
+                    for (i, block) in blocks.into_iter().enumerate() {
+                        parts.push(parse_block(block, JsonPath::Index(&content_path, i), true)?.0);
                     }
                     (parts, None)
                 }
                 Some(other) => {
                     return Err(ParseError::at(
-                        content_path,
+                        fields.path_of("content"),
                         format!(
                             "tool_result content must be a string or an array of content blocks, found {}",
                             type_name(&other)
@@ -274,30 +290,44 @@ fn parse_block(
                 extra: fields.rest(),
             }
         }
-        _ => return opaque,
+        _ => return opaque(fields),
     };
     Ok((part, None))
 }
 
-/// A `base64` or `url` source with exactly its known fields; anything else (file ids, text
-/// sources, extra fields) keeps the whole block opaque.
-fn parse_source(value: Option<&Value>) -> Option<DataSource> {
-    let source = value?.as_object()?;
-    match source.get("type")?.as_str()? {
-        "base64" if source.len() == 3 => Some(DataSource::Base64 {
-            media_type: source.get("media_type")?.as_str()?.to_string(),
-            data: source.get("data")?.as_str()?.to_string(),
-        }),
-        "url" if source.len() == 2 => Some(DataSource::Url {
-            url: source.get("url")?.as_str()?.to_string(),
-        }),
-        _ => None,
+/// True for a `base64` or `url` source with exactly its known fields; anything else (file ids,
+/// text sources, extra fields) keeps the whole block opaque.
+fn is_plain_source(source: &Map<String, Value>) -> bool {
+    match source.get("type").and_then(Value::as_str) {
+        Some("base64") => {
+            source.len() == 3 && has_string(source, "media_type") && has_string(source, "data")
+        }
+        Some("url") => source.len() == 2 && has_string(source, "url"),
+        _ => false,
+    }
+}
+
+/// The source [`is_plain_source`] accepted.
+fn parse_source(mut source: Map<String, Value>) -> DataSource {
+    if source.get("type").and_then(Value::as_str) == Some("url") {
+        DataSource::Url {
+            url: take_string(&mut source, "url"),
+        }
+    } else {
+        DataSource::Base64 {
+            media_type: take_string(&mut source, "media_type"),
+            data: take_string(&mut source, "data"),
+        }
     }
 }
 
 /// Parses the top-level `system` field (a string or an array of text blocks) into one
 /// [`Role::System`] message that emits back to the same shape.
 pub fn parse_system(value: &Value, path: &str) -> Result<Message, ParseError> {
+    parse_system_owned(value.clone(), path)
+}
+
+fn parse_system_owned(value: Value, path: &str) -> Result<Message, ParseError> {
     let mut message = Message::new(Role::System, Vec::new());
     message.hints = origin_hints(WIRE);
     let (form, parts) = match value {
@@ -309,7 +339,7 @@ pub fn parse_system(value: &Value, path: &str) -> Result<Message, ParseError> {
                 path,
                 format!(
                     "system must be a string or an array of text blocks, found {}",
-                    type_name(other)
+                    type_name(&other)
                 ),
             ));
         }
@@ -796,19 +826,19 @@ fn media_block(kind: DataKind, source: &DataSource) -> Option<Value> {
 
 /// Parses an Anthropic `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_tools_at(value, "$")
+    parse_tools_at(value.clone(), "$")
 }
 
-fn parse_tools_at(value: &Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
+fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
     let items = expect_array(value, path, "an array of tools")?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_tool(item, &index_path(path, i)))
-        .collect()
+    let mut tools = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        tools.push(parse_tool(item, JsonPath::Index(path, i))?);
+    }
+    Ok(tools)
 }
 
-fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
+fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let mut hints = origin_hints(WIRE);
     if fields.get("input_schema").is_none() {
@@ -817,7 +847,8 @@ fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
             (Some(Value::String(name)), _) | (None, Some(Value::String(name))) => name.clone(),
             _ => String::new(),
         };
-        hints.private.insert(VERBATIM.into(), value.clone());
+        // Nothing was taken out: the object is whole.
+        hints.private.insert(VERBATIM.into(), fields.into_value());
         return Ok(ToolSpec {
             name,
             description: None,
@@ -868,25 +899,33 @@ fn emit_tool(tool: &ToolSpec) -> Option<Value> {
 
 /// Parses a whole Anthropic request body: `model`, `system` (as a leading system message),
 /// `messages`, `tools`, and every other field kept in [`Request::extra`].
+///
+/// The body is cloned once; [`parse_request_owned`] parses a body it may consume.
 pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
-    let mut fields = Fields::new(body, "$", "a request object")?;
+    parse_request_owned(body.clone())
+}
+
+/// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
+/// [`parse_request`].
+pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
+    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
     let model = fields.optional_str("model");
     let system = match fields.get("system") {
         Some(Value::Null) | None => None,
         Some(_) => match fields.take("system") {
-            Some(value) => Some(parse_system(&value, "$.system")?),
+            Some(value) => Some(parse_system_owned(value, "$.system")?),
             None => None,
         },
     };
     let mut messages: Vec<Message> = system.into_iter().collect();
     match fields.take("messages") {
-        Some(value) => messages.extend(parse_messages_at(&value, "$.messages")?),
+        Some(value) => messages.extend(parse_messages_at(value, "$.messages")?),
         None => return Err(ParseError::at("$.messages", "missing required field")),
     }
     let tools = match fields.get("tools") {
         // An empty list declares nothing: it stays in `extra` verbatim.
         Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
-            Some(value) => parse_tools_at(&value, "$.tools")?,
+            Some(value) => parse_tools_at(value, "$.tools")?,
             None => Vec::new(),
         },
         _ => Vec::new(),

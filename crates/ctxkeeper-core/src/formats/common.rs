@@ -10,6 +10,8 @@
 //! below: data URLs, media kinds, placeholders for content the target cannot carry, and the
 //! portable subset of request options.
 
+use std::fmt;
+
 use serde_json::{Map, Value, json};
 
 use super::Wire;
@@ -33,51 +35,81 @@ pub(crate) fn key_path(path: &str, key: &str) -> String {
     format!("{path}.{key}")
 }
 
-/// `path[index]`.
-pub(crate) fn index_path(path: &str, index: usize) -> String {
-    format!("{path}[{index}]")
+/// Where a value sits in the document, for errors: a path written out, or an element of an
+/// array given by the array's path and its index. An element's path is formatted only when an
+/// error needs it, so parsing a long array builds no string per element.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum JsonPath<'a> {
+    /// A path written out (`$.messages[3].function_call`).
+    At(&'a str),
+    /// `array[index]`.
+    Index(&'a str, usize),
+}
+
+impl JsonPath<'_> {
+    /// The path of a field of the value: `path.key`.
+    pub(crate) fn key(self, key: &str) -> String {
+        match self {
+            JsonPath::At(path) => key_path(path, key),
+            JsonPath::Index(array, index) => format!("{array}[{index}].{key}"),
+        }
+    }
+}
+
+impl fmt::Display for JsonPath<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JsonPath::At(path) => f.write_str(path),
+            JsonPath::Index(array, index) => write!(f, "{array}[{index}]"),
+        }
+    }
 }
 
 /// The elements of an array, or an error naming what was expected.
-pub(crate) fn expect_array<'a>(
-    value: &'a Value,
-    path: &str,
-    what: &str,
-) -> Result<&'a [Value], ParseError> {
+pub(crate) fn expect_array(value: Value, path: &str, what: &str) -> Result<Vec<Value>, ParseError> {
     match value {
         Value::Array(items) => Ok(items),
         other => Err(ParseError::at(
             path,
-            format!("expected {what}, found {}", type_name(other)),
+            format!("expected {what}, found {}", type_name(&other)),
         )),
     }
 }
 
 /// The fields of one JSON object being parsed. Known fields are taken out; the rest is the
 /// object's `extra` map, in its original order.
-pub(crate) struct Fields {
+///
+/// It owns the object (nothing is cloned) and borrows its path, which is only written out for
+/// an error.
+pub(crate) struct Fields<'p> {
     map: Map<String, Value>,
-    path: String,
+    path: JsonPath<'p>,
 }
 
-impl Fields {
+impl<'p> Fields<'p> {
     /// Starts parsing `value`, which must be an object (`what` names it in the error).
-    pub(crate) fn new(value: &Value, path: &str, what: &str) -> Result<Fields, ParseError> {
+    pub(crate) fn new(
+        value: Value,
+        path: JsonPath<'p>,
+        what: &str,
+    ) -> Result<Fields<'p>, ParseError> {
         match value {
-            Value::Object(map) => Ok(Fields {
-                map: map.clone(),
-                path: path.to_string(),
-            }),
+            Value::Object(map) => Ok(Fields { map, path }),
             other => Err(ParseError::at(
-                path,
-                format!("expected {what}, found {}", type_name(other)),
+                path.to_string(),
+                format!("expected {what}, found {}", type_name(&other)),
             )),
         }
     }
 
+    /// The path of the object itself.
+    pub(crate) fn path(&self) -> JsonPath<'p> {
+        self.path
+    }
+
     /// The path of one of its fields.
     pub(crate) fn path_of(&self, key: &str) -> String {
-        key_path(&self.path, key)
+        self.path.key(key)
     }
 
     /// A field, without taking it.
@@ -113,6 +145,22 @@ impl Fields {
         }
     }
 
+    /// Takes an object field out only if `accept` says its contents are understood; otherwise
+    /// (another type, or an object `accept` rejects) it stays in the extra map.
+    pub(crate) fn take_object_if(
+        &mut self,
+        key: &str,
+        accept: impl FnOnce(&Map<String, Value>) -> bool,
+    ) -> Option<Map<String, Value>> {
+        match self.map.get(key) {
+            Some(Value::Object(inner)) if accept(inner) => match self.map.shift_remove(key) {
+                Some(Value::Object(inner)) => Some(inner),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The `type` discriminator of a part or item: a required string, returned without being
     /// taken so that the caller decides whether the rest of the object is understood.
     pub(crate) fn kind(&self) -> Result<String, ParseError> {
@@ -132,6 +180,37 @@ impl Fields {
     /// The remaining fields.
     pub(crate) fn rest(self) -> Extra {
         self.map
+    }
+
+    /// The whole object back, for a value kept opaque. Only valid while nothing has been taken
+    /// out: [`Fields::take`] keeps the order of the other fields, but the taken ones are gone.
+    pub(crate) fn into_value(self) -> Value {
+        Value::Object(self.map)
+    }
+}
+
+/// True when `map[key]` is a string.
+pub(crate) fn has_string(map: &Map<String, Value>, key: &str) -> bool {
+    matches!(map.get(key), Some(Value::String(_)))
+}
+
+/// Takes out `map[key]`, a string the caller has checked with [`has_string`].
+pub(crate) fn take_string(map: &mut Map<String, Value>, key: &str) -> String {
+    match map.shift_remove(key) {
+        Some(Value::String(text)) => text,
+        _ => String::new(),
+    }
+}
+
+/// Moves the extra fields that the object does not already have into it, in order (the owned
+/// form of [`put_extra`]).
+pub(crate) fn move_extra(object: &mut Map<String, Value>, extra: Extra) {
+    if object.is_empty() {
+        *object = extra;
+        return;
+    }
+    for (key, value) in extra {
+        object.entry(key).or_insert(value);
     }
 }
 

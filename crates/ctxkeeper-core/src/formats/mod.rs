@@ -54,12 +54,19 @@ impl Wire {
         }
     }
 
-    /// Parses a whole request body of this format.
+    /// Parses a whole request body of this format. The body is cloned once; a caller that no
+    /// longer needs it uses [`Wire::parse_request_owned`].
     pub fn parse_request(self, body: &Value) -> Result<Request, ParseError> {
+        self.parse_request_owned(body.clone())
+    }
+
+    /// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
+    /// [`Wire::parse_request`].
+    pub fn parse_request_owned(self, body: Value) -> Result<Request, ParseError> {
         match self {
-            Wire::OpenAiChat => openai_chat::parse_request(body),
-            Wire::Responses => responses::parse_request(body),
-            Wire::Anthropic => anthropic::parse_request(body),
+            Wire::OpenAiChat => openai_chat::parse_request_owned(body),
+            Wire::Responses => responses::parse_request_owned(body),
+            Wire::Anthropic => anthropic::parse_request_owned(body),
         }
     }
 

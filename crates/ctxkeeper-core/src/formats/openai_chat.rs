@@ -46,10 +46,10 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    CHAT_CALL_TYPES, DataKind, Fields, convert_custom_tool, data_detail, data_file_name, data_kind,
-    data_url, expect_array, file_name, index_path, is_custom_call, native, omitted_data,
-    origin_hints, portable_request_extra, private_at, private_str, put_extra, record_at,
-    same_origin, source_base64, source_url, type_name,
+    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name,
+    data_kind, data_url, expect_array, file_name, has_string, is_custom_call, move_extra, native,
+    omitted_data, origin_hints, portable_request_extra, private_at, private_str, put_extra,
+    record_at, same_origin, source_base64, source_url, take_string, type_name,
 };
 use crate::ParseError;
 use crate::model::{
@@ -83,20 +83,24 @@ fn legacy_call_id(name: &str) -> String {
 
 /// Parses a list of messages (the `messages` array) into the neutral model.
 pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
-    parse_messages_at(value, "$")
+    parse_messages_at(value.clone(), "$")
 }
 
-fn parse_messages_at(value: &Value, path: &str) -> Result<Vec<Message>, ParseError> {
+fn parse_messages_at(value: Value, path: &str) -> Result<Vec<Message>, ParseError> {
     let items = expect_array(value, path, "an array of messages")?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_message(item, &index_path(path, i)))
-        .collect()
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        messages.push(parse_message_owned(item, JsonPath::Index(path, i))?);
+    }
+    Ok(messages)
 }
 
 /// Parses one message; `path` locates it in errors (for example `$.messages[3]`).
 pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
+    parse_message_owned(value.clone(), JsonPath::At(path))
+}
+
+fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, ParseError> {
     let mut fields = Fields::new(value, path, "a message object")?;
     let role_name = fields.required_str("role")?;
     let legacy_function = role_name == "function";
@@ -115,8 +119,8 @@ pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
     let mut private = Extra::new();
     message.name = fields.optional_str("name");
 
-    let content_path = fields.path_of("content");
-    let (form, content) = parse_content(fields.take("content"), &content_path, &mut private)?;
+    let content = fields.take("content");
+    let (form, content) = parse_content(content, fields.path(), &mut private)?;
     message.hints.content_form = form;
 
     match role {
@@ -148,11 +152,13 @@ pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
                 // An empty list or null has no call to hold: it stays in `extra` verbatim.
                 Some(Value::Array(calls)) if !calls.is_empty() => {
                     let calls_path = fields.path_of("tool_calls");
-                    let calls = calls.clone();
-                    fields.take("tool_calls");
-                    for (i, call) in calls.iter().enumerate() {
+                    let calls = match fields.take("tool_calls") {
+                        Some(Value::Array(calls)) => calls,
+                        _ => Vec::new(),
+                    };
+                    for (i, call) in calls.into_iter().enumerate() {
                         let index = message.parts.len();
-                        let (part, kind) = parse_tool_call(call, &index_path(&calls_path, i))?;
+                        let (part, kind) = parse_tool_call(call, JsonPath::Index(&calls_path, i))?;
                         if let Some(kind) = kind {
                             record_at(&mut private, CALL_TYPES, index, kind);
                         }
@@ -174,7 +180,8 @@ pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
                 Some(Value::Object(_)) => {
                     let call_path = fields.path_of("function_call");
                     let call = fields.take("function_call").unwrap_or(Value::Null);
-                    let mut inner = Fields::new(&call, &call_path, "a function call object")?;
+                    let mut inner =
+                        Fields::new(call, JsonPath::At(&call_path), "a function call object")?;
                     let name = inner.required_str("name")?;
                     let arguments = inner.required_str("arguments")?;
                     private.insert(LEGACY.into(), json!("function_call"));
@@ -199,16 +206,16 @@ pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
         }
         Role::System | Role::Developer | Role::User => message.parts = content,
     }
-    let rest = fields.rest();
-    put_extra(&mut message.extra, &rest);
+    move_extra(&mut message.extra, fields.rest());
     message.hints.private = private;
     Ok(message)
 }
 
-/// Parses `content` into parts, recording its shape.
+/// Parses `content` (the field of the message at `message_path`) into parts, recording its
+/// shape.
 fn parse_content(
     content: Option<Value>,
-    path: &str,
+    message_path: JsonPath<'_>,
     private: &mut Extra,
 ) -> Result<(ContentForm, Vec<Part>), ParseError> {
     match content {
@@ -216,9 +223,10 @@ fn parse_content(
         Some(Value::Null) => Ok((ContentForm::Null, Vec::new())),
         Some(Value::String(text)) => Ok((ContentForm::String, vec![Part::text(text)])),
         Some(Value::Array(items)) => {
+            let path = message_path.key("content");
             let mut parts = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                let (part, kind) = parse_part(item, &index_path(path, i))?;
+            for (i, item) in items.into_iter().enumerate() {
+                let (part, kind) = parse_part(item, JsonPath::Index(&path, i))?;
                 if let Some(kind) = kind {
                     record_at(private, PART_TYPES, i, kind);
                 }
@@ -227,7 +235,7 @@ fn parse_content(
             Ok((ContentForm::Parts, parts))
         }
         Some(other) => Err(ParseError::at(
-            path,
+            message_path.key("content"),
             format!(
                 "content must be a string, an array of parts or null, found {}",
                 type_name(&other)
@@ -238,13 +246,17 @@ fn parse_content(
 
 /// Parses one content part; the second value names the wire type when the part kind alone does
 /// not say it (`refusal`).
-fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_part(
+    value: Value,
+    path: JsonPath<'_>,
+) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a content part object")?;
     let kind = fields.kind()?;
-    let opaque = || {
+    // Only called before anything is taken out of `fields`.
+    let opaque = |fields: Fields| {
         Ok((
             Part::Opaque {
-                value: value.clone(),
+                value: fields.into_value(),
             },
             None,
         ))
@@ -273,22 +285,18 @@ fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>),
             ))
         }
         "image_url" => {
-            let Some(Value::Object(inner)) = fields.get("image_url") else {
-                return opaque();
+            let Some(mut inner) =
+                fields.take_object_if("image_url", |inner| has_string(inner, "url"))
+            else {
+                return opaque(fields);
             };
-            let Some(Value::String(url)) = inner.get("url") else {
-                return opaque();
-            };
-            let url = url.clone();
-            let mut inner = inner.clone();
-            inner.shift_remove("url");
+            let url = take_string(&mut inner, "url");
             fields.take("type");
-            fields.take("image_url");
             let mut extra = Extra::new();
             if !inner.is_empty() {
                 extra.insert("image_url".into(), Value::Object(inner));
             }
-            put_extra(&mut extra, &fields.rest());
+            move_extra(&mut extra, fields.rest());
             let part = Part::Data {
                 source: DataSource::Url { url },
                 wire_type: Some("image_url".into()),
@@ -297,23 +305,16 @@ fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>),
             Ok((part, None))
         }
         "input_audio" => {
-            let Some(inner) = fields.get("input_audio") else {
-                return opaque();
+            let Some(mut inner) = fields.take_object_if("input_audio", |inner| {
+                inner.len() == 2 && has_string(inner, "data") && has_string(inner, "format")
+            }) else {
+                return opaque(fields);
             };
-            let (Some(Value::String(data)), Some(Value::String(format))) =
-                (inner.get("data"), inner.get("format"))
-            else {
-                return opaque();
-            };
-            if inner.as_object().is_none_or(|o| o.len() != 2) {
-                return opaque();
-            }
             let source = DataSource::Base64 {
-                media_type: format!("audio/{format}"),
-                data: data.clone(),
+                media_type: format!("audio/{}", take_string(&mut inner, "format")),
+                data: take_string(&mut inner, "data"),
             };
             fields.take("type");
-            fields.take("input_audio");
             let part = Part::Data {
                 source,
                 wire_type: Some("input_audio".into()),
@@ -322,22 +323,18 @@ fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>),
             Ok((part, None))
         }
         "file" => {
-            let Some(Value::Object(inner)) = fields.get("file") else {
-                return opaque();
+            let Some(mut inner) =
+                fields.take_object_if("file", |inner| has_string(inner, "file_data"))
+            else {
+                return opaque(fields);
             };
-            let Some(Value::String(file_data)) = inner.get("file_data") else {
-                return opaque();
-            };
-            let url = file_data.clone();
-            let mut inner = inner.clone();
-            inner.shift_remove("file_data");
+            let url = take_string(&mut inner, "file_data");
             fields.take("type");
-            fields.take("file");
             let mut extra = Extra::new();
             if !inner.is_empty() {
                 extra.insert("file".into(), Value::Object(inner));
             }
-            put_extra(&mut extra, &fields.rest());
+            move_extra(&mut extra, fields.rest());
             let part = Part::Data {
                 source: DataSource::Url { url },
                 wire_type: Some("file".into()),
@@ -345,13 +342,16 @@ fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>),
             };
             Ok((part, None))
         }
-        _ => opaque(),
+        _ => opaque(fields),
     }
 }
 
 /// Parses one entry of `tool_calls`; the second value records the wire type when it is not a
 /// typed `function` call (`custom`, or `untyped` when the `type` key was absent).
-fn parse_tool_call(value: &Value, path: &str) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_tool_call(
+    value: Value,
+    path: JsonPath<'_>,
+) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a tool call object")?;
     let (kind, record) = match fields.get("type") {
         None => ("function", Some(UNTYPED)),
@@ -379,7 +379,7 @@ fn parse_tool_call(value: &Value, path: &str) -> Result<(Part, Option<&'static s
     let inner = fields
         .take(kind)
         .ok_or_else(|| ParseError::at(inner_path.clone(), "missing required field"))?;
-    let mut inner = Fields::new(&inner, &inner_path, "an object")?;
+    let mut inner = Fields::new(inner, JsonPath::At(&inner_path), "an object")?;
     let name = inner.required_str("name")?;
     let arguments = inner.required_str(args_key)?;
     let inner_rest = inner.rest();
@@ -389,7 +389,7 @@ fn parse_tool_call(value: &Value, path: &str) -> Result<(Part, Option<&'static s
     if !inner_rest.is_empty() {
         extra.insert(kind.into(), Value::Object(inner_rest));
     }
-    put_extra(&mut extra, &fields.rest());
+    move_extra(&mut extra, fields.rest());
     Ok((
         Part::ToolCall {
             id,
@@ -887,19 +887,19 @@ fn data_part(
 
 /// Parses a Chat Completions `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_tools_at(value, "$")
+    parse_tools_at(value.clone(), "$")
 }
 
-fn parse_tools_at(value: &Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
+fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
     let items = expect_array(value, path, "an array of tools")?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_tool(item, &index_path(path, i)))
-        .collect()
+    let mut tools = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        tools.push(parse_tool(item, JsonPath::Index(path, i))?);
+    }
+    Ok(tools)
 }
 
-fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
+fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let kind = fields.kind()?;
     let mut hints = origin_hints(WIRE);
@@ -908,14 +908,15 @@ fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
         _ => None,
     };
     let Some(function) = function else {
-        // A tool of another type: keep it whole.
+        // A tool of another type: keep it whole (nothing was taken out of it).
+        let value = fields.into_value();
         let name = value
             .get(kind.as_str())
             .and_then(|inner| inner.get("name"))
             .and_then(Value::as_str)
             .unwrap_or(kind.as_str())
             .to_string();
-        hints.private.insert(VERBATIM.into(), value.clone());
+        hints.private.insert(VERBATIM.into(), value);
         return Ok(ToolSpec {
             name,
             description: None,
@@ -924,7 +925,7 @@ fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
             hints,
         });
     };
-    let mut tool = parse_function(&function, &fields.path_of("function"), hints)?;
+    let mut tool = parse_function(function, JsonPath::At(&fields.path_of("function")), hints)?;
     fields.take("type");
     let outer = fields.rest();
     if !outer.is_empty() {
@@ -937,7 +938,11 @@ fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
 
 /// Parses a function declaration (`{name, description, parameters, ...}`), the inside of a
 /// function tool and the shape of a legacy `functions` entry.
-fn parse_function(value: &Value, path: &str, mut hints: WireHints) -> Result<ToolSpec, ParseError> {
+fn parse_function(
+    value: Value,
+    path: JsonPath<'_>,
+    mut hints: WireHints,
+) -> Result<ToolSpec, ParseError> {
     let mut inner = Fields::new(value, path, "a function object")?;
     let name = inner.required_str("name")?;
     let description = inner.optional_str("description");
@@ -1011,17 +1016,25 @@ fn function_value(tool: &ToolSpec) -> Value {
 
 /// Parses a whole Chat Completions request body: `model`, `messages`, `tools`, and every other
 /// field kept in [`Request::extra`].
+///
+/// The body is cloned once; [`parse_request_owned`] parses a body it may consume.
 pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
-    let mut fields = Fields::new(body, "$", "a request object")?;
+    parse_request_owned(body.clone())
+}
+
+/// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
+/// [`parse_request`].
+pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
+    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
     let model = fields.optional_str("model");
     let messages = match fields.take("messages") {
-        Some(value) => parse_messages_at(&value, "$.messages")?,
+        Some(value) => parse_messages_at(value, "$.messages")?,
         None => return Err(ParseError::at("$.messages", "missing required field")),
     };
     let mut tools = match fields.get("tools") {
         // An empty list declares nothing: it stays in `extra` verbatim.
         Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
-            Some(value) => parse_tools_at(&value, "$.tools")?,
+            Some(value) => parse_tools_at(value, "$.tools")?,
             None => Vec::new(),
         },
         _ => Vec::new(),
@@ -1030,15 +1043,14 @@ pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
     // converted); a hint sends them back to `functions`.
     if let Some(Value::Array(functions)) = fields.get("functions")
         && !functions.is_empty()
+        && let Some(Value::Array(functions)) = fields.take("functions")
     {
-        let functions = functions.clone();
-        fields.take("functions");
-        for (i, function) in functions.iter().enumerate() {
+        for (i, function) in functions.into_iter().enumerate() {
             let mut hints = origin_hints(WIRE);
             hints.private.insert(LEGACY.into(), json!("functions"));
             tools.push(parse_function(
                 function,
-                &index_path("$.functions", i),
+                JsonPath::Index("$.functions", i),
                 hints,
             )?);
         }

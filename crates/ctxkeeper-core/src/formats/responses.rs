@@ -49,10 +49,10 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    DataKind, Fields, convert_custom_tool, data_detail, data_file_name, data_kind, expect_array,
-    file_name, index_path, is_custom_call, native, object_schema, omitted_data, origin_hints,
-    portable_request_extra, private_at, private_flag, private_str, put_extra, reasoning_portable,
-    record_at, same_origin, source_base64, source_url, type_name,
+    DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name, data_kind,
+    expect_array, file_name, is_custom_call, move_extra, native, object_schema, omitted_data,
+    origin_hints, portable_request_extra, private_at, private_flag, private_str, put_extra,
+    reasoning_portable, record_at, same_origin, source_base64, source_url, type_name,
 };
 use crate::ParseError;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
@@ -90,18 +90,18 @@ enum Item {
 /// Parses a list of input items into messages (consecutive assistant-side items form one
 /// assistant message); errors are reported as `$[index]…`.
 pub fn parse_items(items: &[Value]) -> Result<Vec<Message>, ParseError> {
-    parse_items_at(items, "$")
+    parse_items_at(items.to_vec(), "$")
 }
 
 /// Parses the `input` value: an array of items, or a string (one user message).
 pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
-    parse_input(value, "$")
+    parse_input(value.clone(), "$")
 }
 
-fn parse_input(value: &Value, path: &str) -> Result<Vec<Message>, ParseError> {
+fn parse_input(value: Value, path: &str) -> Result<Vec<Message>, ParseError> {
     match value {
         Value::String(text) => {
-            let mut message = Message::user(text.clone());
+            let mut message = Message::user(text);
             message.hints = origin_hints(WIRE);
             message.hints.content_form = ContentForm::String;
             message
@@ -117,11 +117,11 @@ fn parse_input(value: &Value, path: &str) -> Result<Vec<Message>, ParseError> {
     }
 }
 
-fn parse_items_at(items: &[Value], path: &str) -> Result<Vec<Message>, ParseError> {
+fn parse_items_at(items: Vec<Value>, path: &str) -> Result<Vec<Message>, ParseError> {
     let mut out = Vec::new();
     let mut turn: Option<(Vec<Part>, Vec<Value>)> = None;
-    for (i, item) in items.iter().enumerate() {
-        match parse_item(item, &index_path(path, i))? {
+    for (i, item) in items.into_iter().enumerate() {
+        match parse_item(item, JsonPath::Index(path, i))? {
             Item::Assistant { parts, entry } => {
                 let (turn_parts, layout) = turn.get_or_insert_with(Default::default);
                 turn_parts.extend(parts);
@@ -154,13 +154,13 @@ fn assistant_message(parts: Vec<Part>, layout: Vec<Value>) -> Message {
 /// Parses one item into a message; `path` locates it in errors. An assistant-side item gives an
 /// assistant message of its own (use [`parse_items`] to group a run of them).
 pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
-    Ok(match parse_item(value, path)? {
+    Ok(match parse_item(value.clone(), JsonPath::At(path))? {
         Item::Assistant { parts, entry } => assistant_message(parts, vec![entry]),
         Item::Standalone(message) => message,
     })
 }
 
-fn parse_item(value: &Value, path: &str) -> Result<Item, ParseError> {
+fn parse_item(value: Value, path: JsonPath<'_>) -> Result<Item, ParseError> {
     let mut fields = Fields::new(value, path, "an input item object")?;
     let kind = match fields.get("type") {
         None => None,
@@ -217,7 +217,6 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, ParseError> {
             let kind = kind.to_string();
             fields.take("type");
             let call_id = fields.required_str("call_id")?;
-            let output_path = fields.path_of("output");
             let mut message = Message::new(Role::Tool, Vec::new());
             message.hints = origin_hints(WIRE);
             let (form, content) = match fields.take("output") {
@@ -225,22 +224,27 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, ParseError> {
                 Some(Value::Array(parts)) => (
                     ContentForm::Parts,
                     parse_parts(
-                        &parts,
-                        &output_path,
+                        parts,
+                        &fields.path_of("output"),
                         "input_text",
                         &mut message.hints.private,
                     )?,
                 ),
                 Some(other) => {
                     return Err(ParseError::at(
-                        output_path,
+                        fields.path_of("output"),
                         format!(
                             "output must be a string or an array of content parts, found {}",
                             type_name(&other)
                         ),
                     ));
                 }
-                None => return Err(ParseError::at(output_path, "missing required field")),
+                None => {
+                    return Err(ParseError::at(
+                        fields.path_of("output"),
+                        "missing required field",
+                    ));
+                }
             };
             message.hints.content_form = form;
             if kind != "function_call_output" {
@@ -254,9 +258,10 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, ParseError> {
             });
             Ok(Item::Standalone(message))
         }
+        // Nothing was taken out of `fields` on the way to an opaque item: it is whole.
         Some(kind) if kind.ends_with("_call") => Ok(single(
             Part::Opaque {
-                value: value.clone(),
+                value: fields.into_value(),
             },
             "opaque",
         )),
@@ -270,7 +275,7 @@ fn parse_item(value: &Value, path: &str) -> Result<Item, ParseError> {
             let mut message = Message::new(
                 role,
                 vec![Part::Opaque {
-                    value: value.clone(),
+                    value: fields.into_value(),
                 }],
             );
             message.hints = origin_hints(WIRE);
@@ -323,24 +328,30 @@ fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseErro
             ));
         }
     };
-    let content_path = fields.path_of("content");
+    let item_path = fields.path();
+    let content_path = || item_path.key("content");
     let mut private = Extra::new();
     let (form, parts) = match fields.take("content") {
         Some(Value::String(text)) => (ContentForm::String, vec![Part::text(text)]),
         Some(Value::Array(parts)) => (
             ContentForm::Parts,
-            parse_parts(&parts, &content_path, default_text_type(role), &mut private)?,
+            parse_parts(
+                parts,
+                &content_path(),
+                default_text_type(role),
+                &mut private,
+            )?,
         ),
         Some(other) => {
             return Err(ParseError::at(
-                content_path,
+                content_path(),
                 format!(
                     "content must be a string or an array of content parts, found {}",
                     type_name(&other)
                 ),
             ));
         }
-        None => return Err(ParseError::at(content_path, "missing required field")),
+        None => return Err(ParseError::at(content_path(), "missing required field")),
     };
     if !typed {
         private.insert(UNTYPED.into(), Value::Bool(true));
@@ -352,7 +363,7 @@ fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseErro
         if form == ContentForm::String {
             entry.insert("form".into(), json!("string"));
         }
-        put_extra(&mut entry, &private);
+        move_extra(&mut entry, private);
         if !extra.is_empty() {
             entry.insert("extra".into(), Value::Object(extra));
         }
@@ -370,14 +381,14 @@ fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseErro
 }
 
 fn parse_parts(
-    parts: &[Value],
+    parts: Vec<Value>,
     path: &str,
     default_type: &str,
     private: &mut Extra,
 ) -> Result<Vec<Part>, ParseError> {
     let mut out = Vec::with_capacity(parts.len());
-    for (i, value) in parts.iter().enumerate() {
-        let (part, wire_type) = parse_part(value, &index_path(path, i))?;
+    for (i, value) in parts.into_iter().enumerate() {
+        let (part, wire_type) = parse_part(value, JsonPath::Index(path, i))?;
         if let Some(wire_type) = wire_type.filter(|t| *t != default_type) {
             record_at(private, PART_TYPES, i, wire_type);
         }
@@ -387,15 +398,21 @@ fn parse_parts(
 }
 
 /// Parses one content part; for a text part, the second value is its wire type.
-fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_part(
+    value: Value,
+    path: JsonPath<'_>,
+) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a content part object")?;
     let kind = fields.kind()?;
-    let opaque = Ok((
-        Part::Opaque {
-            value: value.clone(),
-        },
-        None,
-    ));
+    // Only called before anything is taken out of `fields`.
+    let opaque = |fields: Fields| {
+        Ok((
+            Part::Opaque {
+                value: fields.into_value(),
+            },
+            None,
+        ))
+    };
     match kind.as_str() {
         "input_text" | "output_text" => {
             fields.take("type");
@@ -431,7 +448,7 @@ fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>),
                 "file_data"
             };
             let Some(url) = fields.optional_str(url_key) else {
-                return opaque;
+                return opaque(fields);
             };
             fields.take("type");
             let part = Part::Data {
@@ -441,7 +458,7 @@ fn parse_part(value: &Value, path: &str) -> Result<(Part, Option<&'static str>),
             };
             Ok((part, None))
         }
-        _ => opaque,
+        _ => opaque(fields),
     }
 }
 
@@ -884,30 +901,32 @@ fn output_item(
 
 /// Parses a Responses `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_tools_at(value, "$")
+    parse_tools_at(value.clone(), "$")
 }
 
-fn parse_tools_at(value: &Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
+fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
     let items = expect_array(value, path, "an array of tools")?;
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| parse_tool(item, &index_path(path, i)))
-        .collect()
+    let mut tools = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        tools.push(parse_tool(item, JsonPath::Index(path, i))?);
+    }
+    Ok(tools)
 }
 
-fn parse_tool(value: &Value, path: &str) -> Result<ToolSpec, ParseError> {
+fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let kind = fields.kind()?;
     let mut hints = origin_hints(WIRE);
     if kind != "function" {
-        // Hosted tools (web_search, file_search, mcp, custom grammars, …) are kept whole.
+        // Hosted tools (web_search, file_search, mcp, custom grammars, …) are kept whole
+        // (nothing was taken out of them).
+        let value = fields.into_value();
         let name = value
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or(&kind)
             .to_string();
-        hints.private.insert(VERBATIM.into(), value.clone());
+        hints.private.insert(VERBATIM.into(), value);
         return Ok(ToolSpec {
             name,
             description: None,
@@ -975,8 +994,16 @@ fn emit_tool(tool: &ToolSpec) -> Option<Value> {
 
 /// Parses a whole Responses request body: `model`, `instructions` (as a leading system
 /// message), `input`, `tools`, and every other field kept in [`Request::extra`].
+///
+/// The body is cloned once; [`parse_request_owned`] parses a body it may consume.
 pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
-    let mut fields = Fields::new(body, "$", "a request object")?;
+    parse_request_owned(body.clone())
+}
+
+/// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
+/// [`parse_request`].
+pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
+    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
     let model = fields.optional_str("model");
     let mut hints = origin_hints(WIRE);
     let mut messages = Vec::new();
@@ -991,7 +1018,7 @@ pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
         messages.push(message);
     }
     match fields.take("input") {
-        Some(input) => messages.extend(parse_input(&input, "$.input")?),
+        Some(input) => messages.extend(parse_input(input, "$.input")?),
         None => {
             hints.private.insert(INPUT_ABSENT.into(), Value::Bool(true));
         }
@@ -999,7 +1026,7 @@ pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
     let tools = match fields.get("tools") {
         // An empty list declares nothing: it stays in `extra` verbatim.
         Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
-            Some(value) => parse_tools_at(&value, "$.tools")?,
+            Some(value) => parse_tools_at(value, "$.tools")?,
             None => Vec::new(),
         },
         _ => Vec::new(),

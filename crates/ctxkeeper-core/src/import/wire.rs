@@ -43,7 +43,7 @@ pub(super) fn import_bare(text: &str, format: TraceFormat) -> Result<Session, Pa
     let doc = parse_document(text)?;
     let session = match &doc {
         Value::Object(_) => {
-            let request = wire.parse_request(&doc)?;
+            let request = wire.parse_request_owned(doc)?;
             Session {
                 id: "0".to_string(),
                 model: request.model,
