@@ -62,7 +62,7 @@ use ctxkeeper_core::summary::Summary;
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use ctxkeeper_llm::{ExtractiveSummarizer, Summarizer};
 use ctxkeeper_store::archive::Offloader;
-use ctxkeeper_store::{AgentState, HistoryPage, SessionKey, SessionStore, StoreError};
+use ctxkeeper_store::{AgentState, HistoryPage, SessionKey, SessionStore, StoreError, Versioned};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Mutex, broadcast};
@@ -567,8 +567,14 @@ impl Sessions {
         if slot.loaded {
             return Ok(());
         }
+        let stored = self.store.load(key).await?;
+        Self::install(slot, stored)
+    }
+
+    /// Replaces the slot with a stored session (`None`: a new one).
+    fn install(slot: &mut Slot, stored: Option<Versioned>) -> Result<(), SessionError> {
         *slot = Slot::default();
-        let Some(versioned) = self.store.load(key).await? else {
+        let Some(versioned) = stored else {
             slot.loaded = true;
             slot.verbatim = true;
             slot.created_at_ms = now_ms();
@@ -703,26 +709,19 @@ impl Sessions {
         let mut conflicts = 0;
         let mut waiting_since = None;
         loop {
-            self.ensure_loaded(key, &mut slot).await?;
-            // Before any work: a step that would have to wait for the log is not computed twice.
-            if self
-                .wait_for_log(key, &mut slot, &mut waiting_since)
-                .await?
-            {
-                continue;
-            }
             let mut outbox = Outbox::default();
-            let (step, log) = match self
-                .advance(key, &mut slot, incoming, tools, &mut outbox)
-                .await
-            {
-                Ok(done) => done,
-                Err(err) => {
-                    // The manager may hold messages that were never saved: start over from
-                    // the store next time.
-                    slot.loaded = false;
-                    return Err(err);
-                }
+            let Some((step, log)) = self
+                .reconcile(
+                    key,
+                    &mut slot,
+                    incoming,
+                    tools,
+                    &mut waiting_since,
+                    &mut outbox,
+                )
+                .await?
+            else {
+                continue;
             };
             let saved = self.persist(key, &mut slot, log).await;
             if self.settle(&mut slot, saved, &mut conflicts)? {
@@ -753,6 +752,33 @@ impl Sessions {
         };
         slot.loaded = false;
         retry
+    }
+
+    /// Loads the session and brings its context up to the client's messages ([`Self::advance`]).
+    /// `Ok(None)` when it first had to wait for another saver's log append: the caller looks
+    /// again, so a step is never computed on a state whose log is behind.
+    async fn reconcile<'a>(
+        &self,
+        key: &SessionKey,
+        slot: &mut Slot,
+        incoming: &'a Incoming,
+        tools: &[ToolSpec],
+        waiting_since: &mut Option<Instant>,
+        outbox: &mut Outbox,
+    ) -> Result<Option<(Step, Option<&'a [Message]>)>, SessionError> {
+        self.ensure_loaded(key, slot).await?;
+        if self.wait_for_log(key, slot, waiting_since).await? {
+            return Ok(None);
+        }
+        match self.advance(key, slot, incoming, tools, outbox).await {
+            Ok(done) => Ok(Some(done)),
+            Err(err) => {
+                // The manager may hold messages that were never saved: start over from the
+                // store next time.
+                slot.loaded = false;
+                Err(err)
+            }
+        }
     }
 
     /// Checks the log against the loaded state; `Ok(true)` after waiting a moment for another
@@ -945,25 +971,21 @@ impl Sessions {
         let mut conflicts = 0;
         let mut waiting_since = None;
         loop {
-            self.ensure_loaded(key, &mut slot).await?;
-            if self
-                .wait_for_log(key, &mut slot, &mut waiting_since)
-                .await?
-            {
-                continue;
-            }
             let mut outbox = Outbox::default();
             // Reconcile first: after a reload (or another request) the context must hold
             // exactly this request's messages before it is compacted.
-            let (_, log) = match self
-                .advance(key, &mut slot, incoming, tools, &mut outbox)
-                .await
-            {
-                Ok(done) => done,
-                Err(err) => {
-                    slot.loaded = false;
-                    return Err(err);
-                }
+            let Some((_, log)) = self
+                .reconcile(
+                    key,
+                    &mut slot,
+                    incoming,
+                    tools,
+                    &mut waiting_since,
+                    &mut outbox,
+                )
+                .await?
+            else {
+                continue;
             };
             if let Some(limit) = overflow.limit.filter(|l| *l > 0) {
                 let current = slot.learned_window.unwrap_or(u64::MAX);
@@ -1043,10 +1065,10 @@ impl Sessions {
     /// current warm session keeps its manager, and with it the usage calibration its next
     /// request counts with.
     async fn refresh(&self, key: &SessionKey, slot: &mut Slot) -> Result<(), SessionError> {
-        let stored = self.store.load(key).await?.map(|found| found.version);
-        if !slot.loaded || slot.version.is_none() || slot.version != stored {
-            slot.loaded = false;
-            self.ensure_loaded(key, slot).await?;
+        let stored = self.store.load(key).await?;
+        let version = stored.as_ref().map(|found| found.version);
+        if !slot.loaded || slot.version.is_none() || slot.version != version {
+            Self::install(slot, stored)?;
         }
         Ok(())
     }
