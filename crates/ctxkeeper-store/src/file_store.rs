@@ -13,7 +13,22 @@
 //! on the session, checks the version, writes `state.json` through a temporary file, fsync and
 //! rename; an append takes the same lock and appends fsync'd lines. A crash leaves the old or
 //! the new state and at worst a torn last log line, which readers skip and the next append cuts
-//! off. Single host only: several processes may share the directory, several machines may not.
+//! off. Temporary files of killed writers are swept when the store is opened. Single host
+//! only: several processes may share the directory, several machines may not.
+//!
+//! **A state and its log entries commit together** ([`SessionStore::save_and_append`], so
+//! [`commits_atomically`](SessionStore::commits_atomically) holds): the entries travel inside
+//! the new `state.json` as a journal (`"log_through": N` in its head, the entries in
+//! `"log_owed"`), so the one rename that commits the state commits them too. They are then
+//! appended to the log. A writer killed between the rename and the append leaves the journal
+//! ahead of the log; whoever touches the session next — a save, an append, a history, a
+//! search or a listing — appends the missing entries first (under the session lock, with the
+//! sequence numbers and times they were committed with), so a committed state is never seen
+//! without its log entries and no entry is written twice.
+//!
+//! No symbolic link below `DIR` is followed: a session, agent, user or tenant directory, a
+//! state or a log that is a link is refused with [`StoreError::Forbidden`]; listings, searches
+//! and retention pass over links without following them.
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -28,10 +43,7 @@
 //! # }).unwrap();
 //! ```
 
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use async_trait::async_trait;
 use ctxkeeper_core::model::Message;
@@ -40,18 +52,23 @@ use serde_json::value::RawValue;
 
 use crate::StoreError;
 use crate::archive::sanitize_segment;
-use crate::fsutil::{self, blocking};
+use crate::fsutil::{self, Dir, Kind, Tree, blocking};
 use crate::session::{
-    AppendOutcome, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope, SessionFilter,
-    SessionInfo, SessionStore, Versioned, check_messages, entry_json, parse_entry, rank_entries,
+    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
+    SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, entry_json, parse_entry,
+    rank_entries,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
 
+const STATE_FILE: &str = "state.json";
+const KEY_FILE: &str = "key.json";
+const LOCK_FILE: &str = ".lock";
+
 /// The JSON-file session store.
 #[derive(Debug, Clone)]
 pub struct FileStore {
-    root: PathBuf,
+    tree: Tree,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -67,8 +84,16 @@ struct StateFile<'a> {
     state: &'a RawValue,
 }
 
+/// The log entries journaled in a `state.json`.
+#[derive(Deserialize)]
+struct Journal<'a> {
+    #[serde(borrow, default)]
+    log_owed: Vec<&'a RawValue>,
+}
+
 impl FileStore {
-    /// Opens (and creates) the store directory: `file://DIR` or a plain path.
+    /// Opens (and creates) the store directory: `file://DIR` or a plain path. Temporary files
+    /// that killed writers left behind are removed here.
     pub async fn open(url_or_path: &str) -> Result<FileStore, StoreError> {
         let path = url_or_path.strip_prefix("file://").unwrap_or(url_or_path);
         if path.is_empty() {
@@ -77,61 +102,233 @@ impl FileStore {
             ));
         }
         let root = PathBuf::from(path);
-        let created = root.clone();
-        blocking(move || Ok(fs::create_dir_all(&created)?)).await?;
-        Ok(FileStore { root })
+        let tree = blocking(move || {
+            let tree = Tree::open(&root)?;
+            tree.sweep_temp_files()?;
+            Ok(tree)
+        })
+        .await?;
+        Ok(FileStore { tree })
     }
 
     /// The store's root directory.
     pub fn root(&self) -> &Path {
-        &self.root
+        self.tree.root()
     }
 }
 
-fn tenant_base(root: &Path, tenant: &str) -> PathBuf {
+/// A relative path of segments.
+fn rel(segments: &[&str]) -> String {
+    segments
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn tenant_base(tenant: &str) -> String {
     if tenant == SessionKey::DEFAULT {
-        root.to_path_buf()
+        String::new()
     } else {
-        root.join("tenants").join(sanitize_segment(tenant))
+        rel(&["tenants", &sanitize_segment(tenant)])
     }
 }
 
-fn user_base(tenant_base: &Path, user: &str) -> PathBuf {
+fn user_base(tenant_base: &str, user: &str) -> String {
     if user == SessionKey::DEFAULT {
-        tenant_base.to_path_buf()
+        tenant_base.to_string()
     } else {
-        tenant_base.join("users").join(sanitize_segment(user))
+        rel(&[tenant_base, "users", &sanitize_segment(user)])
     }
 }
 
+/// Where one session's files live, relative to the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Paths {
-    context_dir: PathBuf,
-    state: PathBuf,
-    key: PathBuf,
-    lock: PathBuf,
-    log: PathBuf,
+    /// `…/agents/<a>/context/<s>`: `state.json`, `key.json`, `.lock`.
+    context_dir: String,
+    /// `…/agents/<a>/sessions`.
+    log_dir: String,
+    /// `<s>.log.jsonl`.
+    log_name: String,
 }
 
-fn paths(root: &Path, key: &SessionKey) -> Paths {
-    let agent_dir = user_base(&tenant_base(root, key.tenant()), key.user())
-        .join("agents")
-        .join(sanitize_segment(key.agent()));
+fn paths(key: &SessionKey) -> Paths {
+    let agent_dir = rel(&[
+        &user_base(&tenant_base(key.tenant()), key.user()),
+        "agents",
+        &sanitize_segment(key.agent()),
+    ]);
     let session = sanitize_segment(key.session());
-    let context_dir = agent_dir.join("context").join(&session);
     Paths {
-        state: context_dir.join("state.json"),
-        key: context_dir.join("key.json"),
-        lock: context_dir.join(".lock"),
-        log: agent_dir
-            .join("sessions")
-            .join(format!("{session}.log.jsonl")),
-        context_dir,
+        context_dir: rel(&[&agent_dir, "context", &session]),
+        log_dir: rel(&[&agent_dir, "sessions"]),
+        log_name: format!("{session}.log.jsonl"),
+    }
+}
+
+/// A session's directories, opened for one operation.
+struct Session {
+    /// `None` when nothing was ever saved or appended.
+    context: Option<Dir>,
+    /// `None` when nothing was ever appended.
+    log: Option<Dir>,
+    paths: Paths,
+}
+
+impl Session {
+    /// Opens what exists of a session's directories.
+    fn open(tree: &Tree, paths: Paths) -> Result<Session, StoreError> {
+        Ok(Session {
+            context: tree.dir(&paths.context_dir)?,
+            log: tree.dir(&paths.log_dir)?,
+            paths,
+        })
+    }
+
+    /// Opens a session's directories, creating them, and takes its lock.
+    fn create_locked(
+        tree: &Tree,
+        paths: Paths,
+        key: &SessionKey,
+    ) -> Result<(Session, std::fs::File), StoreError> {
+        let context = tree.create_dir(&paths.context_dir)?;
+        let lock = context.lock(LOCK_FILE)?;
+        ensure_key_file(&context, key)?;
+        let log = tree.create_dir(&paths.log_dir)?;
+        Ok((
+            Session {
+                context: Some(context),
+                log: Some(log),
+                paths,
+            },
+            lock,
+        ))
+    }
+
+    /// The head of `state.json`, if there is one.
+    fn head(&self) -> Result<Option<Head>, StoreError> {
+        match &self.context {
+            Some(dir) => read_head(dir),
+            None => Ok(None),
+        }
+    }
+
+    /// The last complete log entry's sequence number (0 for no log).
+    fn last_seq(&self) -> Result<u64, StoreError> {
+        let Some(dir) = &self.log else {
+            return Ok(0);
+        };
+        let Some(mut file) = dir.open_read(&self.paths.log_name)? else {
+            return Ok(0);
+        };
+        let lines = fsutil::tail_lines(&mut file, 1, |_| true)?;
+        match lines.first() {
+            Some(line) => Ok(parse_entry(line)?.seq),
+            None => Ok(0),
+        }
+    }
+
+    /// Appends whatever the last commit journaled but the log never received; returns the log
+    /// length. The caller holds the session lock.
+    fn settle(&self) -> Result<u64, StoreError> {
+        let last = self.last_seq()?;
+        let Some(through) = self.head()?.and_then(|head| head.log_through) else {
+            return Ok(last);
+        };
+        if through <= last {
+            return Ok(last);
+        }
+        let (Some(context), Some(log)) = (&self.context, &self.log) else {
+            return Err(StoreError::Corrupt(format!(
+                "{}: a journal without its directories",
+                self.paths.context_dir
+            )));
+        };
+        let bytes = context
+            .read(STATE_FILE)?
+            .ok_or_else(|| StoreError::Corrupt(format!("{}: vanished", self.shown_state())))?;
+        let journal: Journal<'_> = serde_json::from_slice(&bytes)
+            .map_err(|err| StoreError::Corrupt(format!("{}: {err}", self.shown_state())))?;
+        let mut lines = String::new();
+        let mut next = last + 1;
+        for raw in journal.log_owed {
+            let entry = parse_entry(raw.get().as_bytes())?;
+            if entry.seq <= last {
+                continue;
+            }
+            if entry.seq != next {
+                return Err(StoreError::Corrupt(format!(
+                    "{}: the log ends at {last} but the journal continues at {}",
+                    self.shown_state(),
+                    entry.seq
+                )));
+            }
+            lines.push_str(raw.get());
+            lines.push('\n');
+            next += 1;
+        }
+        if next - 1 != through {
+            return Err(StoreError::Corrupt(format!(
+                "{}: the journal promises entries up to {through} but holds up to {}",
+                self.shown_state(),
+                next - 1
+            )));
+        }
+        log.append_lines(&self.paths.log_name, lines.as_bytes())?;
+        Ok(through)
+    }
+
+    /// [`settle`](Self::settle) for readers, who do not hold the lock: a look at the head
+    /// first, and the lock only when the log is behind (after a writer was killed between its
+    /// two writes, or while a writer is between them — then the lock waits for it).
+    fn settle_for_read(&self, tree: &Tree) -> Result<(), StoreError> {
+        let Some(through) = self.head()?.and_then(|head| head.log_through) else {
+            return Ok(());
+        };
+        if through <= self.last_seq()? {
+            return Ok(());
+        }
+        let Some(context) = &self.context else {
+            return Ok(());
+        };
+        let _lock = context.lock(LOCK_FILE)?;
+        // The log directory may not exist yet when a first commit was cut short.
+        let session = Session {
+            context: tree.dir(&self.paths.context_dir)?,
+            log: Some(tree.create_dir(&self.paths.log_dir)?),
+            paths: self.paths.clone(),
+        };
+        session.settle().map(|_| ())
+    }
+
+    fn shown_state(&self) -> String {
+        format!("{}/{STATE_FILE}", self.paths.context_dir)
+    }
+
+    fn read_log(&self) -> Result<Vec<LogEntry>, StoreError> {
+        let Some(dir) = &self.log else {
+            return Ok(Vec::new());
+        };
+        let Some(bytes) = dir.read(&self.paths.log_name)? else {
+            return Ok(Vec::new());
+        };
+        let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(i) => &bytes[..=i],
+            None => &[][..],
+        };
+        complete
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(parse_entry)
+            .collect()
     }
 }
 
 /// Writes `key.json` the first time a session is touched.
-fn ensure_key_file(p: &Paths, key: &SessionKey) -> Result<(), StoreError> {
-    if p.key.exists() {
+fn ensure_key_file(context: &Dir, key: &SessionKey) -> Result<(), StoreError> {
+    if context.stat(KEY_FILE)?.is_some() {
         return Ok(());
     }
     let body = serde_json::to_vec(&KeyFile {
@@ -139,147 +336,186 @@ fn ensure_key_file(p: &Paths, key: &SessionKey) -> Result<(), StoreError> {
         created_at_ms: now_ms(),
     })
     .map_err(|err| StoreError::backend("file", err))?;
-    fsutil::create_new_durable(&p.key, &body)?;
+    context.create_new(KEY_FILE, &body)?;
     Ok(())
 }
 
-/// The version at the head of `state.json`, reading only its first bytes.
-fn stored_version(path: &Path) -> Result<Option<u64>, StoreError> {
+/// The head of a `state.json`: `{"version":N,` optionally followed by `"log_through":M,`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    version: u64,
+    log_through: Option<u64>,
+}
+
+/// Reads only the first bytes of `state.json`.
+fn read_head(dir: &Dir) -> Result<Option<Head>, StoreError> {
     use std::io::Read;
-    let mut file = match fs::File::open(path) {
-        Ok(file) => file,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(err.into()),
+    let Some(file) = dir.open_read(STATE_FILE)? else {
+        return Ok(None);
     };
-    let mut head = [0u8; 64];
-    let n = file.read(&mut head)?;
-    let head = std::str::from_utf8(&head[..n]).unwrap_or_default();
-    head.strip_prefix("{\"version\":")
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|v| v.parse().ok())
+    let mut head = Vec::with_capacity(96);
+    file.take(96).read_to_end(&mut head)?;
+    let text = std::str::from_utf8(&head).unwrap_or_default();
+    parse_head(text)
         .map(Some)
-        .ok_or_else(|| StoreError::Corrupt(format!("{}: no version header", path.display())))
+        .ok_or_else(|| StoreError::Corrupt(format!("{}: no version header", STATE_FILE)))
 }
 
-fn mtime_ms(path: &Path) -> Option<i64> {
-    let modified = fs::metadata(path).ok()?.modified().ok()?;
-    Some(modified.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64)
+fn parse_head(text: &str) -> Option<Head> {
+    let rest = text.strip_prefix("{\"version\":")?;
+    let (version, rest) = rest.split_once(',')?;
+    let log_through = match rest.strip_prefix("\"log_through\":") {
+        Some(rest) => Some(rest.split_once(',')?.0.parse().ok()?),
+        None => None,
+    };
+    Some(Head {
+        version: version.parse().ok()?,
+        log_through,
+    })
 }
 
-/// The last complete log entry's sequence number (0 for no log).
-fn last_seq(log: &Path) -> Result<u64, StoreError> {
-    match fsutil::tail_lines(log, 1, |_| true) {
-        Ok(lines) => match lines.first() {
-            Some(line) => Ok(parse_entry(line)?.seq),
-            None => Ok(0),
-        },
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(0),
-        Err(err) => Err(err.into()),
-    }
-}
-
-fn read_log(log: &Path) -> Result<Vec<LogEntry>, StoreError> {
-    let Some(bytes) = fsutil::read_optional(log)? else {
+/// Every session of a tenant base: directories that hold a `key.json` naming a session whose
+/// own paths lead back to that directory. Links are passed over, never followed.
+fn sessions_under(tree: &Tree, tenant_base: &str) -> Result<Vec<(SessionKey, i64)>, StoreError> {
+    let Some(base) = tree.dir(tenant_base)? else {
         return Ok(Vec::new());
     };
-    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
-        Some(i) => &bytes[..=i],
-        None => &[][..],
-    };
-    complete
-        .split(|&b| b == b'\n')
-        .filter(|line| !line.is_empty())
-        .map(parse_entry)
-        .collect()
-}
-
-/// Every session directory (`…/context/<s>/key.json`) under a tenant base.
-fn sessions_under(tenant_base: &Path) -> Result<Vec<(SessionKey, Paths, i64)>, StoreError> {
-    let mut user_bases = vec![tenant_base.to_path_buf()];
-    if let Ok(users) = fs::read_dir(tenant_base.join("users")) {
-        for user in users.flatten() {
-            user_bases.push(user.path());
+    let mut user_bases = vec![tenant_base.to_string()];
+    if let Some(users) = base.subdir("users").or_else(skip_link)? {
+        for user in users.entries()? {
+            if user.kind == Kind::Dir {
+                user_bases.push(rel(&[tenant_base, "users", &user.name]));
+            }
         }
     }
     let mut out = Vec::new();
-    for base in user_bases {
-        let Ok(agents) = fs::read_dir(base.join("agents")) else {
+    for user_base in user_bases {
+        let Some(agents) = tree.dir(&rel(&[&user_base, "agents"])).or_else(skip_link)? else {
             continue;
         };
-        for agent in agents.flatten() {
-            let Ok(contexts) = fs::read_dir(agent.path().join("context")) else {
+        for agent in agents.entries()? {
+            if agent.kind != Kind::Dir {
+                continue;
+            }
+            let contexts_rel = rel(&[&user_base, "agents", &agent.name, "context"]);
+            let Some(contexts) = tree.dir(&contexts_rel).or_else(skip_link)? else {
                 continue;
             };
-            for context in contexts.flatten() {
-                let Some(bytes) = fsutil::read_optional(&context.path().join("key.json"))? else {
+            for context in contexts.entries()? {
+                if context.kind != Kind::Dir {
+                    continue;
+                }
+                let Some(dir) = contexts.subdir(&context.name).or_else(skip_link)? else {
+                    continue;
+                };
+                let Some(bytes) = dir.read(KEY_FILE).or_else(skip_link)? else {
                     continue;
                 };
                 let Ok(file) = serde_json::from_slice::<KeyFile>(&bytes) else {
                     continue;
                 };
-                let p = paths(tenant_base_root(tenant_base, &file.key), &file.key);
-                out.push((file.key, p, file.created_at_ms));
+                // A key file copied into another session's directory names another session.
+                if paths(&file.key).context_dir != rel(&[&contexts_rel, &context.name]) {
+                    continue;
+                }
+                out.push((file.key, file.created_at_ms));
             }
         }
     }
     Ok(out)
 }
 
-/// Recovers the store root from a tenant base, so paths are rebuilt from the key itself.
-fn tenant_base_root<'a>(tenant_base: &'a Path, key: &SessionKey) -> &'a Path {
-    if key.tenant() == SessionKey::DEFAULT {
-        tenant_base
-    } else {
-        tenant_base
-            .parent()
-            .and_then(Path::parent)
-            .unwrap_or(tenant_base)
+/// Enumerations pass over links (and what is not a file or directory) as if absent.
+fn skip_link<T>(err: StoreError) -> Result<Option<T>, StoreError> {
+    match err {
+        StoreError::Forbidden(_) => Ok(None),
+        other => Err(other),
     }
 }
 
-fn info(key: SessionKey, p: &Paths, created_at_ms: i64) -> Result<SessionInfo, StoreError> {
-    let updated = [mtime_ms(&p.state), mtime_ms(&p.log), Some(created_at_ms)]
-        .into_iter()
-        .flatten()
-        .max()
-        .unwrap_or(created_at_ms);
+fn info(tree: &Tree, key: SessionKey, created_at_ms: i64) -> Result<SessionInfo, StoreError> {
+    let session = Session::open(tree, paths(&key))?;
+    session.settle_for_read(tree)?;
+    let session = Session::open(tree, paths(&key))?;
+    let state_meta = match &session.context {
+        Some(dir) => dir.stat(STATE_FILE)?,
+        None => None,
+    };
+    let log_meta = match &session.log {
+        Some(dir) => dir.stat(&session.paths.log_name)?,
+        None => None,
+    };
+    let updated = [
+        state_meta.map(|m| m.modified_ms),
+        log_meta.map(|m| m.modified_ms),
+        Some(created_at_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(created_at_ms);
     Ok(SessionInfo {
-        version: stored_version(&p.state)?,
-        log_len: last_seq(&p.log)?,
+        version: session.head()?.map(|head| head.version),
+        log_len: session.last_seq()?,
         created_at_ms,
         updated_at_ms: updated,
         key,
     })
 }
 
-fn all_tenant_bases(root: &Path) -> Vec<PathBuf> {
-    let mut bases = vec![root.to_path_buf()];
-    if let Ok(tenants) = fs::read_dir(root.join("tenants")) {
-        bases.extend(tenants.flatten().map(|t| t.path()));
-    }
-    bases
-}
-
-fn remove_session(p: &Paths) -> Result<bool, StoreError> {
-    let _lock = fsutil::lock_file(&p.lock)?;
-    let mut existed = false;
-    match fs::remove_file(&p.log) {
-        Ok(()) => existed = true,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-        Err(err) => return Err(err.into()),
-    }
-    for file in [&p.state, &p.key] {
-        match fs::remove_file(file) {
-            Ok(()) => existed = true,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => return Err(err.into()),
+fn all_tenant_bases(tree: &Tree) -> Result<Vec<String>, StoreError> {
+    let mut bases = vec![String::new()];
+    if let Some(tenants) = tree.dir("tenants").or_else(skip_link)? {
+        for tenant in tenants.entries()? {
+            if tenant.kind == Kind::Dir {
+                bases.push(rel(&["tenants", &tenant.name]));
+            }
         }
     }
+    Ok(bases)
+}
+
+fn remove_session(tree: &Tree, paths: &Paths) -> Result<bool, StoreError> {
+    let Some(context) = tree.dir(&paths.context_dir)? else {
+        // No state and no key: at most a log written without them.
+        return match tree.dir(&paths.log_dir)? {
+            Some(log) => log.remove_file(&paths.log_name),
+            None => Ok(false),
+        };
+    };
+    let _lock = context.lock(LOCK_FILE)?;
+    // The state (and its journal) goes first: a crash part-way leaves a log without a state,
+    // never a journal promising entries of a log that is gone.
+    let mut existed = context.remove_file(STATE_FILE)?;
+    if let Some(log) = tree.dir(&paths.log_dir)? {
+        existed |= log.remove_file(&paths.log_name)?;
+    }
+    existed |= context.remove_file(KEY_FILE)?;
     // The lock file goes last, with the directory; another process may still hold a handle to
     // it, which is harmless because the session no longer has state.
-    let _ = fs::remove_file(&p.lock);
-    let _ = fs::remove_dir(&p.context_dir);
+    context.remove_file(LOCK_FILE)?;
+    if let Some((parent, name)) = paths.context_dir.rsplit_once('/')
+        && let Some(parent) = tree.dir(parent)?
+    {
+        parent.remove_dir(name)?;
+    }
     Ok(existed)
+}
+
+/// The `state.json` body: the version leads the file so `list` can read it without parsing
+/// the state, then the journal's end, the state, and the journaled log entries.
+fn state_body(version: u64, state_json: &str, owed: &[String], first_seq: u64) -> String {
+    let saved_at = now_ms();
+    if owed.is_empty() {
+        return format!(
+            "{{\"version\":{version},\"saved_at_ms\":{saved_at},\"state\":{state_json}}}"
+        );
+    }
+    let through = first_seq + owed.len() as u64 - 1;
+    format!(
+        "{{\"version\":{version},\"log_through\":{through},\"saved_at_ms\":{saved_at},\"state\":{state_json},\"log_owed\":[{}]}}",
+        owed.join(",")
+    )
 }
 
 #[async_trait]
@@ -289,13 +525,18 @@ impl SessionStore for FileStore {
     }
 
     async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
-        let p = paths(&self.root, key);
+        let tree = self.tree.clone();
+        let p = paths(key);
         blocking(move || {
-            let Some(bytes) = fsutil::read_optional(&p.state)? else {
+            let Some(dir) = tree.dir(&p.context_dir)? else {
                 return Ok(None);
             };
-            let file: StateFile<'_> = serde_json::from_slice(&bytes)
-                .map_err(|err| StoreError::Corrupt(format!("{}: {err}", p.state.display())))?;
+            let Some(bytes) = dir.read(STATE_FILE)? else {
+                return Ok(None);
+            };
+            let file: StateFile<'_> = serde_json::from_slice(&bytes).map_err(|err| {
+                StoreError::Corrupt(format!("{}/{STATE_FILE}: {err}", p.context_dir))
+            })?;
             let state = AgentState::from_json(file.state.get())?;
             Ok(Some(Versioned {
                 state,
@@ -311,26 +552,10 @@ impl SessionStore for FileStore {
         state: &AgentState,
         expected: Option<u64>,
     ) -> Result<u64, StoreError> {
-        let p = paths(&self.root, key);
-        let key = key.clone();
-        let state_json = state.to_json()?;
-        blocking(move || {
-            let _lock = fsutil::lock_file(&p.lock)?;
-            ensure_key_file(&p, &key)?;
-            let actual = stored_version(&p.state)?;
-            if actual != expected {
-                return Err(StoreError::Conflict { expected, actual });
-            }
-            let version = actual.unwrap_or(0) + 1;
-            // The version leads the file so `list` can read it without parsing the state.
-            let body = format!(
-                "{{\"version\":{version},\"saved_at_ms\":{},\"state\":{state_json}}}",
-                now_ms()
-            );
-            fsutil::atomic_write(&p.state, body.as_bytes())?;
-            Ok(version)
-        })
-        .await
+        Ok(self
+            .save_and_append(key, state, expected, &[])
+            .await?
+            .version)
     }
 
     async fn append(
@@ -339,20 +564,21 @@ impl SessionStore for FileStore {
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError> {
         check_messages(messages)?;
-        let p = paths(&self.root, key);
+        let tree = self.tree.clone();
         let key = key.clone();
         let messages = messages.to_vec();
         blocking(move || {
-            let _lock = fsutil::lock_file(&p.lock)?;
-            ensure_key_file(&p, &key)?;
-            let first_seq = last_seq(&p.log)? + 1;
+            let (session, _lock) = Session::create_locked(&tree, paths(&key), &key)?;
+            let first_seq = session.settle()? + 1;
             let now = now_ms();
             let mut lines = String::new();
             for (i, message) in messages.iter().enumerate() {
                 lines.push_str(&entry_json(first_seq + i as u64, now, message)?);
                 lines.push('\n');
             }
-            fsutil::append_lines(&p.log, lines.as_bytes())?;
+            if let Some(log) = &session.log {
+                log.append_lines(&session.paths.log_name, lines.as_bytes())?;
+            }
             Ok(AppendOutcome {
                 first_seq,
                 last_seq: first_seq + messages.len() as u64 - 1,
@@ -361,15 +587,77 @@ impl SessionStore for FileStore {
         .await
     }
 
+    fn commits_atomically(&self) -> bool {
+        true
+    }
+
+    async fn save_and_append(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        let tree = self.tree.clone();
+        let key = key.clone();
+        let state_json = state.to_json()?;
+        let messages = messages.to_vec();
+        blocking(move || {
+            let (session, _lock) = Session::create_locked(&tree, paths(&key), &key)?;
+            let last = session.settle()?;
+            let actual = session.head()?.map(|head| head.version);
+            if actual != expected {
+                return Err(StoreError::Conflict { expected, actual });
+            }
+            let version = actual.unwrap_or(0) + 1;
+            let now = now_ms();
+            let first_seq = last + 1;
+            let owed = messages
+                .iter()
+                .enumerate()
+                .map(|(i, message)| entry_json(first_seq + i as u64, now, message))
+                .collect::<Result<Vec<_>, _>>()?;
+            let body = state_body(version, &state_json, &owed, first_seq);
+            let Some(context) = &session.context else {
+                return Err(StoreError::backend("file", "session directory missing"));
+            };
+            // The commit: the state and its journaled log entries in one rename.
+            context.replace(STATE_FILE, body.as_bytes())?;
+            if owed.is_empty() {
+                return Ok(Committed {
+                    version,
+                    appended: None,
+                });
+            }
+            // Committed already. Should this append fail (or the process die first), the
+            // next reader or writer of the session appends the journaled entries instead, so
+            // the error changes nothing the caller could act on.
+            if let Some(log) = &session.log {
+                let mut lines = owed.join("\n");
+                lines.push('\n');
+                let _ = log.append_lines(&session.paths.log_name, lines.as_bytes());
+            }
+            Ok(Committed {
+                version,
+                appended: Some(AppendOutcome {
+                    first_seq,
+                    last_seq: first_seq + owed.len() as u64 - 1,
+                }),
+            })
+        })
+        .await
+    }
+
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
         filter.validate()?;
-        let base = tenant_base(&self.root, &filter.tenant);
+        let base = tenant_base(&filter.tenant);
         let filter = filter.clone();
+        let tree = self.tree.clone();
         let mut out = blocking(move || {
             let mut out = Vec::new();
-            for (key, p, created) in sessions_under(&base)? {
+            for (key, created) in sessions_under(&tree, &base)? {
                 if filter.matches(&key) {
-                    out.push(info(key, &p, created)?);
+                    out.push(info(&tree, key, created)?);
                 }
             }
             Ok(out)
@@ -384,8 +672,9 @@ impl SessionStore for FileStore {
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
-        let p = paths(&self.root, key);
-        blocking(move || remove_session(&p)).await
+        let tree = self.tree.clone();
+        let p = paths(key);
+        blocking(move || remove_session(&tree, &p)).await
     }
 
     async fn history(
@@ -393,16 +682,21 @@ impl SessionStore for FileStore {
         key: &SessionKey,
         page: HistoryPage,
     ) -> Result<Vec<LogEntry>, StoreError> {
-        let p = paths(&self.root, key);
+        let tree = self.tree.clone();
+        let p = paths(key);
         blocking(move || {
-            let before = page.before_seq.unwrap_or(u64::MAX);
-            let lines = match fsutil::tail_lines(&p.log, page.last, |line| {
-                parse_entry(line).is_ok_and(|e| e.seq < before)
-            }) {
-                Ok(lines) => lines,
-                Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-                Err(err) => return Err(err.into()),
+            Session::open(&tree, p.clone())?.settle_for_read(&tree)?;
+            let session = Session::open(&tree, p)?;
+            let Some(dir) = &session.log else {
+                return Ok(Vec::new());
             };
+            let Some(mut file) = dir.open_read(&session.paths.log_name)? else {
+                return Ok(Vec::new());
+            };
+            let before = page.before_seq.unwrap_or(u64::MAX);
+            let lines = fsutil::tail_lines(&mut file, page.last, |line| {
+                parse_entry(line).is_ok_and(|e| e.seq < before)
+            })?;
             lines.iter().map(|line| parse_entry(line)).collect()
         })
         .await
@@ -410,20 +704,22 @@ impl SessionStore for FileStore {
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
         let terms = query.terms()?;
-        let root = self.root.clone();
+        let tree = self.tree.clone();
         let query = query.clone();
         blocking(move || {
-            let sessions = match &query.scope {
-                SearchScope::Session(key) => vec![(key.clone(), paths(&root, key))],
-                SearchScope::Tenant(tenant) => sessions_under(&tenant_base(&root, tenant))?
+            let keys: Vec<SessionKey> = match &query.scope {
+                SearchScope::Session(key) => vec![key.clone()],
+                SearchScope::Tenant(tenant) => sessions_under(&tree, &tenant_base(tenant))?
                     .into_iter()
-                    .filter(|(key, _, _)| query.scope.contains(key))
-                    .map(|(key, p, _)| (key, p))
+                    .map(|(key, _)| key)
+                    .filter(|key| query.scope.contains(key))
                     .collect(),
             };
             let mut entries = Vec::new();
-            for (key, p) in sessions {
-                for entry in read_log(&p.log)? {
+            for key in keys {
+                let p = paths(&key);
+                Session::open(&tree, p.clone())?.settle_for_read(&tree)?;
+                for entry in Session::open(&tree, p)?.read_log()? {
                     entries.push((key.clone(), entry));
                 }
             }
@@ -434,21 +730,20 @@ impl SessionStore for FileStore {
 
     async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
         crate::session::check_tenant(tenant)?;
-        let root = self.root.clone();
-        let bases = match tenant {
-            Some(tenant) => vec![tenant_base(&root, tenant)],
-            None => Vec::new(),
-        };
+        let tree = self.tree.clone();
+        let bases = tenant.map(|tenant| vec![tenant_base(tenant)]);
         blocking(move || {
             let mut removed = 0;
-            let bases = if bases.is_empty() {
-                all_tenant_bases(&root)
-            } else {
-                bases
+            let bases = match bases {
+                Some(bases) => bases,
+                None => all_tenant_bases(&tree)?,
             };
             for base in bases {
-                for (key, p, created) in sessions_under(&base)? {
-                    if info(key, &p, created)?.updated_at_ms < cutoff_ms && remove_session(&p)? {
+                for (key, created) in sessions_under(&tree, &base)? {
+                    let p = paths(&key);
+                    if info(&tree, key, created)?.updated_at_ms < cutoff_ms
+                        && remove_session(&tree, &p)?
+                    {
                         removed += 1;
                     }
                 }
@@ -456,5 +751,39 @@ impl SessionStore for FileStore {
             Ok(removed)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_carry_the_version_and_the_journal_end() {
+        assert_eq!(
+            parse_head("{\"version\":7,\"saved_at_ms\":1,\"state\":{}}"),
+            Some(Head {
+                version: 7,
+                log_through: None
+            })
+        );
+        assert_eq!(
+            parse_head("{\"version\":8,\"log_through\":42,\"saved_at_ms\":1"),
+            Some(Head {
+                version: 8,
+                log_through: Some(42)
+            })
+        );
+        let body = state_body(3, "{}", &["{\"seq\":5}".into(), "{\"seq\":6}".into()], 5);
+        assert_eq!(
+            parse_head(&body),
+            Some(Head {
+                version: 3,
+                log_through: Some(6)
+            })
+        );
+        for bad in ["", "{\"state\":{}}", "{\"version\":x,", "{\"version\":1"] {
+            assert_eq!(parse_head(bad), None, "{bad}");
+        }
     }
 }

@@ -11,6 +11,8 @@
 //! - [`state`]: the persisted [`AgentState`] and the [`SessionKey`] that names it.
 //! - [`restore`]: what of a stored state goes back into the context on the next call.
 //! - [`memory`]: long-term memory files (`MEMORY.md`, `memory/YYYY-MM-DD.md`).
+//! - [`events`]: session events across replicas ([`EventBus`], opened from the store's URL
+//!   by [`open_event_bus`]): Redis pub/sub, PostgreSQL `LISTEN`/`NOTIFY`, or in-process.
 //!
 //! Cargo features: `sqlite` (default), `postgres`, `mysql`, `redis`, `object-store`
 //! (in-memory and local file system), `object-store-cloud` (S3, GCS, Azure), `tls` (rustls for
@@ -37,6 +39,7 @@
 
 pub mod archive;
 mod blob;
+pub mod events;
 pub mod file_store;
 mod fsutil;
 pub mod memory;
@@ -58,6 +61,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use archive::{ArchiveRef, ArchiveScope, Offloader};
+pub use events::{EventBus, open_event_bus};
 pub use session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
     SearchScope, SessionFilter, SessionInfo, SessionStore, Versioned,
@@ -78,6 +82,9 @@ pub enum StoreError {
     },
     /// An identifier, reference or pattern that is not acceptable.
     InvalidInput(String),
+    /// A path inside a store or workspace directory that ctxkeeper refuses to use: a symbolic
+    /// link (links there are never followed), or not the kind of file the store writes.
+    Forbidden(String),
     /// The backend does not support the operation.
     NotImplemented(String),
     /// The backend failed (IO, network, database).
@@ -101,6 +108,7 @@ impl fmt::Display for StoreError {
                 actual.map_or("none".to_string(), |v| v.to_string())
             ),
             StoreError::InvalidInput(message) => write!(f, "invalid input: {message}"),
+            StoreError::Forbidden(message) => write!(f, "forbidden: {message}"),
             StoreError::NotImplemented(what) => write!(f, "not implemented: {what}"),
             StoreError::Backend { backend, message } => write!(f, "{backend}: {message}"),
             StoreError::Corrupt(message) => write!(f, "corrupt data: {message}"),
@@ -139,6 +147,11 @@ impl StoreError {
     /// True for a missing item or session.
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::NotFound(_))
+    }
+
+    /// True for a path refused because it is a link or not the store's own kind of file.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, StoreError::Forbidden(_))
     }
 }
 

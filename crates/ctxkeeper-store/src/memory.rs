@@ -12,7 +12,10 @@
 //! it found none). [`memory_search`](LongTermMemory::memory_search) ranks paragraphs by BM25 over
 //! all memory files; [`memory_get`](LongTermMemory::memory_get) reads a file or a line range.
 //! Appends are fsync'd under a file lock and never rewrite what is there, so hand edits
-//! survive.
+//! survive. No symbolic link below the root is followed: a `MEMORY.md`, a `memory/` directory
+//! or a daily file that is a link is refused with
+//! [`StoreError::Forbidden`](crate::StoreError::Forbidden) by reads and appends, and passed
+//! over (never read) when the daily files are listed.
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -31,15 +34,15 @@
 //! # }).unwrap();
 //! ```
 
-use std::fs::{self, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::StoreError;
 use crate::archive::sanitize_segment;
-use crate::fsutil::{self, blocking};
+use crate::fsutil::{Dir, Kind, Tree, blocking};
 use crate::state::{SessionKey, validate_identifier};
 use crate::text::{Ranker, query_terms, snippet};
 use crate::time::{date_string, now_ms};
@@ -101,7 +104,7 @@ pub struct MemoryText {
 /// Long-term memory files in a workspace directory.
 #[derive(Debug, Clone)]
 pub struct LongTermMemory {
-    root: PathBuf,
+    tree: Tree,
 }
 
 /// Checks a memory path: `MEMORY.md` or `memory/YYYY-MM-DD.md`.
@@ -133,18 +136,38 @@ fn is_date(text: &str) -> bool {
             .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
 }
 
-/// Appends text as whole lines, adding a newline first if the file does not end with one (a
-/// hand edit), then fsyncs.
-fn append_text(path: &Path, text: &str) -> Result<(), StoreError> {
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+/// The directory of a memory path relative to the scope's directory (`""` or `memory`) and
+/// the file's name.
+fn split_path(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some((dir, name)) => (dir, name),
+        None => ("", path),
     }
-    let _lock = fsutil::lock_file(&path.with_file_name(".memory.lock"))?;
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)?;
+}
+
+/// The scope's subdirectory `sub` (`""` is the scope's own), or `None` when missing.
+fn subdir(dir: Dir, sub: &str) -> Result<Option<Dir>, StoreError> {
+    if sub.is_empty() {
+        Ok(Some(dir))
+    } else {
+        dir.subdir(sub)
+    }
+}
+
+/// Appends text as whole lines to `name` in `dir`, adding a newline first if the file does not
+/// end with one (a hand edit), then fsyncs.
+fn append_text(dir: &Dir, name: &str, text: &str) -> Result<(), StoreError> {
+    let _lock = dir.lock(".memory.lock")?;
+    let created = dir.stat(name)?.is_none();
+    let mut file = dir.open_append(name)?;
+    write_appended(&mut file, text)?;
+    if created {
+        dir.sync()?;
+    }
+    Ok(())
+}
+
+fn write_appended(file: &mut File, text: &str) -> Result<(), StoreError> {
     let len = file.metadata()?.len();
     let mut out = String::new();
     if len > 0 {
@@ -167,21 +190,48 @@ fn append_text(path: &Path, text: &str) -> Result<(), StoreError> {
 impl LongTermMemory {
     /// Memory rooted at `root` (created if missing).
     pub fn new(root: impl AsRef<Path>) -> Result<LongTermMemory, StoreError> {
-        fs::create_dir_all(root.as_ref())?;
         Ok(LongTermMemory {
-            root: root.as_ref().to_path_buf(),
+            tree: Tree::open(root.as_ref())?,
         })
     }
 
-    fn dir(&self, scope: &MemoryScope) -> PathBuf {
-        let mut dir = self.root.clone();
+    /// The scope's directory relative to the root.
+    fn dir(&self, scope: &MemoryScope) -> String {
+        let mut dir = Vec::new();
         if scope.tenant != SessionKey::DEFAULT {
-            dir = dir.join("tenants").join(sanitize_segment(&scope.tenant));
+            dir.push("tenants".to_string());
+            dir.push(sanitize_segment(&scope.tenant));
         }
         if scope.user != SessionKey::DEFAULT {
-            dir = dir.join("users").join(sanitize_segment(&scope.user));
+            dir.push("users".to_string());
+            dir.push(sanitize_segment(&scope.user));
         }
-        dir
+        dir.join("/")
+    }
+
+    /// Appends `text` to the memory file `path` (checked) of a scope.
+    async fn append(&self, scope: &MemoryScope, path: &str, text: &str) -> Result<(), StoreError> {
+        let (sub, name) = split_path(path);
+        let rel = match sub {
+            "" => self.dir(scope),
+            sub => format!("{}/{sub}", self.dir(scope)),
+        };
+        let name = name.to_string();
+        let text = text.to_string();
+        let tree = self.tree.clone();
+        blocking(move || append_text(&tree.create_dir(&rel)?, &name, &text)).await
+    }
+
+    /// The bytes of the memory file `path` (checked) of a scope, or `None`.
+    fn read_file(tree: &Tree, rel: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let (sub, name) = split_path(path);
+        let Some(dir) = tree.dir(rel)? else {
+            return Ok(None);
+        };
+        match subdir(dir, sub)? {
+            Some(dir) => dir.read(name),
+            None => Ok(None),
+        }
     }
 
     /// Appends to `MEMORY.md`.
@@ -190,9 +240,7 @@ impl LongTermMemory {
         scope: &MemoryScope,
         text: &str,
     ) -> Result<String, StoreError> {
-        let path = self.dir(scope).join(MEMORY_FILE);
-        let text = text.to_string();
-        blocking(move || append_text(&path, &text)).await?;
+        self.append(scope, MEMORY_FILE, text).await?;
         Ok(MEMORY_FILE.to_string())
     }
 
@@ -205,9 +253,7 @@ impl LongTermMemory {
     ) -> Result<String, StoreError> {
         let name = format!("memory/{date}.md");
         check_path(&name)?;
-        let path = self.dir(scope).join(&name);
-        let text = text.to_string();
-        blocking(move || append_text(&path, &text)).await?;
+        self.append(scope, &name, text).await?;
         Ok(name)
     }
 
@@ -245,19 +291,26 @@ impl LongTermMemory {
 
     /// The memory files of a scope: `MEMORY.md` first, then daily files newest first.
     pub async fn files(&self, scope: &MemoryScope) -> Result<Vec<String>, StoreError> {
-        let dir = self.dir(scope);
+        let rel = self.dir(scope);
+        let tree = self.tree.clone();
         blocking(move || {
             let mut out = Vec::new();
-            if dir.join(MEMORY_FILE).is_file() {
+            let Some(dir) = tree.dir(&rel)? else {
+                return Ok(out);
+            };
+            // Opened, not only looked at: a `MEMORY.md` that is a link is refused here.
+            if dir.open_read(MEMORY_FILE)?.is_some() {
                 out.push(MEMORY_FILE.to_string());
             }
-            let mut daily: Vec<String> = match fs::read_dir(dir.join("memory")) {
-                Ok(entries) => entries
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_str().map(|n| format!("memory/{n}")))
+            let mut daily: Vec<String> = match dir.subdir("memory")? {
+                Some(memory) => memory
+                    .entries()?
+                    .into_iter()
+                    .filter(|e| e.kind == Kind::File)
+                    .map(|e| format!("memory/{}", e.name))
                     .filter(|p| check_path(p).is_ok())
                     .collect(),
-                Err(_) => Vec::new(),
+                None => Vec::new(),
             };
             daily.sort_by(|a, b| b.cmp(a));
             out.extend(daily);
@@ -275,14 +328,14 @@ impl LongTermMemory {
         lines: Option<u64>,
     ) -> Result<MemoryText, StoreError> {
         check_path(path)?;
-        let full = self.dir(scope).join(path);
+        let rel = self.dir(scope);
         let shown = path.to_string();
+        let tree = self.tree.clone();
         blocking(move || {
-            let text = fs::read_to_string(&full).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    StoreError::NotFound(format!("memory file {shown}"))
-                }
-                _ => e.into(),
+            let bytes = Self::read_file(&tree, &rel, &shown)?
+                .ok_or_else(|| StoreError::NotFound(format!("memory file {shown}")))?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                StoreError::Corrupt(format!("memory file {shown} is not UTF-8 text"))
             })?;
             let all: Vec<&str> = text.lines().collect();
             let from = from_line.unwrap_or(1).max(1);
@@ -317,14 +370,17 @@ impl LongTermMemory {
             ));
         }
         let files = self.files(scope).await?;
-        let dir = self.dir(scope);
+        let rel = self.dir(scope);
+        let tree = self.tree.clone();
         blocking(move || {
             let mut ranker = Ranker::new(terms.clone());
             let mut matched = Vec::new();
             for path in files {
-                let Ok(text) = fs::read_to_string(dir.join(&path)) else {
+                // A file removed since it was listed is skipped; a link is refused.
+                let Some(bytes) = Self::read_file(&tree, &rel, &path)? else {
                     continue;
                 };
+                let text = String::from_utf8_lossy(&bytes);
                 for (line, paragraph) in paragraphs(&text) {
                     if let Some(index) = ranker.add(&paragraph) {
                         matched.push((index, path.clone(), line, paragraph));

@@ -67,7 +67,13 @@ impl ObjectArchive {
         ObjectArchive::new(Arc::new(object_store::memory::InMemory::new()), "")
     }
 
-    /// The local file system under `dir` (created if missing).
+    /// The local file system under `dir` (created if missing), through `object_store`'s
+    /// `LocalFileSystem`, which follows symbolic links: for tests and directories nobody else
+    /// writes to. A workspace others can write into belongs in [`LocalWorkspace`], which
+    /// never follows one (and which [`open_archive`] picks for paths and `file://` URLs).
+    ///
+    /// [`LocalWorkspace`]: crate::LocalWorkspace
+    /// [`open_archive`]: crate::open_archive
     pub fn local(dir: impl AsRef<std::path::Path>) -> Result<ObjectArchive, StoreError> {
         std::fs::create_dir_all(dir.as_ref())?;
         let fs =

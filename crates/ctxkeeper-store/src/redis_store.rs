@@ -75,7 +75,7 @@ return {1, tostring(new), n + 1}
 "#;
 
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
 }
@@ -158,51 +158,89 @@ fn split_prefix(url: &str) -> Result<(String, String), StoreError> {
     Ok((base, prefix))
 }
 
+/// A connection to the deployment a URL names, its key prefix, and a client for the
+/// dedicated pub/sub connection the event bus needs (for a cluster, the first node: Redis
+/// Cluster forwards every `PUBLISH` to all nodes).
+pub(crate) struct Deployment {
+    pub(crate) conn: Conn,
+    pub(crate) prefix: String,
+    pub(crate) pubsub: redis::Client,
+    pub(crate) shown_url: String,
+}
+
+/// Connects to the deployment a URL names (see the module docs) and checks it answers.
+pub(crate) async fn connect_deployment(url: &str) -> Result<Deployment, StoreError> {
+    let shown_url = redact(url);
+    let (url, prefix) = split_prefix(url)?;
+    let unreachable = |e: redis::RedisError| {
+        StoreError::backend("redis", format!("cannot connect to {shown_url}: {e}"))
+    };
+    let (conn, pubsub) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        let nodes: Vec<String> = rest
+            .trim_end_matches('/')
+            .split(',')
+            .map(|n| format!("redis://{n}"))
+            .collect();
+        let first = redis::Client::open(nodes[0].as_str()).map_err(unreachable)?;
+        let client = redis::cluster::ClusterClient::new(nodes).map_err(unreachable)?;
+        (
+            Conn::Cluster(client.get_async_connection().await.map_err(unreachable)?),
+            first,
+        )
+    } else if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        let (hosts, master) = rest.split_once('/').ok_or_else(|| {
+            StoreError::InvalidInput("redis+sentinel:// needs /MASTER_NAME".into())
+        })?;
+        let nodes: Vec<String> = hosts.split(',').map(|n| format!("redis://{n}")).collect();
+        let mut sentinel = redis::sentinel::Sentinel::build(nodes).map_err(unreachable)?;
+        let client = sentinel
+            .async_master_for(master, None)
+            .await
+            .map_err(unreachable)?;
+        (
+            Conn::Single(
+                ConnectionManager::new(client.clone())
+                    .await
+                    .map_err(unreachable)?,
+            ),
+            client,
+        )
+    } else {
+        let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
+        (
+            Conn::Single(
+                ConnectionManager::new(client.clone())
+                    .await
+                    .map_err(unreachable)?,
+            ),
+            client,
+        )
+    };
+    // Fail at open, not at first use, when the server is not there.
+    let _: String = redis::cmd("PING")
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(unreachable)?;
+    Ok(Deployment {
+        conn,
+        prefix,
+        pubsub,
+        shown_url,
+    })
+}
+
 impl RedisStore {
     /// Connects to the deployment a URL names (see the module docs).
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
-        let shown_url = redact(url);
-        let (url, prefix) = split_prefix(url)?;
-        let unreachable = |e: redis::RedisError| {
-            StoreError::backend("redis", format!("cannot connect to {shown_url}: {e}"))
-        };
-        let conn = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-            let nodes: Vec<String> = rest
-                .trim_end_matches('/')
-                .split(',')
-                .map(|n| format!("redis://{n}"))
-                .collect();
-            let client = redis::cluster::ClusterClient::new(nodes).map_err(unreachable)?;
-            Conn::Cluster(client.get_async_connection().await.map_err(unreachable)?)
-        } else if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-            let (hosts, master) = rest.split_once('/').ok_or_else(|| {
-                StoreError::InvalidInput("redis+sentinel:// needs /MASTER_NAME".into())
-            })?;
-            let nodes: Vec<String> = hosts.split(',').map(|n| format!("redis://{n}")).collect();
-            let mut sentinel = redis::sentinel::Sentinel::build(nodes).map_err(unreachable)?;
-            let client = sentinel
-                .async_master_for(master, None)
-                .await
-                .map_err(unreachable)?;
-            Conn::Single(ConnectionManager::new(client).await.map_err(unreachable)?)
-        } else {
-            let client = redis::Client::open(url.as_str()).map_err(unreachable)?;
-            Conn::Single(ConnectionManager::new(client).await.map_err(unreachable)?)
-        };
-        let store = RedisStore {
-            conn,
-            prefix,
-            shown_url: shown_url.clone(),
+        let deployment = connect_deployment(url).await?;
+        Ok(RedisStore {
+            conn: deployment.conn,
+            prefix: deployment.prefix,
+            shown_url: deployment.shown_url,
             save: Script::new(SAVE_SCRIPT),
             append: Script::new(APPEND_SCRIPT),
             save_and_append: Script::new(SAVE_AND_APPEND_SCRIPT),
-        };
-        // Fail at open, not at first use, when the server is not there.
-        let _: String = redis::cmd("PING")
-            .query_async(&mut store.conn.clone())
-            .await
-            .map_err(unreachable)?;
-        Ok(store)
+        })
     }
 
     fn tag(key: &SessionKey) -> String {

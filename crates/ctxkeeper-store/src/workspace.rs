@@ -9,9 +9,16 @@
 //! ```
 //!
 //! Whole files are written to a temporary file, fsync'd and then linked or renamed into place,
-//! so a reader or a crash sees a complete item or none. `context.jsonl` grows by fsync'd
-//! appends under a file lock (never read-then-rewrite); its line count is cached per file, so
-//! an offload costs O(offloaded messages).
+//! so a reader or a crash sees a complete item or none; temporary files a killed writer left
+//! behind are swept when the workspace is opened. `context.jsonl` grows by fsync'd appends
+//! under a file lock (never read-then-rewrite); its line count is cached per file, so an
+//! offload costs O(offloaded messages).
+//!
+//! No symbolic link below the root is ever followed, for reads, listings, greps and writes
+//! alike: a session directory, an item or a tenant directory that is a link is refused with
+//! [`StoreError::Forbidden`](crate::StoreError::Forbidden) (listings pass over linked items),
+//! so a link planted in the workspace can reach neither the rest of the file system nor
+//! another tenant's directory.
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -37,8 +44,6 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -47,7 +52,7 @@ use async_trait::async_trait;
 use crate::StoreError;
 use crate::archive::ArchiveScope;
 use crate::blob::{BlobArchive, Blobs, CONTEXT_FILE, Loc, count_lines, slice_lines};
-use crate::fsutil::{self, blocking};
+use crate::fsutil::{Kind, Tree, blocking};
 
 /// The archive in a local directory.
 #[derive(Debug)]
@@ -56,14 +61,14 @@ pub struct LocalWorkspace {
 }
 
 impl LocalWorkspace {
-    /// A workspace rooted at `root` (created if missing).
+    /// A workspace rooted at `root` (created if missing). Temporary files that killed writers
+    /// left behind are removed here.
     pub fn new(root: impl AsRef<Path>) -> Result<LocalWorkspace, StoreError> {
-        let root = root.as_ref();
-        fs::create_dir_all(root)?;
-        let root = fs::canonicalize(root)?;
+        let tree = Tree::open(root.as_ref())?;
+        tree.sweep_temp_files()?;
         Ok(LocalWorkspace {
             inner: BlobArchive::new(FsBlobs {
-                root,
+                tree,
                 line_counts: Arc::new(Mutex::new(HashMap::new())),
             }),
         })
@@ -71,7 +76,7 @@ impl LocalWorkspace {
 
     /// The workspace directory.
     pub fn root(&self) -> &Path {
-        &self.inner.blobs.root
+        self.inner.blobs.tree.root()
     }
 
     /// The directory holding a tenant's archive (the root for the default tenant).
@@ -86,43 +91,30 @@ impl LocalWorkspace {
 
 #[derive(Debug)]
 struct FsBlobs {
-    root: PathBuf,
+    tree: Tree,
     /// Per context file: (byte length, line count) at the last append, so the next append
     /// need not count lines again unless another process changed the file.
-    line_counts: Arc<Mutex<HashMap<PathBuf, (u64, u64)>>>,
+    line_counts: Arc<Mutex<HashMap<String, (u64, u64)>>>,
 }
 
-impl FsBlobs {
-    fn path(&self, tenant_dir: &str, path: &str) -> PathBuf {
-        let mut full = self.root.clone();
-        for segment in tenant_dir
-            .split('/')
-            .chain(path.split('/'))
-            .filter(|s| !s.is_empty())
-        {
-            full.push(segment);
-        }
-        full
+/// `tenant_dir/path` split into its directory and its file name.
+fn locate(tenant_dir: &str, path: &str) -> (String, String) {
+    let full: Vec<&str> = tenant_dir
+        .split('/')
+        .chain(path.split('/'))
+        .filter(|s| !s.is_empty())
+        .collect();
+    match full.split_last() {
+        Some((name, dir)) => (dir.join("/"), (*name).to_string()),
+        None => (String::new(), String::new()),
     }
 }
 
-/// Refuses a path that resolves outside the root (a symlink planted in the workspace).
-fn check_inside(root: &Path, path: &Path) -> Result<(), StoreError> {
-    match fs::canonicalize(path) {
-        Ok(real) if real.starts_with(root) => Ok(()),
-        Ok(_) => Err(StoreError::NotFound(format!(
-            "{} leaves the workspace",
-            path.display()
-        ))),
-        Err(err) => Err(err.into()),
-    }
-}
-
-fn read_inside(root: &Path, path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
-    match check_inside(root, path) {
-        Ok(()) => Ok(fsutil::read_optional(path)?),
-        Err(StoreError::NotFound(_)) if !path.exists() => Ok(None),
-        Err(err) => Err(err),
+fn join(tenant_dir: &str, dir: &str) -> String {
+    if tenant_dir.is_empty() {
+        dir.to_string()
+    } else {
+        format!("{tenant_dir}/{dir}")
     }
 }
 
@@ -134,33 +126,35 @@ impl Blobs for FsBlobs {
         path: &str,
         bytes: Vec<u8>,
     ) -> Result<bool, StoreError> {
-        let full = self.path(tenant_dir, path);
-        blocking(move || Ok(fsutil::create_new_durable(&full, &bytes)?)).await
+        let (dir, name) = locate(tenant_dir, path);
+        let tree = self.tree.clone();
+        blocking(move || tree.create_dir(&dir)?.create_new(&name, &bytes)).await
     }
 
     async fn get(&self, tenant_dir: &str, path: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let full = self.path(tenant_dir, path);
-        let root = self.root.clone();
-        blocking(move || read_inside(&root, &full)).await
+        let (dir, name) = locate(tenant_dir, path);
+        let tree = self.tree.clone();
+        blocking(move || match tree.dir(&dir)? {
+            Some(dir) => dir.read(&name),
+            None => Ok(None),
+        })
+        .await
     }
 
     async fn list(&self, tenant_dir: &str, dir: &str) -> Result<Vec<(String, u64)>, StoreError> {
-        let full = self.path(tenant_dir, dir);
+        let rel = join(tenant_dir, dir);
+        let tree = self.tree.clone();
         blocking(move || {
-            let entries = match fs::read_dir(&full) {
-                Ok(entries) => entries,
-                Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-                Err(err) => return Err(err.into()),
+            let Some(dir) = tree.dir(&rel)? else {
+                return Ok(Vec::new());
             };
-            let mut out = Vec::new();
-            for entry in entries.flatten() {
-                let Ok(meta) = entry.metadata() else { continue };
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if meta.is_file() && !name.starts_with('.') {
-                    out.push((name, meta.len()));
-                }
-            }
-            Ok(out)
+            // Links are passed over, never followed: reading one by its reference is refused.
+            Ok(dir
+                .entries()?
+                .into_iter()
+                .filter(|e| e.kind == Kind::File && !e.name.starts_with('.'))
+                .map(|e| (e.name, e.len))
+                .collect())
         })
         .await
     }
@@ -171,28 +165,27 @@ impl Blobs for FsBlobs {
         lines: Vec<u8>,
         count: u64,
     ) -> Result<(u64, u64), StoreError> {
-        let dir = self.path(&loc.tenant_dir, &loc.session_dir());
+        let rel = join(&loc.tenant_dir, &loc.session_dir());
+        let tree = self.tree.clone();
         let counts = Arc::clone(&self.line_counts);
         blocking(move || {
-            let file = dir.join(CONTEXT_FILE);
-            let _lock = fsutil::lock_file(&dir.join(".context.lock"))?;
-            let len = match fs::metadata(&file) {
-                Ok(meta) => meta.len(),
-                Err(err) if err.kind() == io::ErrorKind::NotFound => 0,
-                Err(err) => return Err(err.into()),
-            };
-            let cached = counts.lock().ok().and_then(|m| m.get(&file).copied());
+            let dir = tree.create_dir(&rel)?;
+            let _lock = dir.lock(".context.lock")?;
+            let len = dir.stat(CONTEXT_FILE)?.map_or(0, |meta| meta.len);
+            let cached = counts.lock().ok().and_then(|m| m.get(&rel).copied());
             let existing = match cached {
                 Some((cached_len, lines)) if cached_len == len => lines,
                 // First append in this process, or another process wrote: count once.
-                _ => fsutil::read_optional(&file)?.map_or(0, |bytes| count_lines(&bytes)),
+                _ => dir
+                    .read(CONTEXT_FILE)?
+                    .map_or(0, |bytes| count_lines(&bytes)),
             };
-            let new_len = fsutil::append_lines(&file, &lines)?;
+            let new_len = dir.append_lines(CONTEXT_FILE, &lines)?;
             if let Ok(mut map) = counts.lock() {
                 if map.len() > 10_000 {
                     map.clear();
                 }
-                map.insert(file, (new_len, existing + count));
+                map.insert(rel, (new_len, existing + count));
             }
             Ok((existing + 1, existing + count))
         })
@@ -204,13 +197,13 @@ impl Blobs for FsBlobs {
         loc: &Loc,
         lines: Option<(u64, u64)>,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let file = self.path(
-            &loc.tenant_dir,
-            &format!("{}/{CONTEXT_FILE}", loc.session_dir()),
-        );
-        let root = self.root.clone();
+        let rel = join(&loc.tenant_dir, &loc.session_dir());
+        let tree = self.tree.clone();
         blocking(move || {
-            let Some(bytes) = read_inside(&root, &file)? else {
+            let Some(dir) = tree.dir(&rel)? else {
+                return Ok(None);
+            };
+            let Some(bytes) = dir.read(CONTEXT_FILE)? else {
                 return Ok(None);
             };
             // A torn tail (crash mid-append) is not part of the archive.

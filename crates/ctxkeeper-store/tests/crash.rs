@@ -5,6 +5,9 @@
 //!   kill the session loads and holds a complete state (the one before the interrupted save,
 //!   or the one after it), never a torn one, and versions never go backwards.
 //! - Two processes append to the same session at once; no message is lost or numbered twice.
+//! - A writer stepping with `save_and_append` is killed the instant its new state appears on
+//!   disk, before its log append: the committed state never lacks its log entries, and no
+//!   temporary file survives the next open.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -18,8 +21,9 @@ use serde_json::json;
 
 const CHILD_ENV: &str = "CTXKEEPER_CRASH_CHILD";
 
-/// The child process: `save|URL|SESSION` saves forever, `append|URL|SESSION|TAG|COUNT` appends
-/// COUNT messages and exits.
+/// The child process: `save|URL|SESSION` saves then appends forever, `step|URL|SESSION`
+/// commits the state and its log entry together forever, `append|URL|SESSION|TAG|COUNT`
+/// appends COUNT messages and exits.
 #[test]
 #[ignore = "entry point of the child processes spawned by the crash tests"]
 fn crash_child() {
@@ -49,6 +53,25 @@ fn crash_child() {
                 store.save(&key, &state_for(n), version).await.unwrap();
                 store
                     .append(&key, &[Message::user(format!("save {n}"))])
+                    .await
+                    .unwrap();
+            },
+            "step" => loop {
+                let loaded = store.load(&key).await.unwrap();
+                let (n, version) = match &loaded {
+                    Some(v) => (
+                        v.state.extensions["n"].as_u64().unwrap() + 1,
+                        Some(v.version),
+                    ),
+                    None => (1, None),
+                };
+                store
+                    .save_and_append(
+                        &key,
+                        &state_for(n),
+                        version,
+                        &[Message::user(format!("step {n}"))],
+                    )
                     .await
                     .unwrap();
             },
@@ -134,17 +157,22 @@ impl Lcg {
     }
 }
 
-async fn kill_loop(url: &str, kills: usize) {
+/// Kills a writer in `mode` (`save` or `step`) `kills` times at random moments and checks the
+/// session after every kill. In `step` mode every committed state must have its log entry.
+/// Returns how many kills left a temporary file behind (file stores only).
+async fn kill_loop(url: &str, kills: usize, mode: &str) -> usize {
     let session = common::unique("crash");
     let store = open_store(url).await.unwrap();
     let key = SessionKey::simple(&session).unwrap();
-    let spec = format!("save|{url}|{session}");
+    let spec = format!("{mode}|{url}|{session}");
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
     let mut rng = Lcg(seed);
     let (mut last_version, mut last_n, mut progressed) = (0u64, 0u64, 0usize);
+    let file_root = url.strip_prefix("file://").map(std::path::PathBuf::from);
+    let mut orphaning_kills = 0;
     let started = Instant::now();
     for round in 0..kills {
         let mut child = spawn_child(&spec);
@@ -153,6 +181,13 @@ async fn kill_loop(url: &str, kills: usize) {
         std::thread::sleep(Duration::from_millis(rng.next(100)));
         child.kill().unwrap();
         child.wait().unwrap();
+        // (The next child sweeps them when it opens the store.)
+        if file_root
+            .as_deref()
+            .is_some_and(|root| !temp_files(root).is_empty())
+        {
+            orphaning_kills += 1;
+        }
         if let Some(loaded) = store.load(&key).await.unwrap() {
             let n = check_whole(&loaded.state);
             assert!(
@@ -173,6 +208,14 @@ async fn kill_loop(url: &str, kills: usize) {
             tail.windows(2).all(|w| w[1].seq == w[0].seq + 1),
             "round {round}: {tail:?}"
         );
+        if mode == "step" {
+            let last = tail.last().map(|e| (e.seq, e.message.text()));
+            let expected = (last_n > 0).then(|| (last_n, format!("step {last_n}")));
+            assert_eq!(
+                last, expected,
+                "round {round}: the state's entry is the log's last"
+            );
+        }
     }
     let log = store
         .history(&key, HistoryPage::last(1_000_000))
@@ -192,6 +235,7 @@ async fn kill_loop(url: &str, kills: usize) {
         progressed > kills / 4,
         "the writer made too little progress to test anything"
     );
+    orphaning_kills
 }
 
 #[cfg(feature = "sqlite")]
@@ -199,25 +243,144 @@ async fn kill_loop(url: &str, kills: usize) {
 async fn sqlite_survives_sigkill_during_saves() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("crash.db").display());
-    kill_loop(&url, 200).await;
+    kill_loop(&url, 200, "save").await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_survives_sigkill_during_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("crash.db").display());
+    kill_loop(&url, 100, "step").await;
+}
+
+/// Every file under `dir` whose name marks it as a temporary file.
+fn temp_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(temp_files(&path));
+        } else if path.to_string_lossy().ends_with(".tmp") {
+            out.push(path);
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_files_survive_sigkill_during_saves() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
-    kill_loop(&url, 200).await;
-    // No temporary file was promoted to a state; stray ones are only ever hidden names.
+    let orphaning = kill_loop(&url, 150, "save").await + kill_loop(&url, 150, "step").await;
+    // Kills inside a write leave temporary files; every open sweeps them.
+    open_store(&url).await.unwrap();
+    let left = temp_files(dir.path());
+    eprintln!(
+        "file: {orphaning} of 300 kills left a temporary file, {} left after the next open",
+        left.len()
+    );
+    assert!(left.is_empty(), "{left:?}");
+    // No temporary file was promoted to a state.
     let agent_dir = dir.path().join("agents/default/context");
     for session in std::fs::read_dir(agent_dir).unwrap().flatten() {
         for file in std::fs::read_dir(session.path()).unwrap().flatten() {
             let name = file.file_name().to_string_lossy().into_owned();
             assert!(
-                name == "state.json" || name == "key.json" || name.starts_with('.'),
+                name == "state.json" || name == "key.json" || name == ".lock",
                 "{name}"
             );
         }
     }
+}
+
+/// The version at the head of a `state.json`, read the way a poller can afford to: the first
+/// bytes only. `None` while there is no state (or it cannot be read).
+fn version_on_disk(state: &std::path::Path) -> Option<u64> {
+    use std::io::Read;
+    let mut head = [0u8; 40];
+    let n = std::fs::File::open(state).ok()?.read(&mut head).ok()?;
+    let text = std::str::from_utf8(&head[..n]).ok()?;
+    text.strip_prefix("{\"version\":")?
+        .split(',')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Finding 5 of the hardening review: a writer killed between the state save and the log
+/// append left a state whose messages the log never received, and a retry was answered from
+/// that state. Here the parent polls `state.json` and kills the writer the moment a new
+/// version lands, which is before its log append. The store, reopened, must show every step
+/// the state holds in the log exactly once, and no temporary file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_files_never_commit_a_state_without_its_log_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let session = common::unique("between");
+    let state_file = dir
+        .path()
+        .join("agents/default/context")
+        .join(&session)
+        .join("state.json");
+    let log_file = dir
+        .path()
+        .join("agents/default/sessions")
+        .join(format!("{session}.log.jsonl"));
+    let key = SessionKey::simple(&session).unwrap();
+    let rounds = 40;
+    let mut caught_between = 0;
+    for round in 0..rounds {
+        let before = version_on_disk(&state_file).unwrap_or(0);
+        let mut child = spawn_child(&format!("step|{url}|{session}"));
+        wait_ready(&mut child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while version_on_disk(&state_file).unwrap_or(0) <= before {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the writer never committed"
+            );
+            std::hint::spin_loop();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // What the dead writer left: a state, and a log that may lag behind it.
+        let logged = std::fs::read_to_string(&log_file)
+            .map(|text| text.lines().count())
+            .unwrap_or(0) as u64;
+        let version = version_on_disk(&state_file).unwrap();
+        if logged < version {
+            caught_between += 1;
+        }
+
+        let store = open_store(&url).await.unwrap();
+        let loaded = store.load(&key).await.unwrap().expect("a committed state");
+        let n = check_whole(&loaded.state);
+        assert_eq!(loaded.version, n, "round {round}");
+        let log = store
+            .history(&key, HistoryPage::last(1_000_000))
+            .await
+            .unwrap();
+        let texts: Vec<String> = log.iter().map(|e| e.message.text()).collect();
+        let expected: Vec<String> = (1..=n).map(|i| format!("step {i}")).collect();
+        assert_eq!(
+            texts, expected,
+            "round {round}: the log must hold every committed step once"
+        );
+        assert_eq!(
+            log.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=n).collect::<Vec<_>>()
+        );
+        let temps = temp_files(dir.path());
+        assert!(temps.is_empty(), "round {round}: {temps:?}");
+    }
+    eprintln!(
+        "file: {caught_between} of {rounds} kills landed between the state's commit and its log append"
+    );
+    assert!(
+        caught_between > 0,
+        "no kill landed between the two writes, so nothing was tested"
+    );
 }
 
 async fn two_process_appends(url: &str) {
