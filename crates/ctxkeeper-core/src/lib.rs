@@ -1,5 +1,8 @@
 //! ctxkeeper-core: the context engine's pure heart.
 //!
+//! - [`artifacts`]: the files an agent's tool calls read, created, modified or deleted;
+//! - [`capsule`]: the session capsule that survives every compaction (the user's words, the
+//!   files touched, the plan, the open problem);
 //! - [`model`]: the provider-neutral message model, API-round and turn grouping, `check` and
 //!   `repair`;
 //! - [`formats`]: lossless adapters for OpenAI Chat Completions, OpenAI Responses and Anthropic
@@ -11,14 +14,18 @@
 //! - [`summary`]: structured summaries exchanged with summarizers;
 //! - [`stats`]: what `ctxkeeper inspect` reports about a trace;
 //! - [`engine`]: the compaction cascade, every seed system as a preset, events;
+//! - [`fidelity`]: probes of what a managed request still tells the model;
 //! - [`replay`]: replays a conversation step by step as the agent lived it and measures it.
 //!
 //! This crate does no IO of its own: it reads from and writes to memory, so every behaviour can
 //! be tested without files, networks or environment variables. Callers at the edge (the CLI,
 //! the gateway) read files and pass bytes in.
 
+pub mod artifacts;
+pub mod capsule;
 pub mod engine;
 pub mod error;
+pub mod fidelity;
 pub mod formats;
 pub mod import;
 pub mod model;

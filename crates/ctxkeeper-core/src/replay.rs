@@ -7,9 +7,12 @@
 //! policy recover within its bound; a step that still does not fit is counted as overflowed.
 //!
 //! The report gives the figures a context policy is judged by: peak and cumulative input
-//! tokens, overflowed steps, provider-rule violations in what was sent, the stable prefix a
-//! provider's prompt cache could serve, the recent rounds kept verbatim, and the engine's own
-//! time per step.
+//! tokens, what they cost once a provider's prompt cache serves the repeated prefix
+//! (`billed_input_tokens`), overflowed steps, provider-rule violations in what was sent, the
+//! stable prefix, the recent rounds kept verbatim, the engine's own time per step, and what
+//! the managed requests still tell the model ([`crate::fidelity`]: user instructions, file
+//! paths, the plan, resolving references, leaked markers), measured at every step where the
+//! managed request differs from the whole history.
 //!
 //! ```
 //! use ctxkeeper_core::import::Session;
@@ -36,8 +39,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::fidelity::Probe;
 use crate::import::Session;
-use crate::model::{CheckRules, Message, Role, check};
+use crate::model::{CheckRules, Message, Role, ViolationKind, check};
 use crate::tokens::{TokenLedger, TokenModel};
 
 /// What a policy sends for one model call.
@@ -103,6 +107,13 @@ pub trait StepPolicy {
     /// Bytes written to the archive so far.
     fn archived_bytes(&self) -> u64 {
         0
+    }
+
+    /// Whether `reference`, shown to the model in a request, can be read back from the
+    /// archive; `None` when the policy has no archive to ask.
+    fn resolve_reference(&mut self, reference: &str) -> Option<bool> {
+        let _ = reference;
+        None
     }
 }
 
@@ -211,6 +222,26 @@ pub struct ReplayReport {
     /// The fewest most-recent API rounds kept untouched at any step (capped at 5; a step with
     /// fewer rounds counts as 5 when all of them are kept).
     pub min_recent_rounds_verbatim: usize,
+    /// What the input costs after caching, in uncached-token equivalents: uncached input plus
+    /// a tenth of the input read from the cache (the price ratio of Anthropic's and OpenAI's
+    /// GPT-5 cache reads).
+    pub billed_input_tokens: u64,
+    /// Steps whose request differed from the whole history: the steps the fidelity figures
+    /// below are measured on.
+    pub fidelity_steps: usize,
+    /// Mean over those steps of the share of user texts kept (see [`crate::fidelity`]);
+    /// `None` when no step had one.
+    pub user_instructions_kept: Option<f64>,
+    /// Mean over those steps of the share of file paths named in tool calls still shown.
+    pub file_paths_kept: Option<f64>,
+    /// Share of those steps (with a plan in the history) whose request holds the latest plan.
+    pub plan_kept: Option<f64>,
+    /// Archive references shown in those requests (counted per step), and the share that
+    /// resolve in the archive (`None` when none was shown or the policy has no archive).
+    pub refs_shown: usize,
+    pub refs_resolving: Option<f64>,
+    /// Requests that carried an engine fill marker (each is also a violation).
+    pub leaked_markers: usize,
     pub engine_time_us: EngineTime,
     /// Input tokens of every step, in order (for charts).
     #[serde(skip)]
@@ -239,11 +270,13 @@ pub fn replay<E: From<String>>(
     let mut step_times: Vec<(Duration, bool)> = Vec::new();
     let mut stable_ratios = 0.0f64;
     let mut previous: Option<Cow<'_, [Message]>> = None;
+    let mut fidelity = FidelityTotals::default();
 
     for session in sessions {
         report.messages += session.messages.len();
         policy.start_session(session, model)?;
         let mut round_starts: Vec<usize> = Vec::new();
+        let mut probe = Probe::default();
 
         for (index, message) in session.messages.iter().enumerate() {
             if message.role == Role::Assistant {
@@ -280,7 +313,18 @@ pub fn replay<E: From<String>>(
                 let verbatim = recent_rounds_verbatim(history, &round_starts, &request.messages);
                 report.min_recent_rounds_verbatim = report.min_recent_rounds_verbatim.min(verbatim);
 
-                let violations = check(&request.messages, &options.rules).len();
+                let found = check(&request.messages, &options.rules);
+                if found
+                    .iter()
+                    .any(|v| v.kind == ViolationKind::InternalMarker)
+                {
+                    report.leaked_markers += 1;
+                }
+                let violations = found.len();
+                if differs(history, &request.messages) {
+                    probe.observe(history);
+                    fidelity.add(&probe.measure(&request.messages), policy);
+                }
                 report.steps += 1;
                 report.peak_input_tokens = report.peak_input_tokens.max(input_tokens);
                 report.cumulative_input_tokens += input_tokens;
@@ -310,7 +354,78 @@ pub fn replay<E: From<String>>(
     report.compactions = policy.compactions();
     report.archived_bytes = policy.archived_bytes();
     report.engine_time_us = summarize_times(&step_times);
+    report.billed_input_tokens = billed_input_tokens(
+        report.cumulative_input_tokens,
+        report.cumulative_uncached_input_tokens,
+    );
+    fidelity.finish(&mut report);
     Ok(report)
+}
+
+/// Uncached input plus a tenth of the cached input: what a provider that charges a tenth for
+/// cache reads bills, in uncached-token equivalents.
+pub fn billed_input_tokens(cumulative: u64, uncached: u64) -> u64 {
+    let uncached = uncached.min(cumulative);
+    uncached + (cumulative - uncached).div_ceil(10)
+}
+
+/// Whether the request is anything but the whole history, as it is.
+fn differs(history: &[Message], request: &[Message]) -> bool {
+    history.len() != request.len()
+        || !history
+            .iter()
+            .zip(request)
+            .all(|(a, b)| std::ptr::eq(a, b) || a == b)
+}
+
+/// The fidelity figures summed over the steps measured.
+#[derive(Debug, Default)]
+struct FidelityTotals {
+    steps: usize,
+    user_share: f64,
+    user_steps: usize,
+    path_share: f64,
+    path_steps: usize,
+    plan_kept: usize,
+    plan_steps: usize,
+    refs_shown: usize,
+    refs_resolved: usize,
+    refs_checked: usize,
+}
+
+impl FidelityTotals {
+    fn add(&mut self, step: &crate::fidelity::StepProbe, policy: &mut dyn StepPolicy) {
+        self.steps += 1;
+        if step.user_texts > 0 {
+            self.user_steps += 1;
+            self.user_share += step.user_texts_kept as f64 / step.user_texts as f64;
+        }
+        if step.paths > 0 {
+            self.path_steps += 1;
+            self.path_share += step.paths_kept as f64 / step.paths as f64;
+        }
+        if let Some(kept) = step.plan_kept {
+            self.plan_steps += 1;
+            self.plan_kept += usize::from(kept);
+        }
+        self.refs_shown += step.references.len();
+        for reference in &step.references {
+            if let Some(resolves) = policy.resolve_reference(reference) {
+                self.refs_checked += 1;
+                self.refs_resolved += usize::from(resolves);
+            }
+        }
+    }
+
+    fn finish(&self, report: &mut ReplayReport) {
+        let share = |sum: f64, n: usize| (n > 0).then(|| sum / n as f64);
+        report.fidelity_steps = self.steps;
+        report.user_instructions_kept = share(self.user_share, self.user_steps);
+        report.file_paths_kept = share(self.path_share, self.path_steps);
+        report.plan_kept = share(self.plan_kept as f64, self.plan_steps);
+        report.refs_shown = self.refs_shown;
+        report.refs_resolving = share(self.refs_resolved as f64, self.refs_checked);
+    }
 }
 
 /// Tokens of `request` that repeat `previous` as an exact prefix (the fixed part — tool

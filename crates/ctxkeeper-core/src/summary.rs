@@ -19,10 +19,12 @@
 //! assert!(text.contains("Fix the rounding bug"));
 //! ```
 
+use aho_corasick::AhoCorasick;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::model::Message;
+use crate::artifacts::is_path_word;
+use crate::model::{Message, Part, Role};
 
 /// One field of a structured summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -239,6 +241,288 @@ impl Summary {
     }
 }
 
+/// What checking a summary against its source found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SummaryCheck {
+    /// Lines quoting the user with words no user message of the source holds: dropped.
+    pub dropped: Vec<String>,
+    /// Lines naming a path or identifier the source never mentions: kept, marked
+    /// `[unverified]`.
+    pub unverified: Vec<String>,
+}
+
+impl SummaryCheck {
+    /// Whether every line passed.
+    pub fn is_clean(&self) -> bool {
+        self.dropped.is_empty() && self.unverified.is_empty()
+    }
+}
+
+/// The mark put in front of a line whose paths or identifiers were not found in the source.
+pub const UNVERIFIED_MARK: &str = "[unverified] ";
+
+/// Checks `summary` against what it summarized (`request`: its messages and the previous
+/// summary, which was checked when it was made) and fixes it in place:
+///
+/// - a line that quotes the user ("User: …", "the user asked: \"…\"", "User constraint: …")
+///   must quote words a user message of the source holds (whitespace and case aside), or it is
+///   dropped: a summary must never hand the agent an instruction the user did not give;
+/// - every path (`src/app.py`), backquoted term (`` `parse_args` ``) and identifier
+///   (`snake_case`, `CamelCase`, `a::b`) a line names must occur somewhere in the source, or
+///   the line is marked [`UNVERIFIED_MARK`].
+///
+/// One pass over the source for all the terms (Aho-Corasick), so checking costs about as much
+/// as reading the summarized messages once.
+pub fn check_summary(
+    summary: &mut Summary,
+    request: &SummaryRequest,
+    also_known: &[String],
+) -> SummaryCheck {
+    let mut check = SummaryCheck::default();
+    let previous = request.previous.as_ref();
+    let field_names: Vec<String> = summary.fields.keys().cloned().collect();
+    let mut lines: Vec<(String, Vec<String>)> = Vec::new();
+    for name in &field_names {
+        for line in summary.get(name).lines() {
+            let mut terms = Vec::new();
+            named_terms(line, &mut terms);
+            lines.push((line.to_string(), terms));
+        }
+    }
+    // The user's words, normalised, only when a line quotes the user.
+    let mut user_words = String::new();
+    if lines
+        .iter()
+        .any(|(line, _)| quoted_user_words(line).is_some())
+    {
+        for message in &request.messages {
+            if message.role == Role::User {
+                for part in &message.parts {
+                    if let Part::Text { text, .. } = part {
+                        push_folded(&mut user_words, text);
+                        user_words.push('\n');
+                    }
+                }
+            }
+        }
+        if let Some(previous) = previous {
+            for value in previous.fields.values() {
+                if let Some(text) = value.as_str() {
+                    push_folded(&mut user_words, text);
+                    user_words.push('\n');
+                }
+            }
+        }
+        if let Some(focus) = &request.focus {
+            push_folded(&mut user_words, focus);
+        }
+    }
+    // Every term a line names, except those the caller knows (the archive references the
+    // compaction itself wrote), looked up in one pass over the source.
+    let mut needles: Vec<&str> = lines
+        .iter()
+        .flat_map(|(_, terms)| terms.iter().map(String::as_str))
+        .filter(|term| !also_known.iter().any(|known| known == term))
+        .collect();
+    needles.sort_unstable();
+    needles.dedup();
+    let mut found = vec![false; needles.len()];
+    if !needles.is_empty()
+        && let Ok(automaton) = AhoCorasick::new(&needles)
+    {
+        let mut visit = |text: &str| {
+            for hit in automaton.find_overlapping_iter(text) {
+                found[hit.pattern().as_usize()] = true;
+            }
+        };
+        for message in &request.messages {
+            for part in &message.parts {
+                visit_source(part, &mut visit);
+            }
+        }
+        if let Some(previous) = previous {
+            for value in previous.fields.values() {
+                if let Some(text) = value.as_str() {
+                    visit(text);
+                }
+            }
+        }
+        if let Some(focus) = &request.focus {
+            visit(focus);
+        }
+    }
+    let known = |term: &str| {
+        also_known.iter().any(|k| k == term)
+            || needles.binary_search(&term).is_ok_and(|index| found[index])
+    };
+
+    // The lines in field order, each with the terms found above.
+    let mut lines = lines.iter();
+    for name in &field_names {
+        let count = summary.get(name).lines().count();
+        let mut kept: Vec<String> = Vec::with_capacity(count);
+        let mut changed = false;
+        for (line, terms) in lines.by_ref().take(count) {
+            if let Some(quote) = quoted_user_words(line)
+                && !user_words.contains(&fold(&quote))
+            {
+                check.dropped.push(line.clone());
+                changed = true;
+                continue;
+            }
+            if !line.starts_with(UNVERIFIED_MARK) && terms.iter().any(|t| !known(t)) {
+                check.unverified.push(line.clone());
+                kept.push(format!("{UNVERIFIED_MARK}{line}"));
+                changed = true;
+            } else {
+                kept.push(line.clone());
+            }
+        }
+        if changed {
+            summary.set(name, kept.join("\n"));
+        }
+    }
+    check
+}
+
+/// Every string of a part the summarizer could have read.
+fn visit_source(part: &Part, visit: &mut dyn FnMut(&str)) {
+    match part {
+        Part::Text { text, .. } => visit(text),
+        Part::ToolCall {
+            name, arguments, ..
+        } => {
+            visit(name);
+            visit(arguments);
+        }
+        Part::ToolResult { content, .. } => {
+            for inner in content {
+                visit_source(inner, visit);
+            }
+        }
+        Part::Reasoning {
+            text: Some(text), ..
+        } => visit(text),
+        _ => {}
+    }
+}
+
+/// Lowercase with runs of whitespace as one space, for matching quotes.
+fn fold(text: &str) -> String {
+    let mut out = String::new();
+    push_folded(&mut out, text);
+    out.trim().to_string()
+}
+
+fn push_folded(out: &mut String, text: &str) {
+    let mut space = false;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            space = true;
+            continue;
+        }
+        if space && !out.is_empty() && !out.ends_with(' ') {
+            out.push(' ');
+        }
+        space = false;
+        out.extend(c.to_lowercase());
+    }
+}
+
+/// The user's words a summary line quotes, if it quotes any: the text after the extractive
+/// labels ("User: …", "User constraint: …", "Later request: …", "Latest user request: …"), or
+/// the quoted part of "the user said/asked/wrote/requested … \"…\"". An elision ("…") ends
+/// the quote; a quote shorter than 12 characters proves nothing and is not checked.
+fn quoted_user_words(line: &str) -> Option<String> {
+    const LABELS: [&str; 4] = [
+        "User: ",
+        "User constraint: ",
+        "Later request: ",
+        "Latest user request: ",
+    ];
+    let bare = line.trim_start().trim_start_matches(['-', '*', ' ']);
+    let quote = if let Some(rest) = LABELS.iter().find_map(|l| bare.strip_prefix(l)) {
+        rest.to_string()
+    } else {
+        let lower = bare.to_ascii_lowercase();
+        const VERBS: [&str; 7] = [
+            "user said",
+            "user asked",
+            "user wrote",
+            "user requested",
+            "user instructed",
+            "user stated",
+            "user's words",
+        ];
+        let at = VERBS
+            .iter()
+            .find_map(|v| lower.find(v).map(|i| i + v.len()))?;
+        let rest = &bare[at..];
+        let (open, close) = rest.char_indices().find_map(|(i, c)| match c {
+            '"' => Some((i, '"')),
+            '“' => Some((i, '”')),
+            _ => None,
+        })?;
+        let inner = &rest[open + close.len_utf8()..];
+        inner[..inner.find(close).unwrap_or(inner.len())].to_string()
+    };
+    let quote = quote.split('…').next().unwrap_or("").trim().to_string();
+    (quote.chars().count() >= 12).then_some(quote)
+}
+
+/// The paths, backquoted terms and identifiers a line names.
+fn named_terms(line: &str, out: &mut Vec<String>) {
+    // `…` spans first.
+    let mut rest = line;
+    while let Some(open) = rest.find('`') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('`') else { break };
+        let term = after[..close].trim();
+        if term.len() >= 3 && term.len() <= 200 && !term.contains('\n') {
+            out.push(term.to_string());
+        }
+        rest = &after[close + 1..];
+    }
+    for word in line.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                ',' | ';' | '(' | ')' | '[' | ']' | '"' | '`' | '“' | '”' | '='
+            )
+    }) {
+        let word = word.trim_matches(|c: char| matches!(c, '.' | ':' | '\'' | '!' | '?' | '*'));
+        if word.len() < 4 || word.len() > 200 || word.contains('…') || word.contains("://") {
+            continue;
+        }
+        if looks_like_identifier(word) || (is_path_word(word) && word.contains('/')) {
+            out.push(word.to_string());
+        }
+    }
+}
+
+/// `snake_case_name`, `CamelCaseName`, `mixedCase`, `a::b`: names code uses, which a summary
+/// cannot know unless the source showed them.
+fn looks_like_identifier(word: &str) -> bool {
+    if !word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        || !word
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    {
+        return false;
+    }
+    let inner_underscore = word.trim_matches('_').contains('_');
+    let path = word.contains("::");
+    let humps = word
+        .as_bytes()
+        .windows(2)
+        .filter(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase())
+        .count();
+    inner_underscore || path || humps >= 1 && word.chars().any(|c| c.is_ascii_lowercase())
+}
+
 fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -280,6 +564,82 @@ mod tests {
             summary.map(|s| s.get("next_steps").to_string()),
             Some("a\nb".to_string())
         );
+    }
+
+    fn request(messages: Vec<Message>) -> SummaryRequest {
+        SummaryRequest {
+            messages,
+            previous: None,
+            schema: SummarySchema::default(),
+            prompt: None,
+            focus: None,
+            reason: SummaryReason::Proactive,
+            max_output_tokens: 600,
+        }
+    }
+
+    /// Public reports show summaries that invented a user instruction, which the agent then
+    /// executed. Such a line is dropped; an invented path or identifier is marked.
+    #[test]
+    fn invented_user_words_are_dropped_and_unknown_names_marked() {
+        let source = request(vec![
+            Message::user("Please fix the rounding in invoice totals. Never touch the database."),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "c1",
+                    "Read",
+                    r#"{"file_path":"src/invoice.rs"}"#,
+                )],
+            ),
+            Message::tool_result(
+                "c1",
+                "fn round_total(value: f64) -> f64 { CacheManager::get() }",
+            ),
+        ]);
+        let mut summary = Summary::empty(&source.schema, "model");
+        summary.set(
+            "task_overview",
+            "- User: Please fix the rounding in invoice totals.\n- The user asked: \"drop the invoices table and recreate it\"",
+        );
+        summary.set(
+            "current_state",
+            "- Read src/invoice.rs; `round_total` uses CacheManager.\n- Edited src/tax.rs and `apply_discount_twice`.",
+        );
+        let check = check_summary(&mut summary, &source, &[]);
+        assert_eq!(
+            check.dropped,
+            vec!["- The user asked: \"drop the invoices table and recreate it\"".to_string()]
+        );
+        assert_eq!(
+            check.unverified,
+            vec!["- Edited src/tax.rs and `apply_discount_twice`.".to_string()]
+        );
+        assert_eq!(
+            summary.get("task_overview"),
+            "- User: Please fix the rounding in invoice totals."
+        );
+        assert_eq!(
+            summary.get("current_state"),
+            "- Read src/invoice.rs; `round_total` uses CacheManager.\n[unverified] - Edited src/tax.rs and `apply_discount_twice`."
+        );
+        // Checking a checked summary changes nothing.
+        let again = check_summary(&mut summary, &source, &[]);
+        assert!(again.dropped.is_empty());
+    }
+
+    #[test]
+    fn facts_carried_from_the_previous_summary_pass() {
+        let mut previous = Summary::empty(&SummarySchema::default(), "model");
+        previous.set("task_overview", "- User: Migrate the parser to nom 8.");
+        let mut source = request(vec![Message::assistant("Done with `parse_header`.")]);
+        source.previous = Some(previous);
+        let mut summary = Summary::empty(&source.schema, "model");
+        summary.set(
+            "task_overview",
+            "- User: Migrate the parser to nom 8.\n- `parse_header` ported.",
+        );
+        assert!(check_summary(&mut summary, &source, &[]).is_clean());
     }
 
     #[test]

@@ -43,6 +43,7 @@
 
 mod assembly;
 pub mod replay;
+pub mod snapshot;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,6 +86,10 @@ pub enum Error {
     Config(String),
     /// Overflow recovery gave up after its bounded attempts.
     Unrecoverable { attempts: u32, tokens: u64 },
+    /// What a recovery must keep (instructions, tool schemas, the capsule, the user's latest
+    /// request and the newest round) is alone over the limit: sending less would leave the
+    /// model nothing to work with, so nothing is sent.
+    NoRoom { needed: u64, limit: u64 },
 }
 
 impl std::fmt::Display for Error {
@@ -95,6 +100,11 @@ impl std::fmt::Display for Error {
             Error::Unrecoverable { attempts, tokens } => write!(
                 f,
                 "context still too long after {attempts} recovery attempts ({tokens} tokens)"
+            ),
+            Error::NoRoom { needed, limit } => write!(
+                f,
+                "the context cannot fit: the instructions, tool schemas, the user's latest request \
+                 and the newest round alone need about {needed} tokens, over the limit of {limit}"
             ),
         }
     }
@@ -364,10 +374,14 @@ impl ContextManager {
         }
     }
 
-    /// Handles a provider's context-overflow error: compacts towards `limit` (the limit the
-    /// error stated, else the request size that failed), shrinking further on each attempt.
-    /// `attempt` starts at 1; past the policy's `overflow.max_attempts` this gives up, so a
-    /// retry loop always terminates.
+    /// Handles a provider's context-overflow error: compacts until the request fits `limit`
+    /// (the limit the error stated or the gateway learned, else the size that failed). Attempt
+    /// `n` aims at `shrink_factor^n` of that limit, or at the policy's own target when that is
+    /// higher: a recovery compacts as far as the limit requires, not further. It never removes
+    /// the newest round, the user's latest request or the capsule; when those alone do not fit,
+    /// it returns [`Error::NoRoom`] instead of an emptied conversation. `attempt` starts at 1;
+    /// past the policy's `overflow.max_attempts` this gives up, so a retry loop always
+    /// terminates.
     pub async fn handle_overflow(
         &mut self,
         attempt: u32,
@@ -389,8 +403,12 @@ impl ContextManager {
             .overflow
             .shrink_factor
             .powi(attempt as i32);
-        let base = limit.unwrap_or(failed_tokens).min(failed_tokens.max(1));
-        let target = ((base as f64) * shrink) as u64;
+        // What fits: below the stated limit and below what just failed.
+        let ceiling = limit
+            .unwrap_or(failed_tokens)
+            .min(failed_tokens.saturating_sub(1))
+            .max(1);
+        let target = ((ceiling as f64) * shrink) as u64;
         let request = PlanRequest {
             force: Some(CompactionReason::Overflow),
             target_tokens: Some(target),
@@ -400,11 +418,25 @@ impl ContextManager {
         let plan = self.engine.plan(&mut self.state, &budget, &request);
         self.clock.engine += started.elapsed();
         let Some(plan) = plan else {
-            return Err(Error::Unrecoverable {
-                attempts: attempt,
-                tokens: tokens_before,
+            // Nothing left to compact: what remains is what must stay.
+            return Err(if tokens_before > ceiling {
+                Error::NoRoom {
+                    needed: tokens_before,
+                    limit: ceiling,
+                }
+            } else {
+                Error::Unrecoverable {
+                    attempts: attempt,
+                    tokens: tokens_before,
+                }
             });
         };
+        if plan.estimated_tokens_after > ceiling {
+            return Err(Error::NoRoom {
+                needed: plan.estimated_tokens_after,
+                limit: ceiling,
+            });
+        }
         self.execute(plan).await?;
         let tokens_after = self.engine.request_tokens(&mut self.state, &budget);
         self.emit(vec![Event::OverflowRecovered {
@@ -475,7 +507,8 @@ impl ContextManager {
             return;
         };
         let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
-        if tokens < trigger {
+        if tokens < trigger || self.state.holding(tokens) {
+            // Under the trigger, or the engine already holds it (hysteresis).
             self.stalled_compactions = 0;
             return;
         }
@@ -500,8 +533,9 @@ impl ContextManager {
     }
 
     /// Archives, summarizes, then applies: content leaves only after the archive confirmed.
-    async fn execute_with(&mut self, engine: &Engine, plan: Plan) -> Result<(), Error> {
+    async fn execute_with(&mut self, engine: &Engine, mut plan: Plan) -> Result<(), Error> {
         let refs = self.archive(&plan.archive).await?;
+        plan.fill_summary_requests(&refs);
         if self.memory.is_some() {
             for request in &plan.summaries {
                 let facts = self
@@ -555,6 +589,8 @@ impl ContextManager {
     async fn archive(&mut self, items: &[ArchiveItem]) -> Result<Vec<String>, Error> {
         let mut refs = Vec::with_capacity(items.len());
         for item in items {
+            // An item may hold placeholders naming earlier items of the same plan.
+            let item = &item.with_references(&refs);
             let reference = match item {
                 ArchiveItem::ToolResult { call_id, content } => {
                     self.offloader

@@ -29,7 +29,7 @@
 //! ```
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::{ContextManager, Settings};
@@ -62,6 +62,11 @@ pub struct PolicyReplay {
     pub unrecoverable_items: usize,
     /// Summaries that fell back to lossy truncation.
     pub degraded_summaries: usize,
+    /// Summary lines dropped because they quoted the user with words no user message holds,
+    /// and lines marked unverified because they name a path or identifier the summarized
+    /// messages never mention.
+    pub summary_lines_dropped: usize,
+    pub summary_lines_unverified: usize,
     report_cache: TokenCache,
 }
 
@@ -73,6 +78,8 @@ struct ActiveSession {
     refs: Vec<String>,
     seen: usize,
     fixed_tokens: u64,
+    /// References shown to the model, and whether each reads back from the archive.
+    resolved: HashMap<String, bool>,
 }
 
 impl std::fmt::Debug for PolicyReplay {
@@ -108,6 +115,8 @@ impl PolicyReplay {
             archived_bytes: 0,
             unrecoverable_items: 0,
             degraded_summaries: 0,
+            summary_lines_dropped: 0,
+            summary_lines_unverified: 0,
             report_cache: TokenCache::with_capacity(1 << 14),
         })
     }
@@ -144,6 +153,18 @@ impl PolicyReplay {
                     active.refs.extend(archive_refs);
                 }
                 Event::ToolResultTruncated { reference, .. } => active.refs.push(reference),
+                Event::SummaryChecked {
+                    dropped,
+                    unverified,
+                } => {
+                    if std::env::var_os("CTXKEEPER_DEBUG_SUMMARY_CHECK").is_some() {
+                        for line in dropped.iter().chain(&unverified) {
+                            eprintln!("summary check: {line}");
+                        }
+                    }
+                    self.summary_lines_dropped += dropped.len();
+                    self.summary_lines_unverified += unverified.len();
+                }
                 _ => {}
             }
         }
@@ -285,6 +306,7 @@ impl StepPolicy for PolicyReplay {
             refs: Vec::new(),
             seen: 0,
             fixed_tokens,
+            resolved: HashMap::new(),
         });
         Ok(())
     }
@@ -323,7 +345,7 @@ impl StepPolicy for PolicyReplay {
                 .handle_overflow(attempt, tokens, Some(window)),
         ) {
             Ok(_) => self.request(true, before).map(Some),
-            Err(crate::Error::Unrecoverable { .. }) => Ok(None),
+            Err(crate::Error::Unrecoverable { .. } | crate::Error::NoRoom { .. }) => Ok(None),
             Err(err) => Err(err.to_string()),
         }
     }
@@ -340,5 +362,27 @@ impl StepPolicy for PolicyReplay {
 
     fn archived_bytes(&self) -> u64 {
         self.archived_bytes
+    }
+
+    fn resolve_reference(&mut self, reference: &str) -> Option<bool> {
+        let active = self.session.as_mut()?;
+        if let Some(known) = active.resolved.get(reference) {
+            return Some(*known);
+        }
+        // A marker or the "(not archived)" note names nothing: no read needed.
+        let plausible = !reference.starts_with('(') && !reference.contains('\u{1}');
+        let resolves = plausible
+            && self
+                .runtime
+                .block_on(
+                    self.offloader
+                        .read_all(&active.scope, &ArchiveRef(reference.to_string())),
+                )
+                .is_ok();
+        if !resolves && std::env::var_os("CTXKEEPER_DEBUG_UNRECOVERABLE").is_some() {
+            eprintln!("unresolved reference: {reference:?}");
+        }
+        active.resolved.insert(reference.to_string(), resolves);
+        Some(resolves)
     }
 }

@@ -28,6 +28,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::capsule::CapsuleConfig;
 use crate::summary::SummarySchema;
 
 /// A whole context policy.
@@ -59,6 +60,12 @@ pub struct PolicyConfig {
     /// A compaction must remove at least this many tokens or it is not worth breaking the
     /// provider's prompt cache (Anthropic's `clear_at_least`).
     pub clear_at_least: u64,
+    /// Hysteresis: a compaction brings the request to at most this share of the trigger, so
+    /// that the next one is several steps away (`None`: nine tenths of the trigger). When what
+    /// must stay (the tool schemas, the instructions, the capsule, the newest round) is above
+    /// that level, the compaction keeps only the newest round and the trigger is held until
+    /// the request nears the window: compacting again earlier would not get any lower.
+    pub hysteresis: Option<f64>,
     /// The most recent API rounds never touched by any stage.
     #[serde(alias = "preserveRecentApiRounds")]
     pub keep_recent_rounds: usize,
@@ -74,6 +81,9 @@ pub struct PolicyConfig {
     pub summary: SummaryConfig,
     /// Request-time budget notice shown to the agent.
     pub budget_notice: Option<BudgetNoticeConfig>,
+    /// The session capsule (the user's words, the files touched, the plan, the open problem),
+    /// pinned after the instructions and kept across compactions; `None` leaves it out.
+    pub capsule: Option<CapsuleConfig>,
     /// How the engine counts messages it has not counted yet.
     pub accounting: Accounting,
 }
@@ -104,6 +114,7 @@ impl Default for PolicyConfig {
             min_messages: 0,
             target_ratio: 0.5,
             clear_at_least: 0,
+            hysteresis: None,
             keep_recent_rounds: 2,
             ingest: IngestConfig::default(),
             stages: Vec::new(),
@@ -111,6 +122,7 @@ impl Default for PolicyConfig {
             overflow: OverflowConfig::default(),
             summary: SummaryConfig::default(),
             budget_notice: None,
+            capsule: None,
             accounting: Accounting::Exact,
         }
     }
@@ -150,6 +162,9 @@ impl PolicyConfig {
         let patch: toml::Table = toml::from_str(fragment)
             .map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
         for (key, value) in patch {
+            // JSON has no NaN or infinity: serde_json would turn `trigger_ratio = nan` into
+            // null, an unset option, which silently switches the ratio trigger off.
+            check_finite(&key, &value)?;
             let value = serde_json::to_value(value).map_err(|e| ConfigError(e.to_string()))?;
             base.insert(key, value);
         }
@@ -159,7 +174,8 @@ impl PolicyConfig {
         Ok(config)
     }
 
-    /// Checks the ranges the mechanisms depend on.
+    /// Checks the ranges the mechanisms depend on. Every number is checked, NaN and
+    /// infinities included (they fail every range), and the error names the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(ratio) = self.trigger_ratio
             && !(ratio > 0.0 && ratio <= 0.9)
@@ -183,19 +199,147 @@ impl PolicyConfig {
             )));
         }
         if let Some(reactive) = &self.reactive
-            && !(reactive.micro_trigger_pct < reactive.full_trigger_pct
+            && !(reactive.micro_trigger_pct > 0.0
+                && reactive.micro_trigger_pct < reactive.full_trigger_pct
                 && reactive.full_trigger_pct <= 100.0)
         {
-            return Err(ConfigError(
-                "reactive: micro_trigger_pct must be below full_trigger_pct (≤ 100)".into(),
-            ));
+            return Err(ConfigError(format!(
+                "reactive.micro_trigger_pct ({}) and reactive.full_trigger_pct ({}) must satisfy 0 < micro < full ≤ 100",
+                reactive.micro_trigger_pct, reactive.full_trigger_pct
+            )));
+        }
+        if let Some(ratio) = self.hysteresis
+            && !(ratio > 0.0 && ratio < 1.0)
+        {
+            return Err(ConfigError(format!(
+                "hysteresis must be in (0, 1), got {ratio}"
+            )));
+        }
+        if let Some(capsule) = &self.capsule {
+            capsule.validate().map_err(ConfigError)?;
         }
         if self.overflow.max_attempts == 0 {
             return Err(ConfigError(
                 "overflow.max_attempts must be at least 1".into(),
             ));
         }
+        let share = |field: &str, value: f64, range: Range| range.check(field, value);
+        if let Some(cap) = &self.ingest.tool_result
+            && let Some(value) = cap.max_window_share
+        {
+            share(
+                "ingest.tool_result.max_window_share",
+                value,
+                Range::ABOVE_ZERO_TO_ONE,
+            )?;
+        }
+        share(
+            "overflow.shrink_factor",
+            self.overflow.shrink_factor,
+            Range::ABOVE_ZERO_BELOW_ONE,
+        )?;
+        if let Some(notice) = &self.budget_notice {
+            share(
+                "budget_notice.nudge_at",
+                notice.nudge_at,
+                Range::ABOVE_ZERO_TO_ONE,
+            )?;
+        }
+        for (list, stages) in [
+            ("stages", &self.stages),
+            ("overflow.stages", &self.overflow.stages),
+        ] {
+            for (index, stage) in stages.iter().enumerate() {
+                let field = |name: &str| format!("{list}[{index}] ({}).{name}", stage.kind());
+                match stage {
+                    Stage::TrimTurns { drop_fraction, .. } => share(
+                        &field("drop_fraction"),
+                        *drop_fraction,
+                        Range::ABOVE_ZERO_TO_ONE,
+                    )?,
+                    Stage::Summarize {
+                        keep_ratio,
+                        min_ratio,
+                        ..
+                    } => {
+                        if let Some(value) = keep_ratio {
+                            share(&field("keep_ratio"), *value, Range::ZERO_BELOW_ONE)?;
+                        }
+                        if let Some(value) = min_ratio {
+                            share(&field("min_ratio"), *value, Range::ZERO_TO_ONE)?;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
         Ok(())
+    }
+}
+
+/// A range a share must lie in.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    low: f64,
+    low_inclusive: bool,
+    high: f64,
+    high_inclusive: bool,
+}
+
+impl Range {
+    const ABOVE_ZERO_TO_ONE: Range = Range::new(0.0, false, 1.0, true);
+    const ABOVE_ZERO_BELOW_ONE: Range = Range::new(0.0, false, 1.0, false);
+    const ZERO_BELOW_ONE: Range = Range::new(0.0, true, 1.0, false);
+    const ZERO_TO_ONE: Range = Range::new(0.0, true, 1.0, true);
+
+    const fn new(low: f64, low_inclusive: bool, high: f64, high_inclusive: bool) -> Range {
+        Range {
+            low,
+            low_inclusive,
+            high,
+            high_inclusive,
+        }
+    }
+
+    /// NaN fails both comparisons, so it is refused like any value out of range.
+    fn check(self, field: &str, value: f64) -> Result<(), ConfigError> {
+        let above = if self.low_inclusive {
+            value >= self.low
+        } else {
+            value > self.low
+        };
+        let below = if self.high_inclusive {
+            value <= self.high
+        } else {
+            value < self.high
+        };
+        if above && below {
+            return Ok(());
+        }
+        Err(ConfigError(format!(
+            "{field} must be in {}{}, {}{}, got {value}",
+            if self.low_inclusive { '[' } else { '(' },
+            self.low,
+            self.high,
+            if self.high_inclusive { ']' } else { ')' },
+        )))
+    }
+}
+
+/// Refuses NaN and infinities anywhere in an override's value, naming the field.
+fn check_finite(path: &str, value: &toml::Value) -> Result<(), ConfigError> {
+    match value {
+        toml::Value::Float(number) if !number.is_finite() => Err(ConfigError(format!(
+            "{path} must be a finite number, got {number}"
+        ))),
+        toml::Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| check_finite(&format!("{path}[{i}]"), item)),
+        toml::Value::Table(table) => table
+            .iter()
+            .try_for_each(|(key, item)| check_finite(&format!("{path}.{key}"), item)),
+        _ => Ok(()),
     }
 }
 
@@ -542,5 +686,72 @@ mod tests {
         assert_eq!(patched.keep_recent_rounds, 1);
         assert_eq!(patched.trigger_ratio, base.trigger_ratio);
         assert!(base.with_overrides("trigger_ratio = 2.0").is_err());
+    }
+
+    /// Finding 7 of the hardening review: a PATCH with `trigger_ratio = nan` was merged as
+    /// JSON, where NaN becomes null, and silently switched the ratio trigger off.
+    #[test]
+    fn non_finite_and_out_of_range_overrides_are_refused_with_the_field() {
+        let base = PolicyConfig::default();
+        for (fragment, field) in [
+            ("trigger_ratio = nan", "trigger_ratio"),
+            ("trigger_ratio = inf", "trigger_ratio"),
+            ("trigger_ratio = -0.5", "trigger_ratio"),
+            ("target_ratio = nan", "target_ratio"),
+            ("target_ratio = -inf", "target_ratio"),
+            ("target_ratio = -0.1", "target_ratio"),
+            (
+                "[ingest.tool_result]\nmax_window_share = nan",
+                "max_window_share",
+            ),
+            (
+                "[ingest.tool_result]\nmax_window_share = 1.5",
+                "max_window_share",
+            ),
+            ("[overflow]\nshrink_factor = 1.0", "overflow.shrink_factor"),
+            ("[overflow]\nshrink_factor = -inf", "overflow.shrink_factor"),
+            ("[budget_notice]\nnudge_at = 0.0", "budget_notice.nudge_at"),
+            (
+                "[reactive]\nmicro_trigger_pct = -5.0",
+                "reactive.micro_trigger_pct",
+            ),
+            (
+                "[reactive]\nfull_trigger_pct = nan",
+                "reactive.full_trigger_pct",
+            ),
+            (
+                "[[stages]]\nkind = \"trim_turns\"\nmax_turns = 4\ndrop_fraction = 0.0",
+                "stages[0] (trim_turns).drop_fraction",
+            ),
+            (
+                "[[stages]]\nkind = \"summarize\"\nkeep_ratio = nan",
+                "stages[0].keep_ratio",
+            ),
+            (
+                "[[stages]]\nkind = \"summarize\"\nmin_ratio = 1.5",
+                "stages[0] (summarize).min_ratio",
+            ),
+        ] {
+            let err = base
+                .with_overrides(fragment)
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_else(|| format!("{fragment:?} was accepted"));
+            assert!(err.contains(field), "{fragment:?}: {err}");
+            // A whole policy file is held to the same ranges.
+            assert!(
+                PolicyConfig::from_toml_str(fragment).is_err(),
+                "{fragment:?} passed as a file"
+            );
+        }
+        // The nearest valid values pass.
+        for fragment in [
+            "trigger_ratio = 0.9\ntarget_ratio = 0.0",
+            "[overflow]\nshrink_factor = 0.99",
+            "[[stages]]\nkind = \"trim_turns\"\nmax_turns = 4\ndrop_fraction = 1.0",
+            "trigger_ratio = 0.5\ntarget_ratio = 0.2",
+        ] {
+            assert!(base.with_overrides(fragment).is_ok(), "{fragment:?}");
+        }
     }
 }

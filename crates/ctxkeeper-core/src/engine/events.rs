@@ -65,6 +65,10 @@ pub enum Event {
         archive_refs: Vec<String>,
         /// The summarizer failed and a lossy fallback was used.
         summary_degraded: bool,
+        /// Steps the session can take before the next compaction at the growth per step seen
+        /// so far (`None` until two steps were seen).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected_steps_until_next: Option<u64>,
     },
     /// A compaction was considered and not run.
     CompactionSkipped { reason: String, tokens: u64 },
@@ -74,6 +78,13 @@ pub enum Event {
         tokens_before: u64,
         tokens_after: u64,
         reference: String,
+    },
+    /// A summary was checked against the messages it summarized and some lines failed: quotes
+    /// of the user that no user message holds were dropped, lines naming paths or identifiers
+    /// the source never mentions were marked `[unverified]`.
+    SummaryChecked {
+        dropped: Vec<String>,
+        unverified: Vec<String>,
     },
     /// Content was written to the archive.
     ContentOffloaded {
@@ -106,6 +117,7 @@ impl Event {
             Event::ContextCompactionEnd { .. } => "context_compaction_end",
             Event::CompactionSkipped { .. } => "compaction_skipped",
             Event::ToolResultTruncated { .. } => "tool_result_truncated",
+            Event::SummaryChecked { .. } => "summary_checked",
             Event::ContentOffloaded { .. } => "content_offloaded",
             Event::OverflowRecovered { .. } => "overflow_recovered",
             Event::BudgetUsed { .. } => "budget_used",

@@ -41,6 +41,7 @@
 
 mod config;
 mod events;
+mod fill;
 pub mod presets;
 mod stages;
 mod state;
@@ -50,14 +51,16 @@ pub use config::{
     ReactiveConfig, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 pub use events::{CompactionReason, Event};
+pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
 pub use stages::CLEARED_PREFIX;
 pub use state::{ContextState, Entry, EntryMeta};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Message, Part, Role, turns};
-use crate::summary::{Summary, SummaryReason, SummaryRequest};
+use crate::summary::{Summary, SummaryReason, SummaryRequest, check_summary};
 use crate::tokens::TokenModel;
+use fill::{FILL_OPEN, ref_marker, summary_marker};
 
 /// What a request costs beyond the managed context.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -92,6 +95,22 @@ pub enum ArchiveItem {
 }
 
 impl ArchiveItem {
+    /// The item with the markers of earlier items filled in: messages archived by a stage may
+    /// hold placeholders an earlier stage of the same plan wrote. Hosts archive the items of a
+    /// plan in order and pass the references obtained so far.
+    pub fn with_references(&self, refs: &[String]) -> ArchiveItem {
+        match self {
+            ArchiveItem::Messages { messages } if messages.iter().any(has_marker) => {
+                let mut messages = messages.clone();
+                for message in &mut messages {
+                    fill_references(message, refs, &[]);
+                }
+                ArchiveItem::Messages { messages }
+            }
+            other => other.clone(),
+        }
+    }
+
     /// Size of the archived content in bytes (messages as JSON lines).
     pub fn bytes(&self) -> u64 {
         match self {
@@ -142,6 +161,7 @@ pub struct Plan {
     pub summaries: Vec<SummaryRequest>,
     draft: Vec<Entry>,
     fixed_tokens: u64,
+    window: u64,
 }
 
 impl Plan {
@@ -154,6 +174,16 @@ impl Plan {
     pub fn estimated_savings(&self) -> u64 {
         self.tokens_before
             .saturating_sub(self.estimated_tokens_after)
+    }
+
+    /// Fills the archive references into the summary requests once the items are archived,
+    /// so the summarizer reads (and may quote) real references, never markers.
+    pub fn fill_summary_requests(&mut self, refs: &[String]) {
+        for request in &mut self.summaries {
+            for message in &mut request.messages {
+                fill_references(message, refs, &[]);
+            }
+        }
     }
 }
 
@@ -182,18 +212,6 @@ pub struct IngestPlan {
     pub tokens_before: u64,
     pub tokens_after: u64,
     message: Message,
-}
-
-/// Marks where an archive reference or a summary will be filled in at apply time. The control
-/// characters cannot occur in the placeholder templates, so a fill never hits user content.
-const FILL_OPEN: char = '\u{1}';
-
-fn ref_marker(index: usize) -> String {
-    format!("{FILL_OPEN}ref:{index}{FILL_OPEN}")
-}
-
-fn summary_marker(index: usize) -> String {
-    format!("{FILL_OPEN}summary:{index}{FILL_OPEN}")
 }
 
 /// The compaction engine for one policy and one model.
@@ -258,13 +276,24 @@ impl Engine {
         }
     }
 
-    /// The token level a compaction aims for.
+    /// The token level a compaction aims for: the policy's target, at most its hysteresis
+    /// share of the trigger.
     pub fn target_tokens(&self, budget: &Budget) -> u64 {
         let target = (self.config.target_ratio * budget.window as f64) as u64;
         match self.trigger_tokens(budget) {
-            Some(trigger) => target.min(trigger * 9 / 10),
+            Some(trigger) => {
+                let share = self.config.hysteresis.unwrap_or(0.9);
+                target.min((trigger as f64 * share) as u64)
+            }
             None => target,
         }
+    }
+
+    /// The hysteresis level: below it after a compaction, the next one is several steps away.
+    pub fn hysteresis_level(&self, budget: &Budget) -> Option<u64> {
+        let share = self.config.hysteresis?;
+        self.trigger_tokens(budget)
+            .map(|trigger| (trigger as f64 * share) as u64)
     }
 
     /// Which trigger fires now, if any. Cheap: O(new messages) unless a turn trigger is set.
@@ -333,6 +362,9 @@ impl Engine {
         budget: &Budget,
         request: &PlanRequest,
     ) -> Option<Plan> {
+        // Every step passes here: its size teaches the growth per step.
+        let approx = state.approx_tokens() + budget.fixed_tokens;
+        state.observe_step(approx);
         let reason = match request.force {
             Some(reason) => reason,
             None => self.triggered(state, budget, request.reported_usage)?,
@@ -340,7 +372,13 @@ impl Engine {
         let tokens_before = self.accounted_tokens(state, budget);
         let mut target = self.target_tokens(budget);
         if let Some(limit) = request.target_tokens {
-            target = target.min(limit);
+            target = match reason {
+                // A recovery compacts to what the stated limit allows, never deeper than the
+                // policy would: a target below what must stay (tool schemas, instructions,
+                // the newest round) would only fall through to clearing everything.
+                CompactionReason::Overflow => target.max(limit),
+                _ => target.min(limit),
+            };
         }
         let mut draft = stages::Draft::new(self, state, budget, target, reason, request);
         draft.run();
@@ -378,6 +416,7 @@ impl Engine {
             summaries: requests,
             mut draft,
             fixed_tokens,
+            window,
             ..
         } = plan;
         let refs: Vec<String> = (0..archive.len())
@@ -386,11 +425,11 @@ impl Engine {
                     .refs
                     .get(i)
                     .cloned()
-                    .unwrap_or_else(|| "(not archived)".to_string())
+                    .unwrap_or_else(|| NOT_ARCHIVED.to_string())
             })
             .collect();
         let mut degraded = false;
-        let summaries: Vec<Summary> = (0..requests.len())
+        let mut summaries: Vec<Summary> = (0..requests.len())
             .map(|i| match outcome.summaries.get(i) {
                 Some(summary) => {
                     degraded |= summary.degraded;
@@ -404,15 +443,53 @@ impl Engine {
                 }
             })
             .collect();
+        // Every summary is checked against what it summarized before it is used.
+        let mut checks = Vec::new();
+        for (summary, request) in summaries.iter_mut().zip(&requests) {
+            // The request still has this plan's markers where the host saw references: those
+            // references are known without reading the messages again.
+            let check = check_summary(summary, request, &refs);
+            if !check.is_clean() {
+                checks.push(Event::SummaryChecked {
+                    dropped: check.dropped,
+                    unverified: check.unverified,
+                });
+            }
+        }
+        // A summary may quote placeholders of the messages it covers: their markers are
+        // filled too.
         let rendered: Vec<String> = summaries
             .iter()
-            .map(|s| s.render(&self.config.summary.schema))
+            .map(|s| fill_text(&s.render(&self.config.summary.schema), &refs, &[], false))
             .collect();
 
-        for entry in draft.iter_mut().filter(|e| e.meta.pending_fill) {
-            fill_message(&mut entry.message, &refs, &rendered);
-            for reference in &mut entry.meta.archived {
-                *reference = fill_text(reference, &refs, &rendered);
+        // Only the messages the stages wrote can hold a marker; every other one is as it was
+        // when an earlier apply (or the agent) made it.
+        let mut leak = None;
+        for (index, entry) in draft.iter_mut().enumerate() {
+            if !entry.meta.pending_fill {
+                continue;
+            }
+            fill_references(&mut entry.message, &refs, &rendered);
+            if has_marker(&entry.message) {
+                leak = leak.or(Some(index));
+            }
+            // The references kept for later stages too: a marker left there would name another
+            // plan's item (or nothing) the next time a stage reuses it.
+            for reference in entry
+                .meta
+                .archived
+                .iter_mut()
+                .chain(entry.meta.result_refs.iter_mut().map(|(_, r)| r))
+                .filter(|r| r.contains(FILL_OPEN))
+            {
+                *reference = fill_text(reference, &refs, &rendered, false);
+            }
+            if let Some(capsule) = &mut entry.meta.capsule {
+                capsule.fill_references(
+                    |reference| reference.contains(FILL_OPEN),
+                    |reference| fill_text(reference, &refs, &[], false),
+                );
             }
             entry.meta.pending_fill = false;
             entry.estimated = None;
@@ -423,6 +500,18 @@ impl Engine {
                 Accounting::Exact => Some(self.model.message_tokens(&entry.message)),
                 Accounting::Estimate => None,
             };
+        }
+        if let Some(leak) = leak {
+            // Never reached by the stages as written; if a marker survives anyway, the plan is
+            // refused rather than sending a reference the model cannot follow. The archive
+            // already holds the content, so nothing is lost; the context stays as it was.
+            state.hold_retries(tokens_before, 1);
+            return vec![Event::CompactionSkipped {
+                reason: format!(
+                    "plan refused: message {leak} would carry an unfilled archive marker"
+                ),
+                tokens: tokens_before,
+            }];
         }
         if let Some(last) = summaries.last() {
             state.summary = Some(last.clone());
@@ -443,8 +532,10 @@ impl Engine {
             },
         );
         let messages_after = state.entries.len();
+        let expected_steps_until_next =
+            self.hold_after_compaction(state, tokens_after, window, fixed_tokens);
 
-        let mut events = Vec::with_capacity(archive.len() + 2);
+        let mut events = Vec::with_capacity(archive.len() + checks.len() + 2);
         events.push(Event::ContextCompactionStart {
             reason,
             strategy: strategy.clone(),
@@ -461,6 +552,7 @@ impl Engine {
                 },
             });
         }
+        events.extend(checks);
         events.push(Event::ContextCompactionEnd {
             reason,
             strategy,
@@ -471,8 +563,40 @@ impl Engine {
             messages_after,
             archive_refs: refs,
             summary_degraded: degraded,
+            expected_steps_until_next,
         });
         events
+    }
+
+    /// After a compaction that could not get below the hysteresis level (what must stay is
+    /// above it), holds the trigger until the request nears the window: compacting again
+    /// sooner would not get lower, only break the cache again. Returns the steps expected
+    /// until the next compaction at the growth per step seen so far.
+    fn hold_after_compaction(
+        &self,
+        state: &mut ContextState,
+        tokens_after: u64,
+        window: u64,
+        fixed_tokens: u64,
+    ) -> Option<u64> {
+        let budget = Budget {
+            window,
+            fixed_tokens,
+        };
+        let trigger = self.trigger_tokens(&budget)?;
+        let mut next = trigger;
+        if let Some(level) = self.hysteresis_level(&budget)
+            && tokens_after > level
+            && window > 0
+        {
+            let ceiling = hold_ceiling(window);
+            if ceiling > trigger {
+                state.hold_until_level(ceiling);
+                next = ceiling;
+            }
+        }
+        let growth = state.step_growth().filter(|g| *g > 0)?;
+        Some(next.saturating_sub(tokens_after) / growth)
     }
 
     /// Decides how a message enters the context: as it is, or with oversized tool results cut
@@ -543,10 +667,10 @@ impl Engine {
             .map(|i| {
                 refs.get(i)
                     .cloned()
-                    .unwrap_or_else(|| "(not archived)".to_string())
+                    .unwrap_or_else(|| NOT_ARCHIVED.to_string())
             })
             .collect();
-        fill_message(&mut message, &refs, &[]);
+        fill_references(&mut message, &refs, &[]);
         state.push(message);
         if let Some(entry) = state.entries.last_mut() {
             entry.meta.archived = refs.clone();
@@ -625,6 +749,11 @@ impl Engine {
     }
 }
 
+/// How far a held context may grow: the window less a margin for the estimate's error.
+pub(super) fn hold_ceiling(window: u64) -> u64 {
+    window - window / 50
+}
+
 /// The name of the tool a result answers, from the closest assistant message of the context.
 fn tool_name_for(state: &ContextState, call_id: &str) -> Option<String> {
     state
@@ -643,66 +772,6 @@ fn tool_name_for(state: &ContextState, call_id: &str) -> Option<String> {
 /// All text of a list of parts, joined by newlines.
 fn join_text(parts: &[Part]) -> String {
     Message::new(Role::Tool, parts.to_vec()).text()
-}
-
-fn fill_message(message: &mut Message, refs: &[String], summaries: &[String]) {
-    for part in &mut message.parts {
-        fill_part(part, refs, summaries);
-    }
-}
-
-fn fill_part(part: &mut Part, refs: &[String], summaries: &[String]) {
-    match part {
-        Part::Text { text, .. } if text.contains(FILL_OPEN) => {
-            *text = fill_text(text, refs, summaries);
-        }
-        Part::ToolResult { content, .. } => {
-            for inner in content {
-                fill_part(inner, refs, summaries);
-            }
-        }
-        Part::ToolCall { arguments, .. } if arguments.contains(FILL_OPEN) => {
-            // Arguments are JSON text: the reference is inserted JSON-escaped.
-            let escaped: Vec<String> = refs
-                .iter()
-                .map(|r| {
-                    serde_json::to_string(r)
-                        .map(|s| s[1..s.len() - 1].to_string())
-                        .unwrap_or_default()
-                })
-                .collect();
-            *arguments = fill_text(arguments, &escaped, summaries);
-        }
-        _ => {}
-    }
-}
-
-fn fill_text(text: &str, refs: &[String], summaries: &[String]) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find(FILL_OPEN) {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + FILL_OPEN.len_utf8()..];
-        let Some(end) = after.find(FILL_OPEN) else {
-            out.push_str(&rest[start..]);
-            return out;
-        };
-        let key = &after[..end];
-        let value = if let Some(i) = key.strip_prefix("ref:") {
-            i.parse::<usize>().ok().and_then(|i| refs.get(i)).cloned()
-        } else if let Some(i) = key.strip_prefix("summary:") {
-            i.parse::<usize>()
-                .ok()
-                .and_then(|i| summaries.get(i))
-                .cloned()
-        } else {
-            None
-        };
-        out.push_str(value.as_deref().unwrap_or(""));
-        rest = &after[end + FILL_OPEN.len_utf8()..];
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]

@@ -13,9 +13,14 @@ use super::{
     ArchiveItem, Budget, CompactionReason, Engine, Plan, PlanRequest, join_text, ref_marker,
     summary_marker,
 };
+use crate::capsule::{CAPSULE_TITLE, Capsule};
 use crate::model::{Message, Part, Role, api_rounds, is_safe_split, turns};
 use crate::summary::Summary;
 use crate::tokens::TokenModel;
+
+/// Steps a compaction leaves room for before the next one is due, when it can: compactions
+/// are then at least this many steps plus one apart.
+const ROOM_STEPS: u64 = 2;
 
 /// Text that opens every placeholder of a cleared tool result.
 pub const CLEARED_PREFIX: &str = "[tool result cleared from context";
@@ -41,6 +46,14 @@ pub(super) struct Draft<'a> {
     messages_before: usize,
     window: u64,
     tokens_at_start: u64,
+    /// The session capsule this plan updates (when the policy keeps one): it has read every
+    /// message before any stage rewrote one.
+    capsule: Option<Capsule>,
+    /// Tokens set aside for the capsule's message when deciding how much recent context fits.
+    capsule_reserve: u64,
+    /// Recent rounds kept verbatim, when fewer than the policy's must do (see
+    /// [`Draft::squeezed_rounds`]).
+    keep_rounds_override: Option<usize>,
 }
 
 impl<'a> Draft<'a> {
@@ -64,7 +77,29 @@ impl<'a> Draft<'a> {
                 }
             }
         }
-        Draft {
+        // The capsule's data moves out of the draft's copy of its message (no second copy);
+        // `place_capsule` puts it back, updated.
+        let capsule = engine.config.capsule.as_ref().map(|_| {
+            let mut capsule = entries
+                .iter_mut()
+                .find_map(|e| e.meta.capsule.take())
+                .map(|boxed| *boxed)
+                .unwrap_or_default();
+            capsule.absorb(&entries);
+            capsule
+        });
+        let capsule_reserve = match (&capsule, &engine.config.capsule) {
+            // At most this much: everything it read, as if all of it left the context.
+            (Some(capsule), Some(config)) => {
+                capsule.size_bound(config, budget.window) as u64 * 10 / 35
+            }
+            _ => 0,
+        };
+        let growth = state.step_growth();
+        let mut draft = Draft {
+            keep_rounds_override: None,
+            capsule,
+            capsule_reserve,
             window: budget.window,
             tokens_at_start,
             engine,
@@ -78,7 +113,46 @@ impl<'a> Draft<'a> {
             summaries: Vec::new(),
             stages: Vec::new(),
             messages_before: state.entries.len(),
+        };
+        draft.keep_rounds_override = draft.squeezed_rounds(budget, growth);
+        draft
+    }
+
+    /// Under a policy with hysteresis: when what must stay after a compaction (tool schemas,
+    /// instructions, the capsule, a summary and the recent rounds the policy keeps) leaves
+    /// room for fewer than [`ROOM_STEPS`] more steps below the window, only the newest round is
+    /// kept verbatim. Keeping more would make the next compaction come a step or two later,
+    /// again and again (Claude Code at a 54k window with 29k of tools and system prompt).
+    fn squeezed_rounds(&mut self, budget: &Budget, growth: Option<u64>) -> Option<usize> {
+        self.engine.hysteresis_level(budget)?;
+        let keep = self.engine.config.keep_recent_rounds;
+        let rounds = api_rounds(&self.entries);
+        if keep <= 1 || rounds.len() < keep {
+            return None;
         }
+        let model = &self.engine.model;
+        let start = self
+            .entries
+            .iter()
+            .position(|e| !e.message.role.is_instruction())
+            .unwrap_or(self.entries.len());
+        let tail_from = |from: usize, entries: &mut [Entry]| -> u64 {
+            entries[from..]
+                .iter_mut()
+                .map(|e| u64::from(e.planning_tokens(model)))
+                .sum()
+        };
+        let instructions = tail_from(0, &mut self.entries) - tail_from(start, &mut self.entries);
+        let kept = tail_from(rounds[rounds.len() - keep].start, &mut self.entries);
+        let newest = tail_from(rounds[rounds.len() - 1].start, &mut self.entries);
+        let floor = self.fixed_tokens
+            + instructions
+            + self.capsule_reserve
+            + u64::from(self.engine.config.summary.max_summary_tokens)
+            + 64;
+        let growth = growth.unwrap_or(newest);
+        let ceiling = super::hold_ceiling(self.window);
+        (floor + kept + ROOM_STEPS * growth > ceiling).then_some(1)
     }
 
     fn model(&self) -> &TokenModel {
@@ -232,7 +306,10 @@ impl<'a> Draft<'a> {
     /// Index from which entries are never touched: the start of the `keep`-th API round from
     /// the end (messages after the last round, such as the current user message, included).
     fn protected_start(&self, keep: usize) -> usize {
-        let keep = keep.max(self.engine.config.keep_recent_rounds);
+        let keep = keep.max(
+            self.keep_rounds_override
+                .unwrap_or(self.engine.config.keep_recent_rounds),
+        );
         let rounds = api_rounds(&self.entries);
         if keep == 0 {
             return rounds.last().map_or(self.conversation_start(), |r| r.end);
@@ -252,6 +329,59 @@ impl<'a> Draft<'a> {
         let marker = ref_marker(self.archive.len());
         self.archive.push(item);
         marker
+    }
+
+    /// Tells the capsule where the messages at `logs` were archived as they left.
+    fn note_archived(&mut self, logs: &[u64], marker: &str) {
+        if let Some(capsule) = &mut self.capsule {
+            for &log in logs {
+                capsule.note_archived(log, marker);
+            }
+        }
+    }
+
+    /// Renders the capsule for the context the stages left and puts its message right after
+    /// the instructions. An unchanged text keeps the old message (and the cached prefix).
+    fn place_capsule(&mut self) {
+        let (Some(capsule), Some(config)) =
+            (self.capsule.take(), self.engine.config.capsule.as_ref())
+        else {
+            return;
+        };
+        let mut live: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|e| !e.meta.synthetic)
+            .filter_map(|e| e.meta.log_index)
+            .collect();
+        live.sort_unstable();
+        let text = capsule.render(config, self.window, &live);
+        let old = self
+            .entries
+            .iter()
+            .position(is_capsule_entry)
+            .map(|index| self.entries.remove(index));
+        if text.is_empty() {
+            return;
+        }
+        let start = self.conversation_start();
+        let entry = match old {
+            Some(mut old) if old.message.parts.first().and_then(Part::as_text) == Some(&text) => {
+                old.meta.capsule = Some(Box::new(capsule));
+                old.meta.pending_fill = true;
+                old
+            }
+            _ => {
+                let mut entry = Entry::new(Message::user(text));
+                entry.estimated = Some(text_tokens_estimate(&entry.message.text()) as u32);
+                entry.meta.synthetic = true;
+                entry.meta.pinned = true;
+                entry.meta.capsule = Some(Box::new(capsule));
+                entry.meta.pending_fill = true;
+                entry
+            }
+        };
+        self.entries.insert(start, entry);
     }
 
     // ---- stages -------------------------------------------------------------------------
@@ -506,7 +636,12 @@ impl<'a> Draft<'a> {
             .iter()
             .map(|&i| self.entries[i].message.clone())
             .collect();
+        let logs: Vec<u64> = removed
+            .iter()
+            .filter_map(|&i| self.entries[i].meta.log_index)
+            .collect();
         let marker = self.push_archive(ArchiveItem::Messages { messages });
+        self.note_archived(&logs, &marker);
         let mut keep = vec![true; self.entries.len()];
         for &index in &removed {
             keep[index] = false;
@@ -559,7 +694,9 @@ impl<'a> Draft<'a> {
                         .map(|e| u64::from(e.planning_tokens(model)))
                         .sum()
                 };
-                let reserve = u64::from(self.engine.config.summary.max_summary_tokens) + 64;
+                let reserve = u64::from(self.engine.config.summary.max_summary_tokens)
+                    + 64
+                    + self.capsule_reserve;
                 let available = self
                     .target
                     .saturating_sub(self.fixed_tokens + instructions + reserve);
@@ -634,11 +771,13 @@ impl<'a> Draft<'a> {
                 .iter()
                 .map(|e| e.tokens.or(e.estimated).unwrap_or(0))
                 .sum();
+            let logs: Vec<u64> = group.iter().filter_map(|e| e.meta.log_index).collect();
             let messages: Vec<Message> = group.into_iter().map(|e| e.message).collect();
             let count = messages.len();
             let marker = self.push_archive(ArchiveItem::Messages {
                 messages: messages.clone(),
             });
+            self.note_archived(&logs, &marker);
             let request = self.engine.summary_request(
                 messages,
                 previous.take(),
@@ -685,8 +824,11 @@ impl<'a> Draft<'a> {
         true
     }
 
-    /// Keeps only the newest `keep_turns` turns (or less, down to the current round), archiving
-    /// the rest without a summary call: the hard bound of overflow recovery.
+    /// Keeps only the newest `keep_turns` turns (or less, down to the newest round), archiving
+    /// the rest without a summary call: the hard bound of overflow recovery. It never removes
+    /// the newest round, the user's latest request or pinned messages (the capsule): without
+    /// them the model could not go on, so a context that still does not fit is reported as
+    /// such by the caller rather than emptied.
     fn clear(&mut self, keep_turns: usize) -> bool {
         let start = self.conversation_start();
         let mut changed = false;
@@ -696,6 +838,8 @@ impl<'a> Draft<'a> {
                 break;
             }
             let all = turns(&self.entries);
+            let rounds = api_rounds(&self.entries);
+            let newest_round = rounds.last().map_or(self.entries.len(), |r| r.start);
             let cut = match hardness {
                 0 => all
                     .len()
@@ -703,40 +847,57 @@ impl<'a> Draft<'a> {
                     .and_then(|k| all.get(k))
                     .map(|t| t.start),
                 1 => Some(self.protected_start(1)),
-                _ => api_rounds(&self.entries).last().map(|r| r.end),
+                _ => Some(newest_round),
             };
             let Some(mut cut) = cut else { continue };
-            cut = cut.min(self.entries.len());
+            cut = cut.min(newest_round).min(self.entries.len());
             while cut > start && !is_safe_split(&self.entries, cut) {
                 cut -= 1;
             }
             if cut <= start {
                 continue;
             }
+            let latest_request = self.current_turn_start();
+            let stays = |index: usize, entry: &Entry| {
+                entry.meta.summary || entry.meta.pinned || Some(index) == latest_request
+            };
             let removed: Vec<Message> = self.entries[start..cut]
                 .iter()
-                .filter(|e| !e.meta.summary && !e.meta.pinned)
-                .map(|e| e.message.clone())
+                .enumerate()
+                .filter(|(offset, e)| !stays(start + offset, e))
+                .map(|(_, e)| e.message.clone())
                 .collect();
             if removed.is_empty() {
                 continue;
             }
             let count = removed.len();
+            let logs: Vec<u64> = self.entries[start..cut]
+                .iter()
+                .enumerate()
+                .filter(|(offset, e)| !stays(start + offset, e))
+                .filter_map(|(_, e)| e.meta.log_index)
+                .collect();
             let marker = self.push_archive(ArchiveItem::Messages { messages: removed });
+            self.note_archived(&logs, &marker);
             let mut notice = Entry::new(Message::user(format!(
                 "[{count} earlier messages were removed to fit the context window; they are archived at {marker}]"
             )));
             notice.meta.synthetic = true;
             notice.meta.archived.push(marker);
             notice.meta.pending_fill = true;
-            let kept_special: Vec<Entry> = self.entries[start..cut]
-                .iter()
-                .filter(|e| e.meta.summary || e.meta.pinned)
-                .cloned()
-                .collect();
+            // Summary and pinned messages first, then the notice, then the user's latest
+            // request if it was in the cut span, so it reads as the request it is.
             let mut rebuilt: Vec<Entry> = self.entries[..start].to_vec();
-            rebuilt.extend(kept_special);
+            let mut request = None;
+            for (offset, entry) in self.entries[start..cut].iter().enumerate() {
+                if Some(start + offset) == latest_request {
+                    request = Some(entry.clone());
+                } else if stays(start + offset, entry) {
+                    rebuilt.push(entry.clone());
+                }
+            }
             rebuilt.push(notice);
+            rebuilt.extend(request);
             rebuilt.extend(self.entries[cut..].iter().cloned());
             self.entries = rebuilt;
             changed = true;
@@ -745,6 +906,7 @@ impl<'a> Draft<'a> {
     }
 
     pub(super) fn finish(mut self, tokens_before: u64) -> Plan {
+        self.place_capsule();
         let estimated_tokens_after = self.total();
         Plan {
             reason: self.reason,
@@ -758,8 +920,29 @@ impl<'a> Draft<'a> {
             summaries: std::mem::take(&mut self.summaries),
             draft: std::mem::take(&mut self.entries),
             fixed_tokens: self.fixed_tokens,
+            window: self.window,
         }
     }
+}
+
+/// The capsule's message: pinned, written by the engine, and opening with the capsule's title
+/// (its data is moved out of the draft's copy while a plan runs).
+fn is_capsule_entry(entry: &Entry) -> bool {
+    entry.meta.capsule.is_some()
+        || (entry.meta.pinned
+            && entry.meta.synthetic
+            && entry
+                .message
+                .parts
+                .first()
+                .and_then(Part::as_text)
+                .is_some_and(|t| t.starts_with(CAPSULE_TITLE)))
+}
+
+/// Tokens of a text estimated from its length (3.5 bytes per token, a little over), for
+/// messages the engine writes while planning.
+fn text_tokens_estimate(text: &str) -> u64 {
+    text.len() as u64 * 10 / 35 + 16
 }
 
 /// Marks an entry as rewritten: its placeholders wait for `reference`, its count is stale.

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::capsule::Capsule;
 use crate::model::{Message, Role};
 use crate::summary::Summary;
 use crate::tokens::TokenModel;
@@ -27,6 +28,10 @@ pub struct EntryMeta {
     /// True for the message that carries the running summary.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub summary: bool,
+    /// Set on the session capsule's message: the data it was rendered from, which travels
+    /// with it through every store (see [`crate::capsule`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capsule: Option<Box<Capsule>>,
     /// Placeholders in this message wait for archive references (between plan and apply).
     #[serde(skip)]
     pub pending_fill: bool,
@@ -121,6 +126,12 @@ pub struct ContextState {
     /// `maxReactiveCompactionsPerRequest` bounds them).
     #[serde(default)]
     pub reactive_in_turn: u32,
+    /// The request size at the last step, and the mean growth per step since (see
+    /// [`ContextState::observe_step`]).
+    #[serde(skip)]
+    last_step_tokens: Option<u64>,
+    #[serde(skip)]
+    step_growth: Option<u64>,
 }
 
 /// What the provider reported for a request: the exact tokens of `entries[..len]`.
@@ -162,6 +173,11 @@ impl ContextState {
     /// A copy of the messages.
     pub fn to_messages(&self) -> Vec<Message> {
         self.messages().cloned().collect()
+    }
+
+    /// The session capsule, when the policy keeps one and a compaction has written it.
+    pub fn capsule(&self) -> Option<&Capsule> {
+        self.entries.iter().find_map(|e| e.meta.capsule.as_deref())
     }
 
     /// Counts the entries appended since the last call exactly and returns the total:
@@ -286,6 +302,33 @@ impl ContextState {
         self.hold_rounds = None;
     }
 
+    /// Keeps token triggers quiet until the context reaches `level`, however many rounds
+    /// arrive: for a compaction that could not get below its hysteresis level.
+    pub fn hold_until_level(&mut self, level: u64) {
+        self.hold_below = level;
+        self.hold_rounds = None;
+    }
+
+    /// Records the request size of a step. Growth between consecutive steps (a step that
+    /// shrank was a compaction, and only resets the base) feeds a running mean.
+    pub fn observe_step(&mut self, tokens: u64) {
+        if let Some(last) = self.last_step_tokens
+            && tokens > last
+        {
+            let sample = tokens - last;
+            self.step_growth = Some(match self.step_growth {
+                Some(mean) => (mean * 3 + sample) / 4,
+                None => sample,
+            });
+        }
+        self.last_step_tokens = Some(tokens);
+    }
+
+    /// The mean growth of the request per step seen so far.
+    pub fn step_growth(&self) -> Option<u64> {
+        self.step_growth
+    }
+
     /// Whether token triggers are being held (see [`ContextState::hold_retries`]).
     pub fn holding(&self, tokens: u64) -> bool {
         !self.retry_allowed(tokens)
@@ -306,6 +349,8 @@ impl ContextState {
         self.entries = entries;
         self.hold_below = 0;
         self.hold_rounds = None;
+        // The next step grows from the compacted size, not from the size before.
+        self.last_step_tokens = None;
         self.invalidate_totals();
     }
 }
@@ -329,7 +374,11 @@ impl ContextState {
         let mut bytes = 0;
         let mut tokens = 0;
         for entry in &mut self.entries {
-            if entry.tokens.is_none() && entry.meta.log_index.is_none_or(|i| i % stride.max(1) == 0)
+            // The capsule is large and rewritten at most once per compaction: its size
+            // estimate stands until the provider's next report counts it.
+            if entry.tokens.is_none()
+                && entry.meta.capsule.is_none()
+                && entry.meta.log_index.is_none_or(|i| i % stride.max(1) == 0)
             {
                 bytes += message_bytes(&entry.message);
                 tokens += u64::from(entry.tokens(model));

@@ -1,5 +1,6 @@
 //! Behaviour of the engine and of every preset, as their documents describe it.
 
+use super::fill::FILL_OPEN;
 use super::*;
 use crate::model::{CheckRules, check};
 use crate::summary::SummarySchema;
@@ -735,4 +736,87 @@ fn memory_placement_and_empty_schema_do_not_break_apply() {
             .iter()
             .any(|e| matches!(e, Event::ContextCompactionEnd { .. }))
     );
+}
+
+/// A recovery under a target nothing can meet used to clear everything down to the system
+/// prompt: the task and the output just produced were gone. It keeps both now.
+#[test]
+fn overflow_never_clears_the_newest_round_or_the_latest_request() {
+    for name in ["default", "cowagent", "agentscope", "harness", "reme-auto"] {
+        let engine = engine(name);
+        // About 20,000 tokens against a window of 8,000.
+        let mut state = agent_session(30, 600);
+        state.push(Message::user("Now fix the flaky test too."));
+        round(&mut state, "last", "shell", &"tail ".repeat(300));
+        let before = state.to_messages();
+        let budget = Budget {
+            window: 8_000,
+            fixed_tokens: 0,
+        };
+        let request = PlanRequest {
+            force: Some(CompactionReason::Overflow),
+            target_tokens: Some(50),
+            ..PlanRequest::default()
+        };
+        let Some(plan) = engine.plan(&mut state, &budget, &request) else {
+            panic!("{name}: no plan")
+        };
+        execute(&engine, &mut state, plan);
+        assert_valid(&state);
+        let after = state.to_messages();
+        assert_eq!(
+            &after[after.len() - 2..],
+            &before[before.len() - 2..],
+            "{name}: the newest round is kept"
+        );
+        assert!(
+            after
+                .iter()
+                .any(|m| m.text() == "Now fix the flaky test too."),
+            "{name}: the latest request is kept"
+        );
+    }
+}
+
+/// The hysteresis caps the target; without it the target keeps nine tenths of the trigger.
+#[test]
+fn the_target_is_capped_by_the_hysteresis() {
+    let budget = Budget {
+        window: 100_000,
+        fixed_tokens: 0,
+    };
+    let mut config = presets::preset("cowagent").unwrap_or_default();
+    assert_eq!(
+        Engine::new(config.clone(), model()).target_tokens(&budget),
+        45_000
+    );
+    config.hysteresis = Some(0.6);
+    let engine = Engine::new(config, model());
+    assert_eq!(engine.target_tokens(&budget), 30_000);
+    assert_eq!(engine.hysteresis_level(&budget), Some(30_000));
+    assert!(PolicyConfig::from_toml_str("hysteresis = 1.5").is_err());
+}
+
+/// Agentrail caps old results on every step; a result capped by one plan and cleared by a later
+/// one must name the archive item of the first plan, not the marker it had while planned.
+#[test]
+fn references_reused_by_later_plans_are_the_archived_ones() {
+    let engine = engine("agentrail");
+    let mut state = agent_session(12, 2_000);
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("agentrail caps old results before every call")
+    };
+    execute(&engine, &mut state, plan);
+    for entry in &state.entries {
+        for (_, reference) in &entry.meta.result_refs {
+            assert!(
+                reference.starts_with("sessions/s/ref-"),
+                "kept {reference:?} for a later stage"
+            );
+        }
+    }
 }

@@ -8,7 +8,9 @@
 //! - a tool result answers a call of the closest preceding assistant message (ids may repeat
 //!   across a session, so matching is by round, never by id alone);
 //! - provider-specific rules, chosen by [`CheckRules`]: instructions only at the start, strict
-//!   role alternation, tool arguments that are JSON objects, no empty messages.
+//!   role alternation, tool arguments that are JSON objects, no empty messages;
+//! - no internal fill marker of the engine (`\u{1}ref:N\u{1}`, raw or JSON-escaped) anywhere: a
+//!   marker that reaches a request is a reference the model cannot follow.
 //!
 //! ```
 //! use ctxkeeper_core::model::{check, CheckRules, Message, Part, ViolationKind};
@@ -113,6 +115,8 @@ pub enum ViolationKind {
     EmptyMessage,
     /// Tool-call arguments that are not a JSON object.
     InvalidToolArguments,
+    /// An engine fill marker (`\u{1}ref:N\u{1}`) that was never replaced by its reference.
+    InternalMarker,
 }
 
 impl ViolationKind {
@@ -145,6 +149,7 @@ impl ViolationKind {
             ViolationKind::FirstMessageNotUser => "first_message_not_user",
             ViolationKind::EmptyMessage => "empty_message",
             ViolationKind::InvalidToolArguments => "invalid_tool_arguments",
+            ViolationKind::InternalMarker => "internal_marker",
         }
     }
 }
@@ -189,6 +194,16 @@ pub fn check(messages: &[Message], rules: &CheckRules) -> Vec<Violation> {
     let mut previous_side: Option<Role> = None;
 
     for (index, message) in messages.iter().enumerate() {
+        for (part_index, part) in message.parts.iter().enumerate() {
+            if part_has_internal_marker(part) {
+                out.push(violation(
+                    index,
+                    Some(part_index),
+                    ViolationKind::InternalMarker,
+                    "an internal fill marker was never replaced by its archive reference",
+                ));
+            }
+        }
         if message.parts.is_empty() && !rules.allow_empty_messages {
             out.push(violation(
                 index,
@@ -371,6 +386,30 @@ fn violation(
     }
 }
 
+/// Whether `text` holds one of the engine's fill markers (`\u{1}ref:N\u{1}`,
+/// `\u{1}summary:N\u{1}`), raw or JSON-escaped (`\\u0001ref:` inside tool-call arguments).
+/// Other control characters (terminal escapes in tool output) are not markers.
+pub fn has_internal_marker(text: &str) -> bool {
+    const RAW: char = '\u{1}';
+    const ESCAPED: [&str; 2] = ["\\u0001ref:", "\\u0001summary:"];
+    let raw = text.contains(RAW)
+        && text.match_indices(RAW).any(|(at, _)| {
+            let rest = &text[at + RAW.len_utf8()..];
+            rest.starts_with("ref:") || rest.starts_with("summary:")
+        });
+    raw || (text.contains("\\u0001") && ESCAPED.iter().any(|m| text.contains(m)))
+}
+
+fn part_has_internal_marker(part: &Part) -> bool {
+    match part {
+        Part::Text { text, .. } => has_internal_marker(text),
+        Part::ToolCall { arguments, .. } => has_internal_marker(arguments),
+        Part::ToolResult { content, .. } => content.iter().any(part_has_internal_marker),
+        Part::Reasoning { text, .. } => text.as_deref().is_some_and(has_internal_marker),
+        Part::Data { .. } | Part::Opaque { .. } => false,
+    }
+}
+
 fn is_json_object(text: &str) -> bool {
     let trimmed = text.trim_start();
     trimmed.starts_with('{')
@@ -497,6 +536,33 @@ mod tests {
             ]
         );
         assert_eq!(kinds(&history, CheckRules::openai()), vec![]);
+    }
+
+    #[test]
+    fn fill_markers_are_violations_in_text_results_and_escaped_arguments() {
+        let history = vec![
+            Message::user("see \u{1}ref:0\u{1}"),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "a",
+                    "f",
+                    r#"{"x":"cut (archived at \u0001ref:3\u0001)"}"#,
+                )],
+            ),
+            Message::tool_result("a", "[cleared; archived at \u{1}ref:1\u{1}]"),
+            // A terminal escape in real output is not a marker.
+            Message::user("\u{1b}[1mbold\u{1b}[22m and \u{1} alone"),
+        ];
+        assert_eq!(
+            kinds(&history, CheckRules::openai()),
+            vec![
+                (0, ViolationKind::InternalMarker),
+                (1, ViolationKind::InternalMarker),
+                (2, ViolationKind::InternalMarker)
+            ]
+        );
+        assert!(!has_internal_marker("ref:1 and summary:2"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ mod group;
 mod message;
 mod repair;
 
-pub use check::{CheckRules, Violation, ViolationKind, check};
+pub use check::{CheckRules, Violation, ViolationKind, check, has_internal_marker};
 pub use group::{ApiRound, Turn, api_rounds, is_safe_split, safe_split_points, turns};
 pub use message::{
     ContentForm, DataSource, Extra, Message, Part, PartKind, Request, Role, ToolSpec, WireHints,

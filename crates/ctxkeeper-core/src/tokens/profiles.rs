@@ -37,7 +37,8 @@
 //!
 //! An entry names a model: it starts from `base` if given, else from what the name looks up to
 //! (the built-in entry, a prefix match, or the default), and replaces the fields it sets. Every
-//! field is optional: `base`, `context_window`, `max_output`, `tokenizer` (`"o200k_base"`,
+//! field is optional: `base`, `context_window`, `max_output` (when only `context_window` is
+//! given, the inherited output limit is clamped to it), `tokenizer` (`"o200k_base"`,
 //! `"cl100k_base"` or `"estimate"`), `ratio` (estimate only), `image` (an inline table with
 //! `rule = "openai_tiles" | "openai_patches" | "pixel_area" | "flat"` and that rule's fields, see
 //! [`ImageRule`]), `message_overhead`, `request_overhead`, `tool_overhead`, `tools_overhead`.
@@ -483,8 +484,12 @@ impl ProfileOverride {
         if let Some(value) = self.context_window {
             profile.context_window = value;
         }
-        if let Some(value) = self.max_output {
-            profile.max_output = value;
+        match self.max_output {
+            Some(value) => profile.max_output = value,
+            // A deployment with a smaller window than the model's (a local server, a proxy
+            // with a limit) states only the window: the inherited output limit cannot exceed
+            // it, so it shrinks to the window instead of making the entry invalid.
+            None => profile.max_output = profile.max_output.min(profile.context_window),
         }
         let current_ratio = match profile.tokenizer {
             TokenizerKind::Estimate { ratio } => Some(ratio),
@@ -977,6 +982,37 @@ mod tests {
         }
     }
 
+    /// Regression: `context_window = 54000` alone for a model whose built-in output limit is
+    /// 64,000 refused to start ("max_output (64000) is larger than context_window (54000)").
+    #[test]
+    fn a_window_below_the_builtin_output_limit_clamps_the_output_limit() {
+        let builtin = Profiles::builtin().lookup("claude-sonnet-4-5");
+        assert!(
+            builtin.max_output > 54_000,
+            "the case needs a large output limit"
+        );
+        let profiles =
+            Profiles::from_toml_str("[models.\"claude-sonnet-4-5\"]\ncontext_window = 54000")
+                .expect("a window alone is valid");
+        let profile = profiles.lookup("claude-sonnet-4-5");
+        assert_eq!(
+            (profile.context_window, profile.max_output),
+            (54_000, 54_000)
+        );
+        // A window above the output limit leaves the limit alone.
+        let profiles =
+            Profiles::from_toml_str("[models.\"claude-sonnet-4-5\"]\ncontext_window = 150000")
+                .expect("valid");
+        let profile = profiles.lookup("claude-sonnet-4-5");
+        assert_eq!(profile.max_output, builtin.max_output);
+        // Through `base` too.
+        let profiles = Profiles::from_toml_str(
+            "[models.small]\nbase = \"claude-sonnet-4-5\"\ncontext_window = 8000",
+        )
+        .expect("valid");
+        assert_eq!(profiles.lookup("small").max_output, 8_000);
+    }
+
     #[test]
     fn bad_overrides_are_rejected_with_clear_messages() {
         let message = error("[models.\"gpt-4o\"]\ncontext_windw = 1");
@@ -1001,6 +1037,11 @@ mod tests {
         assert!(message.contains("[models.\"x\"]"), "{message}");
         let message = error("[models.x]\nmax_output = 999999999");
         assert!(message.contains("larger than context_window"), "{message}");
+        let message = error("[models.x]\ncontext_window = 1000\nmax_output = 1001");
+        assert!(
+            message.contains("max_output (1001) is larger than context_window (1000)"),
+            "an explicit contradiction stays an error: {message}"
+        );
         let message = error("[models.\"gpt-4o\"]\nratio = 1.2");
         assert!(
             message.contains("add tokenizer = \"estimate\""),

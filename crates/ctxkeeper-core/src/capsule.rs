@@ -1,0 +1,1124 @@
+//! The session capsule: what the model must still know after any number of compactions.
+//!
+//! Summaries forget. What users of every agent report losing after a compaction is always the
+//! same short list: what the user actually said, which files the agent touched, the plan, and
+//! the error it was fighting. The capsule keeps exactly those, outside any summary, in one
+//! pinned message placed right after the instructions:
+//!
+//! - **the user's own words**: every user-authored text that left the context, verbatim,
+//!   oldest first. Harness boilerplate (Claude Code's local-command caveats, `<command-…>`
+//!   tags and `<system-reminder>` blocks, Codex `<environment_context>` repeats) is
+//!   recognised and kept out; it stays archived with its messages, and the newest
+//!   environment context is kept. Past a budget (by default 15 % of the window) the oldest are
+//!   shortened to a head and the reference of their archive; none is ever dropped silently;
+//! - **the artifact trail**: every file the tool calls read, listed, searched, created,
+//!   modified or deleted, with the last thing done to it ([`crate::artifacts`]), and the
+//!   working directory;
+//! - **the live plan**: the latest `TodoWrite` / `update_plan` / task-list call, verbatim;
+//! - **the open problem**: the last failing command or test, with the head and tail of its
+//!   error, until the same command succeeds;
+//!
+//! followed (in the summary message) by the narrative: the structured summary.
+//!
+//! The capsule is maintained incrementally: at each compaction it reads only the messages
+//! added since the previous one ([`Capsule::absorb`]), before any stage rewrites them, and it
+//! is re-rendered only when what it shows changed, so the cached prefix survives between
+//! compactions. It is plain data in the session state and survives restarts.
+//!
+//! ```
+//! use ctxkeeper_core::capsule::{Capsule, CapsuleConfig};
+//! use ctxkeeper_core::engine::Entry;
+//! use ctxkeeper_core::model::{Message, Part};
+//!
+//! let mut entries = vec![
+//!     Entry::new(Message::user("Add a --verbose flag to the CLI, and never change the config format.")),
+//!     Entry::new(Message::assistant_with_calls("", vec![Part::tool_call("c1", "Edit", r#"{"file_path":"src/cli.rs","old_string":"a","new_string":"b"}"#)])),
+//!     Entry::new(Message::tool_result("c1", "ok")),
+//! ];
+//! for (i, entry) in entries.iter_mut().enumerate() { entry.meta.log_index = Some(i as u64); }
+//! let mut capsule = Capsule::default();
+//! capsule.absorb(&entries);
+//! capsule.note_archived(0, "sessions/s/context.jsonl#L1-L3");
+//! // Nothing of it is in the context any more: the capsule shows all of it.
+//! let text = capsule.render(&CapsuleConfig::default(), 32_000, &[]);
+//! assert!(text.contains("Add a --verbose flag to the CLI, and never change the config format."));
+//! assert!(text.contains("modified: src/cli.rs"));
+//! ```
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::artifacts::{FileAction, tool_call_events};
+use crate::engine::Entry;
+use crate::fidelity::PLAN_TOOLS;
+use crate::model::{Message, Part, Role};
+
+/// How the capsule's message opens.
+pub const CAPSULE_TITLE: &str = "[Session capsule:";
+
+/// How the capsule is built; `[capsule]` in a policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CapsuleConfig {
+    /// Share of the window the user's own words may take; past it the oldest are shortened.
+    pub instruction_budget_ratio: f64,
+    /// Characters kept of a shortened instruction.
+    pub head_chars: usize,
+    /// At most this many files are listed (the most recently touched); the rest are counted.
+    pub max_files: usize,
+    /// Characters of a failing command's error kept from its start and from its end.
+    pub error_head_chars: usize,
+    pub error_tail_chars: usize,
+    /// A plan longer than this is cut in the middle.
+    pub max_plan_chars: usize,
+}
+
+impl Default for CapsuleConfig {
+    fn default() -> CapsuleConfig {
+        CapsuleConfig {
+            instruction_budget_ratio: 0.15,
+            head_chars: 300,
+            max_files: 400,
+            error_head_chars: 500,
+            error_tail_chars: 700,
+            max_plan_chars: 4_000,
+        }
+    }
+}
+
+impl CapsuleConfig {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.instruction_budget_ratio > 0.0 && self.instruction_budget_ratio < 1.0) {
+            return Err(format!(
+                "capsule.instruction_budget_ratio must be in (0, 1), got {}",
+                self.instruction_budget_ratio
+            ));
+        }
+        if self.head_chars < 20 {
+            return Err("capsule.head_chars must be at least 20".into());
+        }
+        Ok(())
+    }
+}
+
+/// One text the user wrote, as it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instruction {
+    pub text: String,
+    /// Position of its message in the session log.
+    pub log_index: u64,
+    /// Where its message was archived when it left the context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+}
+
+/// A file and what was done to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub path: String,
+    /// The last action that changed the file, or failing that the last one at all.
+    pub action: FileAction,
+    /// When it was last touched (log index of the call), for ordering and the file cap.
+    pub touched: u64,
+}
+
+/// The latest plan call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub tool: String,
+    pub arguments: String,
+    pub log_index: u64,
+}
+
+/// The last failing command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The call as `tool(arguments)`, or the shell command.
+    pub command: String,
+    /// Head and tail of its output.
+    pub error: String,
+    pub log_index: u64,
+    /// The call's tool name and arguments as written, to recognise the same call succeeding.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    call: String,
+}
+
+/// A call whose result has not been read yet: its id, and its tool name and arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct PendingCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl PendingCall {
+    /// The key that recognises the same call again (name and arguments as written).
+    fn key(&self) -> String {
+        format!("{}\n{}", self.name, self.arguments)
+    }
+}
+
+/// The capsule's data. See the [module documentation](self).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Capsule {
+    /// Shared, not copied, between the copies of the context a plan makes: a long session's
+    /// words are the bulk of the capsule.
+    pub instructions: Vec<Arc<Instruction>>,
+    /// The newest environment context block the harness sent (Codex `<environment_context>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    pub files: Vec<FileRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<Problem>,
+    /// Harness messages kept out of the user's words (they stay archived with their span).
+    pub boilerplate: usize,
+    /// Log index of the last message read; `None` before the first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub absorbed_through: Option<u64>,
+    /// The calls of the last assistant message read, whose results may come in the next pass.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pending: Vec<PendingCall>,
+    /// The file an editor without paths (SWE-agent `edit`) works on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open_file: Option<String>,
+}
+
+impl Capsule {
+    /// Reads the entries not read yet (log index past [`Capsule::absorbed_through`]), oldest
+    /// first. Entries the engine wrote (no log index) are skipped. O(new entries).
+    pub fn absorb(&mut self, entries: &[Entry]) {
+        for entry in entries {
+            let Some(index) = entry.meta.log_index else {
+                continue;
+            };
+            if entry.meta.synthetic || self.absorbed_through.is_some_and(|done| index <= done) {
+                continue;
+            }
+            self.read(&entry.message, index);
+            self.absorbed_through = Some(index);
+        }
+    }
+
+    /// Records where the message at `log_index` was archived when it left the context.
+    pub fn note_archived(&mut self, log_index: u64, reference: &str) {
+        // Instructions are in log order: a binary search finds the one (if any).
+        if let Ok(at) = self
+            .instructions
+            .binary_search_by_key(&log_index, |i| i.log_index)
+            && self.instructions[at].reference.is_none()
+        {
+            Arc::make_mut(&mut self.instructions[at]).reference = Some(reference.to_string());
+        }
+    }
+
+    /// Replaces every reference `pending` selects by what `fill` makes of it (the engine fills
+    /// its markers this way once the archive answered).
+    pub fn fill_references(
+        &mut self,
+        pending: impl Fn(&str) -> bool,
+        fill: impl Fn(&str) -> String,
+    ) {
+        for instruction in &mut self.instructions {
+            if instruction.reference.as_deref().is_some_and(&pending) {
+                let instruction = Arc::make_mut(instruction);
+                if let Some(reference) = &mut instruction.reference {
+                    *reference = fill(reference);
+                }
+            }
+        }
+    }
+
+    fn read(&mut self, message: &Message, index: u64) {
+        match message.role {
+            Role::System | Role::Developer => {
+                if let Some(dir) = working_directory_in(&message.text()) {
+                    self.working_directory = Some(dir);
+                }
+            }
+            Role::Assistant => {
+                self.pending.clear();
+                for (id, name, arguments) in message.tool_calls() {
+                    self.read_call(name, arguments, index);
+                    self.pending.push(PendingCall {
+                        id: id.to_string(),
+                        name: name.to_string(),
+                        arguments: arguments.to_string(),
+                    });
+                }
+            }
+            Role::User | Role::Tool => {
+                for part in &message.parts {
+                    match part {
+                        Part::Text { text, .. } if message.role == Role::User => {
+                            self.read_user_text(text, index);
+                        }
+                        Part::ToolResult {
+                            call_id,
+                            content,
+                            is_error,
+                            ..
+                        } => self.read_result(call_id, content, *is_error, index),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn read_user_text(&mut self, text: &str, index: u64) {
+        let words = strip_boilerplate(text);
+        if let Some(environment) = environment_block(text) {
+            if let Some(dir) = working_directory_in(environment) {
+                self.working_directory = Some(dir);
+            }
+            self.environment = Some(environment.to_string());
+        }
+        if words.trim().is_empty() {
+            if !text.trim().is_empty() {
+                self.boilerplate += 1;
+            }
+            return;
+        }
+        if words.len() != text.len() {
+            self.boilerplate += 1;
+        }
+        // Several text parts of one message stay one instruction.
+        if let Some(last) = self.instructions.last_mut()
+            && last.log_index == index
+        {
+            let last = Arc::make_mut(last);
+            last.text.push('\n');
+            last.text.push_str(words.trim());
+            return;
+        }
+        self.instructions.push(Arc::new(Instruction {
+            text: words.trim().to_string(),
+            log_index: index,
+            reference: None,
+        }));
+    }
+
+    fn read_call(&mut self, name: &str, arguments: &str, index: u64) {
+        if PLAN_TOOLS.contains(&name) {
+            self.plan = Some(PlanRecord {
+                tool: name.to_string(),
+                arguments: arguments.to_string(),
+                log_index: index,
+            });
+            return;
+        }
+        let events = tool_call_events(name, arguments);
+        if let Some(dir) = events.working_directory {
+            self.working_directory = Some(dir);
+        }
+        for event in events.files {
+            if event.action == FileAction::Read {
+                self.open_file = Some(event.path.clone());
+            }
+            self.record_file(event.path, event.action, index);
+        }
+        if events.edits_open_file
+            && let Some(path) = self.open_file.clone()
+        {
+            self.record_file(path, FileAction::Modified, index);
+        }
+    }
+
+    fn record_file(&mut self, path: String, action: FileAction, index: u64) {
+        match self.files.iter_mut().find(|f| f.path == path) {
+            Some(record) => {
+                // A change is remembered over later reads; a write of a known file modifies it.
+                let action = match action {
+                    FileAction::Written => FileAction::Modified,
+                    other => other,
+                };
+                if action.changes() || !record.action.changes() {
+                    // Mentioning a file says less than reading or listing it.
+                    if !(action == FileAction::Mentioned && record.action != FileAction::Mentioned)
+                    {
+                        record.action = action;
+                    }
+                }
+                record.touched = index;
+            }
+            None => {
+                let action = match action {
+                    FileAction::Written => FileAction::Created,
+                    other => other,
+                };
+                self.files.push(FileRecord {
+                    path,
+                    action,
+                    touched: index,
+                });
+            }
+        }
+    }
+
+    fn read_result(&mut self, call_id: &str, content: &[Part], is_error: bool, index: u64) {
+        let Some(call) = self.pending.iter().find(|c| c.id == call_id) else {
+            return;
+        };
+        // Most results are one text part: read it in place.
+        let joined: String;
+        let text = match content {
+            [Part::Text { text, .. }] => text.as_str(),
+            _ => {
+                joined = Message::new(Role::Tool, content.to_vec()).text();
+                &joined
+            }
+        };
+        if is_error || failed(text) {
+            self.problem = Some(Problem {
+                command: describe_call(&call.name, &call.arguments),
+                error: head_tail(text, 500, 700),
+                log_index: index,
+                call: call.key(),
+            });
+        } else if self.problem.as_ref().is_some_and(|p| p.call == call.key()) {
+            // The same call succeeded since: the problem is solved.
+            self.problem = None;
+        }
+    }
+
+    /// The capsule's text. `live` holds the log indexes of the messages still in the context,
+    /// in ascending order: what the model can read there is not repeated. `window` sizes the
+    /// instruction budget. Empty when nothing it read has left the context yet.
+    pub fn render(&self, config: &CapsuleConfig, window: u64, live: &[u64]) -> String {
+        let live = Live(live);
+        if !self.anything_left(live) {
+            return String::new();
+        }
+        let mut out = String::from(CAPSULE_TITLE);
+        out.push_str(
+            " what this session must not forget, kept across compactions. The full earlier messages are archived at the references given.]",
+        );
+        let words: Vec<&Instruction> = self
+            .instructions
+            .iter()
+            .map(|i| &**i)
+            .filter(|i| !live.contains(i.log_index))
+            .collect();
+        if !words.is_empty() {
+            out.push_str("\n\n## The user's own words (earlier messages, oldest first)\n");
+            let budget_chars =
+                (config.instruction_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize;
+            render_instructions(&words, config.head_chars, budget_chars, &mut out);
+        }
+        if self.working_directory.is_some() || self.environment.is_some() {
+            out.push_str("\n\n## Environment\n");
+            if let Some(dir) = &self.working_directory {
+                out.push_str("Working directory: ");
+                out.push_str(dir);
+                out.push('\n');
+            }
+            if let Some(environment) = &self.environment {
+                out.push_str(environment.trim());
+                out.push('\n');
+            }
+            trim_end(&mut out);
+        }
+        if !self.files.is_empty() {
+            out.push_str("\n\n## Files (last action)\n");
+            self.render_files(config.max_files, &mut out);
+        }
+        if let Some(plan) = &self.plan
+            && !live.contains(plan.log_index)
+        {
+            out.push_str(&format!(
+                "\n\n## Plan (latest {} call, verbatim)\n",
+                plan.tool
+            ));
+            out.push_str(&cut_middle(&plan.arguments, config.max_plan_chars));
+        }
+        if let Some(problem) = &self.problem {
+            out.push_str("\n\n## Open problem (the last failing command)\n");
+            out.push_str(&cut_middle(&problem.command, 400));
+            out.push_str("\n---\n");
+            out.push_str(&head_tail(
+                &problem.error,
+                config.error_head_chars,
+                config.error_tail_chars,
+            ));
+        }
+        out
+    }
+
+    /// An upper bound of the length of [`Capsule::render`]'s text, in bytes, as if everything
+    /// the capsule read had left the context; computed without rendering.
+    pub fn size_bound(&self, config: &CapsuleConfig, window: u64) -> usize {
+        if self.instructions.is_empty()
+            && self.files.is_empty()
+            && self.plan.is_none()
+            && self.problem.is_none()
+        {
+            return 0;
+        }
+        let budget_chars =
+            (config.instruction_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize;
+        let words: usize = self.instructions.iter().map(|i| i.text.len() + 2).sum();
+        let files: usize = self.files.iter().map(|f| f.path.len() + 2).sum::<usize>() + 100;
+        let plan = self
+            .plan
+            .as_ref()
+            .map_or(0, |p| p.arguments.len().min(config.max_plan_chars) + 80);
+        let problem = self.problem.as_ref().map_or(0, |p| {
+            p.command.len().min(400)
+                + p.error
+                    .len()
+                    .min(config.error_head_chars + config.error_tail_chars)
+                + 120
+        });
+        let environment = self.environment.as_ref().map_or(0, String::len)
+            + self.working_directory.as_ref().map_or(0, String::len)
+            + 60;
+        // The header, the section titles and the line naming counted messages.
+        400 + words.min(budget_chars + 300) + files + plan + problem + environment
+    }
+
+    /// Whether anything the capsule read has left the context: until then it has nothing to
+    /// add to what the model reads.
+    fn anything_left(&self, live: Live<'_>) -> bool {
+        self.instructions
+            .iter()
+            .any(|i| !live.contains(i.log_index))
+            || self.files.iter().any(|f| !live.contains(f.touched))
+            || self
+                .plan
+                .as_ref()
+                .is_some_and(|p| !live.contains(p.log_index))
+            || self
+                .problem
+                .as_ref()
+                .is_some_and(|p| !live.contains(p.log_index))
+    }
+
+    fn render_files(&self, max_files: usize, out: &mut String) {
+        let mut files: Vec<&FileRecord> = self.files.iter().collect();
+        let omitted = files.len().saturating_sub(max_files);
+        if omitted > 0 {
+            // The most recently touched are kept.
+            files.sort_by_key(|f| std::cmp::Reverse(f.touched));
+            files.truncate(max_files);
+            files.sort_by_key(|f| f.touched);
+        }
+        const ORDER: [FileAction; 8] = [
+            FileAction::Modified,
+            FileAction::Created,
+            FileAction::Written,
+            FileAction::Deleted,
+            FileAction::Read,
+            FileAction::Searched,
+            FileAction::Listed,
+            FileAction::Mentioned,
+        ];
+        for action in ORDER {
+            let paths: Vec<&str> = files
+                .iter()
+                .filter(|f| f.action == action)
+                .map(|f| f.path.as_str())
+                .collect();
+            if paths.is_empty() {
+                continue;
+            }
+            out.push_str(action.as_str());
+            out.push_str(": ");
+            out.push_str(&paths.join(", "));
+            out.push('\n');
+        }
+        if omitted > 0 {
+            out.push_str(&format!(
+                "({omitted} files touched earlier are not listed; their calls are archived)\n"
+            ));
+        }
+        trim_end(out);
+    }
+}
+
+/// Log indexes of the messages in the context, ascending.
+#[derive(Debug, Clone, Copy)]
+struct Live<'a>(&'a [u64]);
+
+impl Live<'_> {
+    fn contains(self, log_index: u64) -> bool {
+        self.0.binary_search(&log_index).is_ok()
+    }
+}
+
+/// Characters per token assumed when sizing the capsule without a tokenizer (conservative
+/// for prose and code).
+const CHARS_PER_TOKEN: f64 = 3.5;
+
+/// The user's words within `budget_chars`: the newest verbatim, older ones shortened to a head
+/// and their reference, and when even that does not fit, the oldest named by count and
+/// reference only.
+fn render_instructions(
+    words: &[&Instruction],
+    head_chars: usize,
+    budget_chars: usize,
+    out: &mut String,
+) {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Form {
+        Verbatim,
+        Head,
+        Counted,
+    }
+    let whole = |i: &Instruction| i.text.len() + 2;
+    let head = |i: &Instruction| i.text.len().min(head_chars) + 80;
+    // Everything verbatim; then, oldest first, shorten to heads while over the budget; then,
+    // oldest first, count instead of showing. The newest stays whole unless it alone is over.
+    let mut forms = vec![Form::Verbatim; words.len()];
+    let mut used: usize = words.iter().map(|i| whole(i)).sum();
+    let newest = words.len().saturating_sub(1);
+    for (position, instruction) in words.iter().enumerate() {
+        if used <= budget_chars {
+            break;
+        }
+        if position == newest && whole(instruction) <= budget_chars {
+            break;
+        }
+        if head(instruction) < whole(instruction) {
+            used -= whole(instruction) - head(instruction);
+            forms[position] = Form::Head;
+        }
+    }
+    for (position, instruction) in words.iter().enumerate().take(newest) {
+        if used <= budget_chars {
+            break;
+        }
+        used -= if forms[position] == Form::Head {
+            head(instruction)
+        } else {
+            whole(instruction)
+        };
+        forms[position] = Form::Counted;
+    }
+    let counted: Vec<&&Instruction> = words
+        .iter()
+        .zip(&forms)
+        .filter(|(_, f)| **f == Form::Counted)
+        .map(|(i, _)| i)
+        .collect();
+    if !counted.is_empty() {
+        let refs = merge_line_ranges(counted.iter().filter_map(|i| i.reference.as_deref()));
+        out.push_str(&format!(
+            "[{} earlier messages of the user are archived at {}]\n",
+            counted.len(),
+            if refs.is_empty() {
+                "the session log".to_string()
+            } else {
+                refs.join(", ")
+            }
+        ));
+    }
+    for (instruction, form) in words.iter().zip(&forms) {
+        match form {
+            Form::Counted => continue,
+            Form::Verbatim => {
+                out.push_str(&instruction.text);
+            }
+            Form::Head => {
+                let cut = instruction
+                    .text
+                    .char_indices()
+                    .nth(head_chars)
+                    .map_or(instruction.text.len(), |(i, _)| i);
+                out.push_str(&instruction.text[..cut]);
+                out.push_str(&format!(
+                    " […{} more characters; the whole message is archived at {}]",
+                    instruction.text[cut..].chars().count(),
+                    instruction
+                        .reference
+                        .as_deref()
+                        .unwrap_or("the session log")
+                ));
+            }
+        }
+        out.push_str("\n\n");
+    }
+    trim_end(out);
+}
+
+/// The distinct references, with line ranges of one archive file (`FILE#La-Lb`, in the
+/// order the archive wrote them) merged into one range that covers them all: a long session
+/// archives its spans one after another into the same file.
+fn merge_line_ranges<'a>(references: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut ranges: Vec<(&str, u64, u64)> = Vec::new();
+    for reference in references {
+        let range = reference.rsplit_once("#L").and_then(|(file, lines)| {
+            let (a, b) = lines.split_once("-L")?;
+            Some((file, a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+        });
+        match range {
+            Some((file, a, b)) => match ranges.iter_mut().find(|(f, _, _)| *f == file) {
+                Some(known) => {
+                    known.1 = known.1.min(a);
+                    known.2 = known.2.max(b);
+                }
+                None => ranges.push((file, a, b)),
+            },
+            None => {
+                if !out.iter().any(|r| r == reference) {
+                    out.push(reference.to_string());
+                }
+            }
+        }
+    }
+    let mut merged: Vec<String> = ranges
+        .into_iter()
+        .map(|(file, a, b)| format!("{file}#L{a}-L{b}"))
+        .collect();
+    merged.extend(out);
+    merged
+}
+
+fn trim_end(out: &mut String) {
+    out.truncate(out.trim_end().len());
+}
+
+/// How a call is named in the open problem: the shell command itself, else `tool(arguments)`.
+fn describe_call(name: &str, arguments: &str) -> String {
+    if let Ok(Value::Object(object)) = serde_json::from_str::<Value>(arguments) {
+        match object.get("command").or_else(|| object.get("cmd")) {
+            Some(Value::String(command)) => return command.clone(),
+            Some(Value::Array(words)) => {
+                let words: Vec<&str> = words.iter().filter_map(Value::as_str).collect();
+                // `bash -lc SCRIPT`: the script is the command.
+                if words.len() == 3 && words[1].starts_with('-') && words[1].contains('c') {
+                    return words[2].to_string();
+                }
+                return words.join(" ");
+            }
+            _ => {}
+        }
+    }
+    format!("{name}({})", cut_middle(arguments, 300))
+}
+
+/// Whether a tool output reports a failure: a non-zero exit code (Codex's `exit_code`
+/// metadata, "Exit code: N", "exited with code N"), a sandbox refusal, or a Python traceback.
+fn failed(text: &str) -> bool {
+    if let Some(at) = text.rfind("\"exit_code\":") {
+        let digits: String = text[at + 12..]
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '-')
+            .collect();
+        return digits.parse::<i64>().is_ok_and(|code| code != 0);
+    }
+    let head = &text[..floor_char_boundary(text, 400)];
+    let tail = &text[floor_char_boundary(text, text.len().saturating_sub(400))..];
+    let starts = |prefix: &str| {
+        head.len() >= prefix.len()
+            && head.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+    };
+    starts("failed in sandbox")
+        || starts("traceback (most recent call last)")
+        || starts("error:")
+        || [head, tail]
+            .iter()
+            .any(|t| exit_code_after(t, "xit code: ") || exit_code_after(t, "xited with code "))
+}
+
+/// Whether `phrase` ("xit code: ", the capital or small E before it left out) is followed
+/// by a non-zero number in `text`.
+fn exit_code_after(text: &str, phrase: &str) -> bool {
+    text.match_indices(phrase).any(|(at, _)| {
+        let digits: String = text[at + phrase.len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits.parse::<i64>().is_ok_and(|code| code != 0)
+    })
+}
+
+/// The largest char boundary of `text` at or below `at`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// The first `head` and last `tail` characters of `text`, with a note of what was cut.
+fn head_tail(text: &str, head: usize, tail: usize) -> String {
+    let chars = text.chars().count();
+    if chars <= head + tail {
+        return text.to_string();
+    }
+    let head_end = text.char_indices().nth(head).map_or(text.len(), |(i, _)| i);
+    let tail_start = text
+        .char_indices()
+        .nth(chars - tail)
+        .map_or(text.len(), |(i, _)| i);
+    format!(
+        "{}\n[… {} characters …]\n{}",
+        &text[..head_end],
+        chars - head - tail,
+        &text[tail_start..]
+    )
+}
+
+fn cut_middle(text: &str, max: usize) -> String {
+    head_tail(text, max / 2, max / 2)
+}
+
+/// Tags whose whole element is harness boilerplate, not the user's words.
+const BOILERPLATE_ELEMENTS: [&str; 8] = [
+    "system-reminder",
+    "command-name",
+    "command-message",
+    "command-args",
+    "local-command-stdout",
+    "local-command-stderr",
+    "environment_context",
+    "user_instructions",
+];
+
+/// Whole texts that are harness notices. (Claude Code's "[Request interrupted by user…]" is
+/// not among them: it records what the user did, and costs a dozen tokens.)
+const BOILERPLATE_PREFIXES: [&str; 3] = [
+    "Caveat: The messages below were generated by the user while running local commands",
+    "<turn_aborted>",
+    "This session is being continued from a previous conversation",
+];
+
+/// The user's own words in `text`: harness elements (`<system-reminder>…</system-reminder>`,
+/// `<command-name>…`, `<environment_context>…`) removed, and nothing at all for a harness
+/// notice (Claude Code's local-command caveat).
+pub fn strip_boilerplate(text: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = text.trim_start();
+    if BOILERPLATE_PREFIXES.iter().any(|p| trimmed.starts_with(p)) {
+        return std::borrow::Cow::Borrowed("");
+    }
+    if !text.contains('<') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = text.to_string();
+    for tag in BOILERPLATE_ELEMENTS {
+        let open = format!("<{tag}");
+        let close = format!("</{tag}>");
+        while let Some(start) = out.find(&open) {
+            // `<command-name>` but not `<command-namex>`.
+            let after = out[start + open.len()..].chars().next();
+            if !matches!(after, Some('>' | ' ' | '\n')) {
+                break;
+            }
+            match out[start..].find(&close) {
+                Some(end) => out.replace_range(start..start + end + close.len(), ""),
+                None => break,
+            }
+        }
+    }
+    if out.len() == text.len() {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        std::borrow::Cow::Owned(out)
+    }
+}
+
+/// Whether a user text is harness boilerplate through and through.
+pub fn is_boilerplate(text: &str) -> bool {
+    !text.trim().is_empty() && strip_boilerplate(text).trim().is_empty()
+}
+
+/// The `<environment_context>…</environment_context>` element of a text, if any.
+fn environment_block(text: &str) -> Option<&str> {
+    let start = text.find("<environment_context>")?;
+    let end = text[start..].find("</environment_context>")? + start;
+    Some(&text[start..end + "</environment_context>".len()])
+}
+
+/// A working directory stated in a text: `<cwd>…</cwd>` (Codex) or `Working directory: …`
+/// (Claude Code's environment section).
+fn working_directory_in(text: &str) -> Option<String> {
+    if let Some(start) = text.find("<cwd>") {
+        let rest = &text[start + 5..];
+        let end = rest.find("</cwd>")?;
+        let dir = rest[..end].trim();
+        return (!dir.is_empty()).then(|| dir.to_string());
+    }
+    let at = text.find("Working directory: ")?;
+    let rest = &text[at + "Working directory: ".len()..];
+    let dir = rest.lines().next()?.trim();
+    (!dir.is_empty() && !dir.contains(' ')).then(|| dir.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(messages: Vec<Message>) -> Vec<Entry> {
+        messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, message)| {
+                let mut entry = Entry::new(message);
+                entry.meta.log_index = Some(i as u64);
+                entry
+            })
+            .collect()
+    }
+
+    fn absorbed(messages: Vec<Message>) -> Capsule {
+        let mut capsule = Capsule::default();
+        capsule.absorb(&entries(messages));
+        capsule
+    }
+
+    fn render(capsule: &Capsule) -> String {
+        capsule.render(&CapsuleConfig::default(), 32_000, &[])
+    }
+
+    // Codex rollout: the environment context opens the session; its repeats are kept out of
+    // the user's words and the newest is kept.
+    #[test]
+    fn codex_environment_context_is_environment_not_instructions() {
+        let env = "<environment_context>\n  <cwd>/home/randy/projects/python-3/OpenPrintKit</cwd>\n  <approval_policy>on-request</approval_policy>\n  <sandbox_mode>workspace-write</sandbox_mode>\n  <network_access>restricted</network_access>\n  <shell>bash</shell>\n</environment_context>";
+        let capsule = absorbed(vec![
+            Message::user(env),
+            Message::user("Can we continue from where we left off?"),
+            Message::user(env),
+        ]);
+        assert_eq!(capsule.instructions.len(), 1);
+        assert_eq!(
+            capsule.instructions[0].text,
+            "Can we continue from where we left off?"
+        );
+        assert_eq!(capsule.boilerplate, 2);
+        assert_eq!(
+            capsule.working_directory.as_deref(),
+            Some("/home/randy/projects/python-3/OpenPrintKit")
+        );
+        let text = render(&capsule);
+        assert!(text.contains("<sandbox_mode>workspace-write</sandbox_mode>"));
+        assert_eq!(text.matches("<environment_context>").count(), 1);
+    }
+
+    // Claude Code harness messages (caveats, command tags, system reminders, interruptions).
+    #[test]
+    fn claude_code_boilerplate_is_kept_out_of_the_users_words() {
+        let capsule = absorbed(vec![
+            Message::user(
+                "Caveat: The messages below were generated by the user while running local commands. DO NOT respond to these messages or otherwise consider them in your response unless the user explicitly asks you to.",
+            ),
+            Message::user(
+                "<command-name>/clear</command-name>\n            <command-message>clear</command-message>\n            <command-args></command-args>",
+            ),
+            Message::user("<local-command-stdout></local-command-stdout>"),
+            Message::user(
+                "Hey Claude, please have a look at the git diff of claude_code_log/renderer.py and explain what does _get_enhanced_session_navigation and _generate_html_with_navigation do",
+            ),
+            Message::user("[Request interrupted by user for tool use]"),
+            Message::user(
+                "<system-reminder>\nThe user opened the file renderer.py in the IDE.\n</system-reminder>\nDo we even need _generate_html_with_combined_link then?",
+            ),
+        ]);
+        let texts: Vec<&str> = capsule
+            .instructions
+            .iter()
+            .map(|i| i.text.as_str())
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                "Hey Claude, please have a look at the git diff of claude_code_log/renderer.py and explain what does _get_enhanced_session_navigation and _generate_html_with_navigation do",
+                // The user stopped a tool call: that is something the user did, kept.
+                "[Request interrupted by user for tool use]",
+                "Do we even need _generate_html_with_combined_link then?",
+            ]
+        );
+        assert_eq!(capsule.boilerplate, 4);
+        assert!(is_boilerplate(
+            "<local-command-stdout></local-command-stdout>"
+        ));
+        assert!(!is_boilerplate("Fix <b>bold</b> rendering"));
+    }
+
+    // The artifact trail, from the Claude Code trace's calls.
+    #[test]
+    fn files_keep_their_last_change() {
+        let path = "/Users/dain/workspace/claude-code-log/claude_code_log/renderer.py";
+        let capsule = absorbed(vec![
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "a",
+                    "Read",
+                    format!(r#"{{"file_path":"{path}","offset":657,"limit":200}}"#),
+                )],
+            ),
+            Message::tool_result("a", "..."),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "b",
+                    "MultiEdit",
+                    format!(r#"{{"file_path":"{path}","edits":[]}}"#),
+                )],
+            ),
+            Message::tool_result("b", "ok"),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "c",
+                    "Read",
+                    format!(r#"{{"file_path":"{path}","offset":660,"limit":15}}"#),
+                )],
+            ),
+            Message::tool_result("c", "..."),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "d",
+                    "Write",
+                    r#"{"file_path":"/Users/dain/workspace/claude-code-log/test_combined_link.py","content":"x"}"#,
+                )],
+            ),
+            Message::tool_result("d", "ok"),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "e",
+                    "Bash",
+                    r#"{"command":"rm test_combined_link.py"}"#,
+                )],
+            ),
+            Message::tool_result("e", ""),
+        ]);
+        let text = render(&capsule);
+        assert!(text.contains(&format!("modified: {path}")), "{text}");
+        assert!(
+            text.contains("created: /Users/dain/workspace/claude-code-log/test_combined_link.py"),
+            "{text}"
+        );
+        assert!(text.contains("deleted: test_combined_link.py"), "{text}");
+    }
+
+    // Codex: update_plan verbatim; a failing apply_patch / pytest is the open problem until
+    // the same command succeeds.
+    #[test]
+    fn plan_and_open_problem() {
+        let plan = r#"{"plan":[{"status":"in_progress","step":"Add more example printer models"},{"status":"pending","step":"Enhance GUI with toolbar + prefs + DnD"}],"explanation":"We’ll add more printer examples first."}"#;
+        let pytest = r#"{"command":["bash","-lc","PYTHONPATH=. pytest -q"],"workdir":"/home/randy/projects/python-3/OpenPrintKit"}"#;
+        let failing = "{\"output\":\"F...\\n1 failed, 3 passed in 0.09s\\n\",\"metadata\":{\"exit_code\":1,\"duration_seconds\":1.0}}";
+        let mut capsule = absorbed(vec![
+            Message::assistant_with_calls("", vec![Part::tool_call("p", "update_plan", plan)]),
+            Message::tool_result("p", "Plan updated"),
+            Message::assistant_with_calls("", vec![Part::tool_call("t", "shell", pytest)]),
+            Message::tool_result("t", failing),
+        ]);
+        let text = render(&capsule);
+        assert!(text.contains(plan), "{text}");
+        assert!(text.contains("PYTHONPATH=. pytest -q"), "{text}");
+        assert!(text.contains("1 failed, 3 passed"), "{text}");
+        // Sandbox refusals are failures too (from the same rollout).
+        assert!(failed(
+            "failed in sandbox LinuxSeccomp with execution error: sandbox denied exec error, exit code: 2"
+        ));
+        assert!(!failed(
+            "{\"output\":\"4 passed in 0.09s\\n\",\"metadata\":{\"exit_code\":0}}"
+        ));
+        let mut later = entries(vec![
+            Message::assistant_with_calls("", vec![Part::tool_call("t2", "shell", pytest)]),
+            Message::tool_result(
+                "t2",
+                "{\"output\":\"4 passed\",\"metadata\":{\"exit_code\":0}}",
+            ),
+        ]);
+        for (i, entry) in later.iter_mut().enumerate() {
+            entry.meta.log_index = Some(10 + i as u64);
+        }
+        capsule.absorb(&later);
+        assert!(capsule.problem.is_none());
+    }
+
+    #[test]
+    fn absorbing_is_incremental_and_idempotent() {
+        let messages = entries(vec![
+            Message::user("First request with enough words to count."),
+            Message::user("Second request with enough words to count."),
+        ]);
+        let mut once = Capsule::default();
+        once.absorb(&messages);
+        let mut twice = once.clone();
+        twice.absorb(&messages);
+        assert_eq!(once, twice);
+        assert_eq!(once.absorbed_through, Some(1));
+    }
+
+    #[test]
+    fn instructions_over_budget_are_shortened_oldest_first_never_dropped() {
+        let long = |n: usize| format!("request {n}: {}", "please keep this detail ".repeat(40));
+        let mut capsule = absorbed((0..30).map(|n| Message::user(long(n))).collect());
+        for n in 0..30 {
+            capsule.note_archived(
+                n,
+                &format!("sessions/s/context.jsonl#L{}-L{}", n + 1, n + 1),
+            );
+        }
+        let config = CapsuleConfig::default();
+        let text = capsule.render(&config, 16_000, &[]);
+        // The newest is whole, older ones are heads with their reference, and the oldest are
+        // counted with theirs: every one of them can be found.
+        assert!(text.contains(long(29).trim()));
+        assert!(text.contains("request 15: please keep"));
+        assert!(text.contains("the whole message is archived at sessions/s/context.jsonl#L16-L16"));
+        assert!(!text.contains("request 0: please keep"));
+        assert!(
+            text.contains(
+                "earlier messages of the user are archived at sessions/s/context.jsonl#L1-L1"
+            ),
+            "{text}"
+        );
+        let budget = (0.15 * 16_000.0 * CHARS_PER_TOKEN) as usize;
+        assert!(text.len() < budget + 2_000, "{} chars", text.len());
+        // A tiny window: the oldest are counted with their references, not dropped.
+        let tiny = capsule.render(&config, 1_000, &[]);
+        assert!(
+            tiny.contains(
+                "[29 earlier messages of the user are archived at sessions/s/context.jsonl#L1-L29]"
+            ),
+            "{tiny}"
+        );
+    }
+
+    #[test]
+    fn line_ranges_of_one_file_merge() {
+        let refs = [
+            "sessions/s/context.jsonl#L1-L120",
+            "sessions/s/context.jsonl#L121-L207",
+            "\u{1}ref:3\u{1}",
+            "sessions/s/context.jsonl#L208-L323",
+            "sessions/t/context.jsonl#L5-L9",
+        ];
+        assert_eq!(
+            merge_line_ranges(refs.into_iter()),
+            vec![
+                "sessions/s/context.jsonl#L1-L323".to_string(),
+                "sessions/t/context.jsonl#L5-L9".to_string(),
+                "\u{1}ref:3\u{1}".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn live_messages_are_not_repeated() {
+        let capsule = absorbed(vec![Message::user(
+            "A request that is still in the context.",
+        )]);
+        let text = capsule.render(&CapsuleConfig::default(), 32_000, &[0]);
+        assert!(!text.contains("still in the context"));
+    }
+}

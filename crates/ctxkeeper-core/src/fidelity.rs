@@ -1,0 +1,344 @@
+//! Fidelity probes: what a managed request still tells the model, measured against the
+//! unmanaged request of the same step.
+//!
+//! A context policy saves tokens by leaving things out. These probes measure what it must not
+//! leave out, at every step where the managed request differs from the whole history:
+//!
+//! - **user instructions kept**: the share of user-role texts of at least
+//!   [`USER_TEXT_MIN_CHARS`] characters whose first [`USER_TEXT_PREFIX_CHARS`] characters,
+//!   whitespace-normalised, appear verbatim somewhere in the request;
+//! - **file paths kept**: the share of file paths named in tool-call arguments (as
+//!   [`crate::artifacts`] reads them) that appear anywhere in the request;
+//! - **plan kept**: whether the arguments of the latest plan call (`TodoWrite`, `update_plan`,
+//!   …), whitespace-normalised, appear in the request;
+//! - **references shown**: every archive reference the request shows after the engine's
+//!   phrases ("archived at …", "offloaded to …", "stored in …", "Archived: …"), for the caller
+//!   to resolve against its archive;
+//! - **leaked marker**: whether an engine fill marker reached the request
+//!   ([`crate::model::has_internal_marker`]).
+//!
+//! [`Probe`] reads the history incrementally (each message once) and measures a request in one
+//! pass over its text (Aho-Corasick over every needle), so probing a replay of thousands of
+//! steps stays cheap.
+//!
+//! ```
+//! use ctxkeeper_core::fidelity::Probe;
+//! use ctxkeeper_core::model::{Message, Part};
+//!
+//! let history = vec![
+//!     Message::user("Please fix the rounding bug in invoice.py, and never touch the database."),
+//!     Message::assistant_with_calls("", vec![Part::tool_call("c1", "Read", r#"{"file_path":"src/invoice.py"}"#)]),
+//!     Message::tool_result("c1", "def total(): ..."),
+//! ];
+//! let mut probe = Probe::default();
+//! probe.observe(&history);
+//! // A request that kept the user's words but lost the call that named the file.
+//! let managed = vec![history[0].clone(), Message::user("[earlier messages summarized]")];
+//! let step = probe.measure(&managed);
+//! assert_eq!((step.user_texts, step.user_texts_kept), (1, 1));
+//! assert_eq!((step.paths, step.paths_kept), (1, 0));
+//! assert!(!step.leaked_marker);
+//! ```
+
+use std::collections::HashSet;
+
+use aho_corasick::AhoCorasick;
+
+use crate::artifacts::tool_call_events;
+use crate::model::{Message, Part, Role, has_internal_marker};
+
+/// User texts shorter than this are not counted ("yes", "ok, continue").
+pub const USER_TEXT_MIN_CHARS: usize = 20;
+/// How much of a user text must appear verbatim for it to count as kept.
+pub const USER_TEXT_PREFIX_CHARS: usize = 240;
+
+/// Names of the tools that record an agent's plan or todo list.
+pub const PLAN_TOOLS: [&str; 6] = [
+    "TodoWrite",
+    "update_plan",
+    "todo_write",
+    "todowrite",
+    "write_todos",
+    "task_tracker",
+];
+
+/// Phrases after which the engine's placeholders and summaries name an archive reference.
+const REFERENCE_PHRASES: [&str; 4] = ["archived at ", "offloaded to ", "stored in ", "Archived: "];
+
+/// What the probes measured on one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepProbe {
+    /// Distinct user texts of the history, and how many the request kept.
+    pub user_texts: usize,
+    pub user_texts_kept: usize,
+    /// Distinct file paths named in the history's tool calls, and how many the request shows.
+    pub paths: usize,
+    pub paths_kept: usize,
+    /// Whether the latest plan is in the request (`None`: the history has no plan yet).
+    pub plan_kept: Option<bool>,
+    /// Archive references the request shows, distinct, in order.
+    pub references: Vec<String>,
+    /// Whether an engine fill marker reached the request.
+    pub leaked_marker: bool,
+}
+
+/// The probes' view of one session's history, built incrementally.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    /// Messages of the history read so far.
+    seen: usize,
+    user_texts: Vec<String>,
+    known_texts: HashSet<String>,
+    paths: Vec<String>,
+    known_paths: HashSet<String>,
+    /// The latest plan call's arguments, whitespace-normalised.
+    plan: Option<String>,
+}
+
+impl Probe {
+    /// Reads the messages of `history` not read yet (the history only grows within a session;
+    /// a shorter one starts over).
+    pub fn observe(&mut self, history: &[Message]) {
+        if history.len() < self.seen {
+            *self = Probe::default();
+        }
+        for message in &history[self.seen..] {
+            self.read(message);
+        }
+        self.seen = history.len();
+    }
+
+    fn read(&mut self, message: &Message) {
+        if message.role == Role::User {
+            for part in &message.parts {
+                if let Part::Text { text, .. } = part
+                    && let Some(prefix) = user_text_prefix(text)
+                    && self.known_texts.insert(prefix.clone())
+                {
+                    self.user_texts.push(prefix);
+                }
+            }
+        }
+        for (_, name, arguments) in message.tool_calls() {
+            if PLAN_TOOLS.contains(&name) {
+                self.plan = Some(normalize(arguments));
+                continue;
+            }
+            for event in tool_call_events(name, arguments).files {
+                if self.known_paths.insert(event.path.clone()) {
+                    self.paths.push(event.path);
+                }
+            }
+        }
+    }
+
+    /// Measures `request` against the history read so far.
+    pub fn measure(&self, request: &[Message]) -> StepProbe {
+        let mut haystack = String::new();
+        let mut leaked_marker = false;
+        let mut references = Vec::new();
+        let mut seen_references = HashSet::new();
+        for message in request {
+            for part in &message.parts {
+                visit_strings(part, &mut |text| {
+                    leaked_marker |= has_internal_marker(text);
+                    if REFERENCE_PHRASES.iter().any(|p| text.contains(p)) {
+                        for reference in shown_references(text) {
+                            if seen_references.insert(reference.clone()) {
+                                references.push(reference);
+                            }
+                        }
+                    }
+                    push_normalized(&mut haystack, text);
+                    haystack.push(' ');
+                });
+            }
+        }
+
+        let mut needles: Vec<&str> =
+            Vec::with_capacity(self.user_texts.len() + self.paths.len() + 1);
+        needles.extend(self.user_texts.iter().map(String::as_str));
+        needles.extend(self.paths.iter().map(String::as_str));
+        if let Some(plan) = &self.plan {
+            needles.push(plan);
+        }
+        let mut found = vec![false; needles.len()];
+        if !needles.is_empty()
+            && let Ok(automaton) = AhoCorasick::new(&needles)
+        {
+            let mut missing = needles.len();
+            for hit in automaton.find_overlapping_iter(&haystack) {
+                let index = hit.pattern().as_usize();
+                if !found[index] {
+                    found[index] = true;
+                    missing -= 1;
+                    if missing == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        let texts = self.user_texts.len();
+        let paths = self.paths.len();
+        StepProbe {
+            user_texts: texts,
+            user_texts_kept: found[..texts].iter().filter(|f| **f).count(),
+            paths,
+            paths_kept: found[texts..texts + paths].iter().filter(|f| **f).count(),
+            plan_kept: self.plan.as_ref().map(|_| found[texts + paths]),
+            references,
+            leaked_marker,
+        }
+    }
+}
+
+/// The whitespace-normalised first [`USER_TEXT_PREFIX_CHARS`] characters of a user text of at
+/// least [`USER_TEXT_MIN_CHARS`] characters.
+fn user_text_prefix(text: &str) -> Option<String> {
+    let normalized = normalize(text);
+    if normalized.chars().count() < USER_TEXT_MIN_CHARS {
+        return None;
+    }
+    Some(normalized.chars().take(USER_TEXT_PREFIX_CHARS).collect())
+}
+
+/// Runs of whitespace become one space; leading and trailing whitespace goes.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    push_normalized(&mut out, text);
+    out.truncate(out.trim_end().len());
+    out
+}
+
+fn push_normalized(out: &mut String, text: &str) {
+    let mut pending_space = false;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            pending_space = true;
+        } else {
+            if pending_space && !out.is_empty() && !out.ends_with(' ') {
+                out.push(' ');
+            }
+            pending_space = false;
+            out.push(c);
+        }
+    }
+}
+
+/// Every string the model reads in a part: text, tool-call arguments, result content, readable
+/// reasoning.
+fn visit_strings(part: &Part, visit: &mut dyn FnMut(&str)) {
+    match part {
+        Part::Text { text, .. } => visit(text),
+        Part::ToolCall {
+            name, arguments, ..
+        } => {
+            visit(name);
+            visit(arguments);
+        }
+        Part::ToolResult { content, .. } => {
+            for inner in content {
+                visit_strings(inner, visit);
+            }
+        }
+        Part::Reasoning {
+            text: Some(text), ..
+        } => visit(text),
+        _ => {}
+    }
+}
+
+/// The references `text` shows after the engine's phrases: the word that follows, without
+/// closing punctuation. Words that cannot be a reference (no `/`, no marker, not the
+/// "(not archived)" note) are prose and skipped.
+pub fn shown_references(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for phrase in REFERENCE_PHRASES {
+        for (at, _) in text.match_indices(phrase) {
+            let rest = &text[at + phrase.len()..];
+            let end = rest
+                .find(|c: char| c.is_whitespace() || matches!(c, ']' | ')' | ';' | ',' | '"' | '…'))
+                .unwrap_or(rest.len());
+            let mut word = rest[..end].trim_end_matches(['.', ':']);
+            if word.starts_with('(') {
+                // "(not archived)": a reference that was never written.
+                word = "(not archived)";
+            }
+            let plausible = word.contains('/') || word.contains('\u{1}') || word.starts_with('(');
+            if plausible && !word.is_empty() {
+                out.push(word.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_texts_are_counted_once_and_matched_whitespace_normalised() {
+        let long = format!("Please {}", "refactor the parser ".repeat(30));
+        let history = vec![
+            Message::user(long.clone()),
+            Message::user("ok"),
+            Message::user(long.clone()),
+        ];
+        let mut probe = Probe::default();
+        probe.observe(&history);
+        // The capsule may re-wrap lines: only the first 240 characters must match, normalised.
+        let rewrapped = long.replace(' ', "\n  ");
+        let kept = probe.measure(&[Message::user(format!("User said:\n{rewrapped}"))]);
+        assert_eq!((kept.user_texts, kept.user_texts_kept), (1, 1));
+        let cut = probe.measure(&[Message::user(long[..100].to_string())]);
+        assert_eq!(cut.user_texts_kept, 0);
+    }
+
+    #[test]
+    fn paths_plan_and_references() {
+        let plan = r#"{"plan":[{"status":"in_progress","step":"Add printers"}]}"#;
+        let history = vec![
+            Message::user("go"),
+            Message::assistant_with_calls(
+                "",
+                vec![
+                    Part::tool_call(
+                        "a",
+                        "shell",
+                        r#"{"command":["bash","-lc","sed -n '1,9p' opk/cli.py"]}"#,
+                    ),
+                    Part::tool_call("b", "update_plan", plan),
+                ],
+            ),
+        ];
+        let mut probe = Probe::default();
+        probe.observe(&history);
+        let request = vec![Message::user(format!(
+            "Files read: opk/cli.py\nPlan:\n{plan}\n[cleared; the full output is archived at sessions/s/tool_result-a.txt]\nArchived: \u{1}ref:0\u{1}"
+        ))];
+        let step = probe.measure(&request);
+        assert_eq!((step.paths, step.paths_kept), (1, 1));
+        assert_eq!(step.plan_kept, Some(true));
+        assert_eq!(
+            step.references,
+            vec![
+                "sessions/s/tool_result-a.txt".to_string(),
+                "\u{1}ref:0\u{1}".to_string()
+            ]
+        );
+        assert!(step.leaked_marker);
+        let without = probe.measure(&[Message::user("nothing")]);
+        assert_eq!(without.plan_kept, Some(false));
+        assert_eq!(without.paths_kept, 0);
+    }
+
+    #[test]
+    fn prose_after_a_phrase_is_not_a_reference() {
+        assert!(shown_references("the value is stored in memory, then").is_empty());
+        assert_eq!(
+            shown_references("[archived at (not archived)]"),
+            vec!["(not archived)".to_string()]
+        );
+    }
+}

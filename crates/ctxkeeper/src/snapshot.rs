@@ -1,0 +1,629 @@
+//! One typed, versioned record of a session that every face reads and writes: the gateway,
+//! the MCP tools (`compact`), `replay --store` and a Rust host.
+//!
+//! A [`Snapshot`] is the managed context (entries with their bookkeeping, the running
+//! summary, counters), what the serving host knows about its client ([`ClientRecord`]: the
+//! fingerprints of the client messages ingested, the window it learned), and the host's
+//! extension fields. It is stored as an [`AgentState`] whose `engine` field holds the record
+//! `{"format": "ctxkeeper/2", …}`. [`Snapshot::decode`] also reads the shapes written before
+//! there was one codec (the gateway's `ctxkeeper-gateway/1`, the engine state the MCP
+//! `compact` tool wrote, and the bare context `replay --store` wrote), so a session any face
+//! started can be continued by any other.
+//!
+//! A face that changes the context without serving the client (MCP `compact`) keeps the
+//! client record as it is, so the gateway still recognises the client's history on the next
+//! request; a face that creates a session from a known conversation (`replay --store`) records
+//! the fingerprints of its messages, so a gateway continuing it ingests only what is new.
+//!
+//! ```
+//! use ctxkeeper::core::engine::ContextState;
+//! use ctxkeeper::core::model::Message;
+//! use ctxkeeper::snapshot::{ClientRecord, Snapshot};
+//!
+//! let messages = vec![Message::system("rules"), Message::user("task")];
+//! let snapshot = Snapshot::new(ContextState::from_messages(messages.clone()))
+//!     .with_client(ClientRecord::of_messages(&messages));
+//! let stored = snapshot.encode();
+//! let back = Snapshot::decode(stored).unwrap();
+//! assert_eq!(back.context.to_messages(), messages);
+//! assert_eq!(back.client.hashes.len(), 2);
+//! ```
+
+use std::collections::BTreeMap;
+
+use ctxkeeper_core::engine::{ContextState, Entry, EntryMeta};
+use ctxkeeper_core::model::{Message, Part};
+use ctxkeeper_core::summary::Summary;
+use ctxkeeper_store::{AgentState, Committed, SessionKey, SessionStore, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use xxhash_rust::xxh3::xxh3_128;
+
+/// The `engine` record's format this build writes.
+pub const FORMAT: &str = "ctxkeeper/2";
+/// The gateway's record before the shared codec.
+const GATEWAY_V1: &str = "ctxkeeper-gateway/1";
+
+/// A session's state, as every face shares it (see the [module docs](self)).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The managed context: entries, summary, compaction count, messages appended.
+    pub context: ContextState,
+    /// What the host serving the conversation knows about its client.
+    pub client: ClientRecord,
+    /// Host fields compaction never touches (plan, tasks, policy overrides…).
+    pub extensions: BTreeMap<String, Value>,
+    /// When the session was created (ms since the Unix epoch; 0: now, at the first save).
+    pub created_at_ms: i64,
+    /// Fields of the stored state this build does not know, kept verbatim.
+    pub unknown: Map<String, Value>,
+    /// Fields of the engine record this build does not know, kept verbatim.
+    pub engine_unknown: Map<String, Value>,
+}
+
+/// What the host serving a conversation keeps about its client, beside the context.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientRecord {
+    /// Fingerprints ([`message_hash`]) of the client messages ingested so far, in order.
+    #[serde(default, with = "hex_hashes", skip_serializing_if = "Vec::is_empty")]
+    pub hashes: Vec<u128>,
+    /// The context is exactly the client's messages (nothing compacted or rewritten).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub verbatim: bool,
+    /// The window an upstream's overflow error taught, when smaller than the profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_window: Option<u64>,
+}
+
+impl ClientRecord {
+    /// The record of a host that ingested exactly `messages`, verbatim.
+    pub fn of_messages(messages: &[Message]) -> ClientRecord {
+        let mut fingerprints = Fingerprinter::default();
+        ClientRecord {
+            hashes: messages.iter().map(|m| fingerprints.message(m)).collect(),
+            verbatim: true,
+            learned_window: None,
+        }
+    }
+}
+
+/// The engine record inside [`AgentState::engine`], as written by this build.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct EngineRecord {
+    format: String,
+    /// One per message of [`AgentState::context`].
+    #[serde(default)]
+    meta: Vec<EntryMeta>,
+    #[serde(default)]
+    compactions: u32,
+    #[serde(default)]
+    appended: u64,
+    #[serde(default)]
+    client: ClientRecord,
+    #[serde(flatten)]
+    unknown: Map<String, Value>,
+}
+
+/// The gateway's record before the shared codec (`ctxkeeper-gateway/1`).
+#[derive(Debug, Default, Deserialize)]
+struct GatewayRecordV1 {
+    #[serde(default)]
+    meta: Vec<EntryMeta>,
+    #[serde(default)]
+    compactions: u32,
+    #[serde(default)]
+    appended: u64,
+    #[serde(default)]
+    client_hashes: Vec<String>,
+    #[serde(default)]
+    learned_window: Option<u64>,
+    #[serde(default)]
+    verbatim: bool,
+}
+
+/// A stored state that cannot be read back as a session, with the shape it was read as and
+/// why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError {
+    /// `ctxkeeper/2`, `ctxkeeper-gateway/1`, `engine state`, or `state`.
+    pub shape: String,
+    pub cause: String,
+}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "stored session ({}) unreadable: {}",
+            self.shape, self.cause
+        )
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl Snapshot {
+    /// A snapshot of `context` with no client record.
+    pub fn new(context: ContextState) -> Snapshot {
+        Snapshot {
+            context,
+            ..Snapshot::default()
+        }
+    }
+
+    /// Sets the client record.
+    pub fn with_client(mut self, client: ClientRecord) -> Snapshot {
+        self.client = client;
+        self
+    }
+
+    /// Reads a stored state, whichever face wrote it.
+    pub fn decode(state: AgentState) -> Result<Snapshot, SnapshotError> {
+        let AgentState {
+            context,
+            summary,
+            engine,
+            extensions,
+            created_at_ms,
+            unknown,
+            ..
+        } = state;
+        let summary = match summary {
+            Some(value) => {
+                Some(
+                    serde_json::from_value::<Summary>(value).map_err(|e| SnapshotError {
+                        shape: "state".into(),
+                        cause: format!("summary: {e}"),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let format = engine
+            .get("format")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let fail = |shape: &str, cause: String| SnapshotError {
+            shape: shape.to_string(),
+            cause,
+        };
+        let (mut context_state, client, engine_unknown) = match format.as_deref() {
+            Some(FORMAT) => {
+                let record: EngineRecord =
+                    serde_json::from_value(engine).map_err(|e| fail(FORMAT, e.to_string()))?;
+                let state = with_meta(context, record.meta, record.compactions, record.appended);
+                let mut unknown = record.unknown;
+                unknown.remove("format");
+                (state, record.client, unknown)
+            }
+            Some(GATEWAY_V1) => {
+                let record: GatewayRecordV1 =
+                    serde_json::from_value(engine).map_err(|e| fail(GATEWAY_V1, e.to_string()))?;
+                let hashes = record
+                    .client_hashes
+                    .iter()
+                    .map(|h| u128::from_str_radix(h, 16))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| fail(GATEWAY_V1, format!("client hash: {e}")))?;
+                let state = with_meta(context, record.meta, record.compactions, record.appended);
+                let client = ClientRecord {
+                    hashes,
+                    verbatim: record.verbatim,
+                    learned_window: record.learned_window,
+                };
+                (state, client, Map::new())
+            }
+            Some(other) => {
+                return Err(fail(
+                    other,
+                    format!("written by a newer build (this one reads {FORMAT})"),
+                ));
+            }
+            // The engine state the MCP `compact` tool used to write: kept when it still
+            // describes the saved messages, else the messages alone.
+            None if engine.get("entries").is_some() => {
+                match serde_json::from_value::<ContextState>(engine) {
+                    Ok(saved) if saved.to_messages() == context => {
+                        (saved, ClientRecord::default(), Map::new())
+                    }
+                    _ => (
+                        ContextState::from_messages(context),
+                        ClientRecord::default(),
+                        Map::new(),
+                    ),
+                }
+            }
+            // A bare context (`replay --store`, a plain host).
+            None => (
+                ContextState::from_messages(context),
+                ClientRecord::default(),
+                Map::new(),
+            ),
+        };
+        if summary.is_some() {
+            context_state.summary = summary;
+        }
+        Ok(Snapshot {
+            context: context_state,
+            client,
+            extensions,
+            created_at_ms,
+            unknown,
+            engine_unknown,
+        })
+    }
+
+    /// The state to store: the context's messages, its summary, and the engine record.
+    pub fn encode(&self) -> AgentState {
+        self.borrowed().encode()
+    }
+
+    /// The snapshot as borrowed parts.
+    pub fn borrowed(&self) -> SnapshotRef<'_> {
+        SnapshotRef {
+            context: &self.context,
+            client: &self.client,
+            extensions: &self.extensions,
+            created_at_ms: self.created_at_ms,
+            unknown: &self.unknown,
+            engine_unknown: &self.engine_unknown,
+        }
+    }
+}
+
+/// A snapshot made of borrowed parts, for a host that keeps them apart (the gateway keeps the
+/// context inside a running manager) and should not clone them to save.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotRef<'a> {
+    pub context: &'a ContextState,
+    pub client: &'a ClientRecord,
+    pub extensions: &'a BTreeMap<String, Value>,
+    pub created_at_ms: i64,
+    pub unknown: &'a Map<String, Value>,
+    pub engine_unknown: &'a Map<String, Value>,
+}
+
+impl SnapshotRef<'_> {
+    /// The state to store (see [`Snapshot::encode`]).
+    pub fn encode(&self) -> AgentState {
+        let record = EngineRecord {
+            format: FORMAT.into(),
+            meta: self
+                .context
+                .entries
+                .iter()
+                .map(|e| e.meta.clone())
+                .collect(),
+            compactions: self.context.compactions,
+            appended: self.context.appended,
+            client: self.client.clone(),
+            unknown: self.engine_unknown.clone(),
+        };
+        let mut state = AgentState::new();
+        state.context = self.context.to_messages();
+        state.summary = self
+            .context
+            .summary
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok());
+        state.engine = serde_json::to_value(&record).unwrap_or(Value::Null);
+        state.extensions = self.extensions.clone();
+        state.unknown = self.unknown.clone();
+        if self.created_at_ms > 0 {
+            state.created_at_ms = self.created_at_ms;
+        }
+        state
+    }
+}
+
+fn with_meta(
+    messages: Vec<Message>,
+    meta: Vec<EntryMeta>,
+    compactions: u32,
+    appended: u64,
+) -> ContextState {
+    let mut meta = meta.into_iter();
+    let mut state = ContextState::default();
+    state.entries = messages
+        .into_iter()
+        .map(|message| {
+            let mut entry = Entry::new(message);
+            entry.meta = meta.next().unwrap_or_default();
+            entry
+        })
+        .collect();
+    state.compactions = compactions;
+    state.appended = appended.max(state.entries.len() as u64);
+    state
+}
+
+/// Why loading or saving a snapshot failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PersistError {
+    Store(StoreError),
+    Unreadable {
+        session: String,
+        version: u64,
+        error: SnapshotError,
+    },
+}
+
+impl std::fmt::Display for PersistError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PersistError::Store(err) => write!(f, "session store: {err}"),
+            PersistError::Unreadable {
+                session,
+                version,
+                error,
+            } => write!(f, "session {session} (version {version}): {error}"),
+        }
+    }
+}
+
+impl std::error::Error for PersistError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PersistError::Store(err) => Some(err),
+            PersistError::Unreadable { error, .. } => Some(error),
+        }
+    }
+}
+
+impl From<StoreError> for PersistError {
+    fn from(err: StoreError) -> PersistError {
+        PersistError::Store(err)
+    }
+}
+
+/// Loads a session's snapshot and its version (`None`: never saved).
+pub async fn load(
+    store: &dyn SessionStore,
+    key: &SessionKey,
+) -> Result<Option<(Snapshot, u64)>, PersistError> {
+    let Some(versioned) = store.load(key).await? else {
+        return Ok(None);
+    };
+    let version = versioned.version;
+    let snapshot = Snapshot::decode(versioned.state).map_err(|error| PersistError::Unreadable {
+        session: key.to_string(),
+        version,
+        error,
+    })?;
+    Ok(Some((snapshot, version)))
+}
+
+/// Saves a snapshot if the stored version is still `expected` (compare-and-swap) and appends
+/// `log` to the session log, in one commit where the store can.
+pub async fn save(
+    store: &dyn SessionStore,
+    key: &SessionKey,
+    snapshot: &Snapshot,
+    expected: Option<u64>,
+    log: &[Message],
+) -> Result<Committed, StoreError> {
+    store
+        .save_and_append(key, &snapshot.encode(), expected, log)
+        .await
+}
+
+// ----- fingerprints -----------------------------------------------------------------------
+
+/// The provider cache hint field.
+pub const CACHE_CONTROL: &str = "cache_control";
+
+/// The fingerprint of one client message: its neutral form (content, ids, wire hints) without
+/// volatile cache hints ([`strip_volatile`]), so a message resent unchanged (or with its
+/// `cache_control` marker moved elsewhere) has the same fingerprint and any edit changes it.
+/// Fingerprints are stored with sessions: the same message must keep the same fingerprint
+/// across versions.
+pub fn message_hash(message: &Message) -> u128 {
+    Fingerprinter::default().message(message)
+}
+
+/// Fingerprints many messages with one reusable serialization buffer: hashing the finished
+/// bytes at once is several times faster than feeding the serializer's many small writes to a
+/// streaming hasher, and gives the same value.
+#[derive(Debug, Default)]
+pub struct Fingerprinter {
+    buffer: Vec<u8>,
+}
+
+impl Fingerprinter {
+    /// The fingerprint of `message` (equal to [`message_hash`]).
+    pub fn message(&mut self, message: &Message) -> u128 {
+        xxh3_128(self.canonical_bytes(message))
+    }
+
+    /// The bytes a fingerprint is taken of: the message's JSON without volatile hints.
+    pub fn canonical_bytes(&mut self, message: &Message) -> &[u8] {
+        self.buffer.clear();
+        if has_volatile(message) {
+            let mut stable = message.clone();
+            strip_volatile(&mut stable);
+            // Serializing plain data into memory cannot fail.
+            let _ = serde_json::to_writer(&mut self.buffer, &stable);
+        } else {
+            let _ = serde_json::to_writer(&mut self.buffer, message);
+        }
+        &self.buffer
+    }
+}
+
+/// Removes what a client changes from call to call without changing the conversation:
+/// provider cache hints (`cache_control`, which Claude Code moves to the newest block on
+/// every call). Returns whether anything was removed.
+pub fn strip_volatile(message: &mut Message) -> bool {
+    let mut removed = false;
+    for part in &mut message.parts {
+        removed |= strip_part(part);
+    }
+    removed
+}
+
+fn strip_part(part: &mut Part) -> bool {
+    match part {
+        Part::Text { extra, .. }
+        | Part::Data { extra, .. }
+        | Part::ToolCall { extra, .. }
+        | Part::Reasoning { extra, .. } => extra.remove(CACHE_CONTROL).is_some(),
+        Part::ToolResult { extra, content, .. } => {
+            let mut removed = extra.remove(CACHE_CONTROL).is_some();
+            for inner in content {
+                removed |= strip_part(inner);
+            }
+            removed
+        }
+        Part::Opaque { value } => strip_value(value),
+    }
+}
+
+/// Removes cache hints from an opaque block and the blocks it contains.
+fn strip_value(value: &mut Value) -> bool {
+    let Some(object) = value.as_object_mut() else {
+        return false;
+    };
+    let mut removed = object.remove(CACHE_CONTROL).is_some();
+    if let Some(Value::Array(inner)) = object.get_mut("content") {
+        for block in inner {
+            removed |= strip_value(block);
+        }
+    }
+    removed
+}
+
+/// Whether a message carries a volatile hint (cheap: no clone).
+pub fn has_volatile(message: &Message) -> bool {
+    fn value_has(value: &Value) -> bool {
+        value.as_object().is_some_and(|object| {
+            object.contains_key(CACHE_CONTROL)
+                || object
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|inner| inner.iter().any(value_has))
+        })
+    }
+    fn part_has(part: &Part) -> bool {
+        match part {
+            Part::Text { extra, .. }
+            | Part::Data { extra, .. }
+            | Part::ToolCall { extra, .. }
+            | Part::Reasoning { extra, .. } => extra.contains_key(CACHE_CONTROL),
+            Part::ToolResult { extra, content, .. } => {
+                extra.contains_key(CACHE_CONTROL) || content.iter().any(part_has)
+            }
+            Part::Opaque { value } => value_has(value),
+        }
+    }
+    message.parts.iter().any(part_has)
+}
+
+/// Fingerprints as 32-digit hex strings (JSON has no 128-bit integers).
+mod hex_hashes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(hashes: &[u128], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(hashes.iter().map(|h| format!("{h:032x}")))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u128>, D::Error> {
+        let strings = Vec::<String>::deserialize(deserializer)?;
+        strings
+            .iter()
+            .map(|s| u128::from_str_radix(s, 16).map_err(serde::de::Error::custom))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn conversation() -> Vec<Message> {
+        vec![
+            Message::system("rules"),
+            Message::user("task"),
+            Message::assistant("done"),
+        ]
+    }
+
+    #[test]
+    fn the_three_older_shapes_and_this_one_all_decode() {
+        let messages = conversation();
+        let hashes: Vec<String> = messages
+            .iter()
+            .map(|m| format!("{:032x}", message_hash(m)))
+            .collect();
+
+        // The gateway's record before the shared codec.
+        let mut gateway = AgentState::new();
+        gateway.context = messages.clone();
+        gateway.engine = json!({"format": "ctxkeeper-gateway/1", "meta": [{}, {}, {}],
+            "compactions": 2, "appended": 9, "client_hashes": hashes,
+            "learned_window": 54000, "verbatim": false, "log_len": 9});
+        let decoded = Snapshot::decode(gateway).unwrap();
+        assert_eq!(decoded.context.compactions, 2);
+        assert_eq!(decoded.client.hashes.len(), 3);
+        assert_eq!(decoded.client.learned_window, Some(54000));
+
+        // The engine state MCP `compact` wrote: the 500 "missing field `format`" shape.
+        let mut mcp = AgentState::new();
+        mcp.context = messages.clone();
+        mcp.engine = serde_json::to_value(ContextState::from_messages(messages.clone())).unwrap();
+        let decoded = Snapshot::decode(mcp).unwrap();
+        assert_eq!(decoded.context.to_messages(), messages);
+        assert!(decoded.client.hashes.is_empty());
+
+        // A bare context (replay --store).
+        let mut bare = AgentState::new();
+        bare.context = messages.clone();
+        let decoded = Snapshot::decode(bare).unwrap();
+        assert_eq!(decoded.context.to_messages(), messages);
+
+        // This build's, round trip with unknown fields kept.
+        let mut snapshot = Snapshot::new(ContextState::from_messages(messages.clone()))
+            .with_client(ClientRecord::of_messages(&messages));
+        snapshot
+            .engine_unknown
+            .insert("future".into(), json!({"x": 1}));
+        let mut stored = snapshot.encode();
+        assert_eq!(stored.engine["format"], FORMAT);
+        stored.unknown.insert("later_field".into(), json!(true));
+        let back = Snapshot::decode(stored).unwrap();
+        assert_eq!(back.client, snapshot.client);
+        assert_eq!(back.engine_unknown["future"], json!({"x": 1}));
+        assert_eq!(back.unknown["later_field"], json!(true));
+        assert_eq!(back.encode().engine, snapshot.encode().engine);
+    }
+
+    #[test]
+    fn an_unreadable_state_says_which_shape_and_why() {
+        let mut state = AgentState::new();
+        state.engine = json!({"format": "ctxkeeper/9"});
+        let err = Snapshot::decode(state).unwrap_err();
+        assert_eq!(err.shape, "ctxkeeper/9");
+        assert!(err.cause.contains("newer"), "{err}");
+        let mut state = AgentState::new();
+        state.engine = json!({"format": "ctxkeeper-gateway/1", "client_hashes": ["zz"]});
+        let err = Snapshot::decode(state).unwrap_err();
+        assert!(err.to_string().contains("client hash"), "{err}");
+    }
+
+    #[test]
+    fn fingerprints_ignore_cache_hints_in_nested_opaque_blocks() {
+        let mut message = Message::user("x");
+        message.parts.push(Part::Opaque {
+            value: json!({"type": "search_result", "content": [
+                {"type": "text", "text": "y", "cache_control": {"type": "ephemeral"}}]}),
+        });
+        let mut plain = Message::user("x");
+        plain.parts.push(Part::Opaque {
+            value: json!({"type": "search_result", "content": [{"type": "text", "text": "y"}]}),
+        });
+        assert!(has_volatile(&message) && !has_volatile(&plain));
+        assert_eq!(message_hash(&message), message_hash(&plain));
+    }
+}

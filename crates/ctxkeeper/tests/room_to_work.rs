@@ -1,0 +1,197 @@
+//! Compaction and overflow recovery leave the agent room to work: compactions are spaced by
+//! the hysteresis even when a large fixed prompt leaves little room, and a recovery keeps the
+//! newest round and the user's latest request, or says it cannot instead of sending an
+//! emptied conversation.
+
+#![allow(clippy::unwrap_used)] // a failed step in a test should panic with its location
+
+use std::sync::Arc;
+
+use ctxkeeper::core::engine::{Event, presets};
+use ctxkeeper::core::model::{CheckRules, Message, Part, check};
+use ctxkeeper::core::tokens::{Profiles, TokenModel};
+use ctxkeeper::llm::ExtractiveSummarizer;
+use ctxkeeper::store::object_archive::ObjectArchive;
+use ctxkeeper::{ContextManager, Error, Settings};
+
+fn model() -> TokenModel {
+    TokenModel::for_model("gpt-4o", &Profiles::builtin())
+}
+
+fn manager(window: u64, fixed_tokens: u64) -> ContextManager {
+    let settings = Settings {
+        policy: presets::preset("default").unwrap(),
+        model: model(),
+        window,
+        fixed_tokens,
+    };
+    ContextManager::new(
+        settings,
+        "s1",
+        Arc::new(ObjectArchive::memory()),
+        Arc::new(ExtractiveSummarizer::default()),
+    )
+}
+
+/// A tool output of about `tokens` tokens (varied words, so it tokenizes like prose).
+fn output(step: usize, tokens: usize) -> String {
+    let chunk = "alpha beta gamma delta epsilon zeta eta theta iota kappa ".repeat(10);
+    let per_chunk = model().text_tokens(&chunk) as usize;
+    format!(
+        "output of step {step}: {}",
+        chunk.repeat(tokens / per_chunk)
+    )
+}
+
+fn round(step: usize, tokens: usize) -> (Message, Message) {
+    let id = format!("call_{step}");
+    (
+        Message::assistant_with_calls(
+            "",
+            vec![Part::tool_call(
+                &id,
+                "Read",
+                format!(r#"{{"file_path":"src/module_{step}.rs"}}"#),
+            )],
+        ),
+        Message::tool_result(&id, output(step, tokens)),
+    )
+}
+
+/// Claude Code at a 54k window: 29k of system prompt and tools, about 7.5k more per step.
+/// Before, the context after a compaction sat at ~82 % of the window and 8 of 11 requests
+/// compacted; now no two compactions are fewer than 3 steps apart, and every request fits.
+#[tokio::test]
+async fn a_large_fixed_prompt_does_not_make_every_step_compact() {
+    let window = 54_000;
+    let mut context = manager(window, 29_000);
+    let mut events = context.subscribe();
+    context
+        .ingest(Message::user(
+            "Refactor the module loader so that every module is read once; keep the public API.",
+        ))
+        .await
+        .unwrap();
+    let output_tokens = 7_400; // plus the call: about 7.5k per step
+    let mut compaction_steps = Vec::new();
+    let mut expected_steps = Vec::new();
+    for step in 0..30 {
+        let prepared = context.prepare().await.unwrap();
+        assert!(
+            prepared.input_tokens <= window,
+            "step {step}: {} tokens over the window",
+            prepared.input_tokens
+        );
+        assert!(check(&prepared.messages, &CheckRules::openai()).is_empty());
+        if prepared.compacted {
+            compaction_steps.push(step);
+        }
+        while let Ok(event) = events.try_recv() {
+            if let Event::ContextCompactionEnd {
+                expected_steps_until_next,
+                ..
+            } = event
+            {
+                expected_steps.push(expected_steps_until_next);
+            }
+        }
+        // The provider counts what the request carried, exactly.
+        let exact = model().messages_tokens(&prepared.messages) + 29_000;
+        context.observe_usage(exact);
+        let (call, result) = round(step, output_tokens);
+        context.ingest(call).await.unwrap();
+        context.ingest(result).await.unwrap();
+    }
+    assert!(compaction_steps.len() >= 5, "{compaction_steps:?}");
+    for pair in compaction_steps.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= 3,
+            "compactions at steps {compaction_steps:?}: two fewer than 3 steps apart"
+        );
+    }
+    // Once the growth per step is known, every compaction says when the next one comes.
+    assert!(
+        expected_steps
+            .iter()
+            .skip(1)
+            .all(|s| s.is_some_and(|n| n >= 2)),
+        "{expected_steps:?}"
+    );
+}
+
+/// A recovery keeps the newest round (the output the model has not seen yet) and the user's
+/// latest request, and compacts only as far as the limit requires.
+#[tokio::test]
+async fn a_recovery_keeps_the_newest_round_and_the_latest_request() {
+    let mut context = manager(200_000, 2_000);
+    context
+        .ingest(Message::system("You are a coding agent."))
+        .await
+        .unwrap();
+    context
+        .ingest(Message::user("Find why the build is slow."))
+        .await
+        .unwrap();
+    for step in 0..20 {
+        let (call, result) = round(step, 3_000);
+        context.ingest(call).await.unwrap();
+        context.ingest(result).await.unwrap();
+    }
+    let latest = "Now also make the tests run in parallel.";
+    context.ingest(Message::user(latest)).await.unwrap();
+    let (call, result) = round(99, 3_000);
+    context.ingest(call.clone()).await.unwrap();
+    context.ingest(result.clone()).await.unwrap();
+
+    // The provider says the limit is 40k (a smaller deployment than the profile's window).
+    let failed = context.prepare().await.unwrap().input_tokens;
+    let recovered = context
+        .handle_overflow(1, failed, Some(40_000))
+        .await
+        .unwrap();
+    let messages = &recovered.messages;
+    assert!(
+        recovered.input_tokens <= 40_000,
+        "{}",
+        recovered.input_tokens
+    );
+    assert!(
+        messages.iter().any(|m| m.text() == latest),
+        "latest request kept"
+    );
+    let tail = &messages[messages.len() - 2..];
+    assert_eq!(tail, &[call, result], "the newest round is kept verbatim");
+    assert!(check(messages, &CheckRules::openai()).is_empty());
+    // Not emptied: old outputs were cleared (their placeholders name their archive), but the
+    // calls, the task and the rounds are there.
+    assert!(messages.len() > 40, "{} messages", messages.len());
+    assert!(
+        messages[1].text().contains("Find why the build is slow."),
+        "the task is still there: {}",
+        messages[1].text()
+    );
+}
+
+/// When what must stay does not fit the limit, the recovery says so instead of sending a
+/// conversation without the task or the output just produced.
+#[tokio::test]
+async fn a_recovery_that_cannot_fit_is_an_error_not_an_empty_conversation() {
+    let mut context = manager(200_000, 0);
+    context
+        .ingest(Message::user("Summarize the log."))
+        .await
+        .unwrap();
+    let (call, result) = round(1, 6_000);
+    context.ingest(call).await.unwrap();
+    context.ingest(result).await.unwrap();
+    let before = context.state().to_messages();
+    let failed = context.prepare().await.unwrap().input_tokens;
+    match context.handle_overflow(1, failed, Some(2_000)).await {
+        Err(Error::NoRoom { needed, limit }) => {
+            assert_eq!(limit, 2_000);
+            assert!(needed > limit);
+        }
+        other => panic!("expected NoRoom, got {other:?}"),
+    }
+    assert_eq!(context.state().to_messages(), before, "nothing was removed");
+}
