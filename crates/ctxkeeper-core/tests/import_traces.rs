@@ -223,8 +223,14 @@ const CLAUDE_CODE: Expect = Expect {
     tool_calls: 101,
     tool_results: 101,
     warnings: &[
-        ("claude-code: skipped summary", 6),
-        ("claude-code: skipped system", 54),
+        (
+            "claude-code: skipped summary (a title the UI shows; not sent to the model)",
+            6,
+        ),
+        (
+            "claude-code: skipped system (a hook or status notice; not sent to the model)",
+            54,
+        ),
     ],
     violations: &[],
 };
@@ -238,9 +244,18 @@ const CODEX: Expect = Expect {
     tool_calls: 400,
     tool_results: 400,
     warnings: &[
-        ("codex: skipped event_msg/agent_message", 62),
-        ("codex: skipped event_msg/token_count", 456),
-        ("codex: skipped event_msg/user_message", 63),
+        (
+            "codex: skipped event_msg/agent_message (an event for the UI that repeats the response items; not sent to the model)",
+            62,
+        ),
+        (
+            "codex: skipped event_msg/token_count (an event for the UI that repeats the response items; not sent to the model)",
+            456,
+        ),
+        (
+            "codex: skipped event_msg/user_message (an event for the UI that repeats the response items; not sent to the model)",
+            63,
+        ),
     ],
     violations: &[],
 };

@@ -454,7 +454,7 @@ fn malformed_input_is_an_error_with_a_path() {
         ),
         (
             Wire::Anthropic,
-            json!({"messages": [{"role": "system", "content": "x"}]}),
+            json!({"messages": [{"role": "developer", "content": "x"}]}),
             "$.messages[0].role",
             "not allowed",
         ),

@@ -10,7 +10,11 @@
 //! - with tools declared (and `tool_choice` not "none"): one call to the first tool (or the one
 //!   `tool_choice` names), arguments `{"step": <tool results in the request>}`, id `call_<n>` /
 //!   `toolu_<n>`, unique per request;
-//! - otherwise the text `mock reply <n>`, `n` being the number of messages in the request.
+//! - otherwise the text `mock reply <n>`, `n` being the number of messages in the request;
+//! - with a [`Script`] configured, requests from a known agent's loop (Claude Code, Codex CLI,
+//!   mini-swe-agent) are answered by the script instead: shell commands with large outputs in
+//!   that agent's own tool schema, then a final answer (see [`Script`]), so a test can drive
+//!   the real agents.
 //!
 //! Usage is reported in each provider's shape, with a simulated prompt cache: the cached
 //! tokens are those of the longest prefix (tool schemas, then whole messages) that an earlier
@@ -20,7 +24,9 @@
 //! on what ctxkeeper emits.
 //!
 //! A request is over the window when its input plus its output budget (the `max_tokens` it
-//! states, else [`MockConfig::max_output_tokens`]) exceeds the window. A streamed Responses
+//! states, else [`MockConfig::max_output_tokens`]) exceeds the window: Anthropic's rule, which
+//! answers `input length and max_tokens exceed context limit: I + M > W` when the input alone
+//! fits. A streamed Responses
 //! request then gets a 200 stream that carries the error as an `error` event, as the real API
 //! does; every other request gets the provider's 400.
 //!
@@ -40,10 +46,12 @@
 //!
 //! Out of process, the `ctxkeeper-mock-upstream` binary serves the same router and adds the
 //! control endpoints `GET /mock/requests`, `POST /mock/reset` and `POST /mock/config`
-//! (`{"window": N}`), which the in-process router serves too.
+//! (`{"window": N}`, `{"script": {"steps": N, "output_bytes": B}}`), which the in-process
+//! router serves too.
 
 mod errors;
 mod reply;
+mod script;
 mod server;
 mod state;
 mod validate;
@@ -52,6 +60,7 @@ mod wire;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use script::{Script, command as script_command, marker as script_marker};
 pub use state::{MockHandle, RECORD_CAPACITY, RecordedRequest};
 
 /// How the mock behaves.
@@ -65,6 +74,8 @@ pub struct MockConfig {
     pub record: bool,
     /// The output budget reserved in the window when a request states none.
     pub max_output_tokens: u64,
+    /// A scripted agent run to answer known agents' loops with (`None`: the plain answers).
+    pub script: Option<Script>,
 }
 
 impl Default for MockConfig {
@@ -74,6 +85,7 @@ impl Default for MockConfig {
             delay: Duration::ZERO,
             record: true,
             max_output_tokens: 64,
+            script: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! ctxkeeper-mock-upstream --listen 127.0.0.1:0 --window 8192 [--delay-ms 0] [--no-record]
+//!                         [--script-steps N --script-output-bytes B]
 //! ```
 //!
 //! Once bound it prints exactly one line on stdout, `listening on http://127.0.0.1:PORT`, so a
@@ -36,6 +37,18 @@ struct Args {
     /// Do not keep received requests (for benchmarks).
     #[arg(long)]
     no_record: bool,
+    /// Drive real agents (Claude Code, Codex CLI, mini-swe-agent): answer their loops with N
+    /// shell commands in their own tool schema, then a final answer.
+    #[arg(long, value_name = "N")]
+    script_steps: Option<u32>,
+    /// How many bytes each scripted command prints.
+    #[arg(
+        long,
+        value_name = "B",
+        default_value_t = 20_000,
+        requires = "script_steps"
+    )]
+    script_output_bytes: u64,
 }
 
 #[tokio::main]
@@ -53,6 +66,12 @@ async fn main() -> anyhow::Result<()> {
         delay: Duration::from_millis(args.delay_ms),
         record: !args.no_record,
         max_output_tokens: args.max_output_tokens,
+        script: args.script_steps.filter(|steps| *steps > 0).map(|steps| {
+            ctxkeeper_mock_upstream::Script {
+                steps,
+                output_bytes: args.script_output_bytes,
+            }
+        }),
     };
     // Load the tokenizers now, not during the first request.
     ctxkeeper_core::tokens::exact::warm_up();

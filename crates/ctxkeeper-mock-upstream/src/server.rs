@@ -155,7 +155,7 @@ fn answer(
     let valid = match api {
         Api::Chat => crate::validate::chat(body),
         Api::Responses => crate::validate::responses(body),
-        Api::Anthropic => crate::validate::anthropic(body),
+        Api::Anthropic => crate::validate::anthropic(body, inline_system_allowed(headers)),
     };
     if let Err(error) = valid {
         return Outcome::error(error, number, flavor);
@@ -171,7 +171,14 @@ fn answer(
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
-    let answer = reply::answer(api, body);
+    let progress_key = format!("{api:?}/{key}");
+    let scripted = shared.script().and_then(|script| {
+        crate::script::answer(&script, api, body, shared.script_progress(&progress_key))
+    });
+    let (answer, scripted_step) = match scripted {
+        Some((answer, step)) => (answer, Some(step)),
+        None => (reply::answer(api, body), None),
+    };
     let output = reply::output_tokens(&answer);
     let reply = Reply {
         usage: Usage {
@@ -201,6 +208,9 @@ fn answer(
         return outcome;
     }
     shared.remember(&counted.prefixes);
+    if let Some(step) = scripted_step {
+        shared.advance_script(&progress_key, step);
+    }
 
     let response = match (api, stream) {
         (Api::Chat, false) => json_response(
@@ -245,6 +255,17 @@ fn answer(
         status: StatusCode::OK,
         input_tokens: counted.input,
     }
+}
+
+/// Anthropic accepts `system` messages inside `messages` under the beta Claude Code sends with
+/// its default model (`anthropic-beta: …,mid-conversation-system-2026-04-07,…`).
+fn inline_system_allowed(headers: &HeaderMap) -> bool {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|beta| beta.trim().starts_with("mid-conversation-system"))
 }
 
 fn flavor_of(api: Api) -> Flavor {
@@ -456,7 +477,7 @@ async fn count_tokens(
         }
     };
     body.entry("max_tokens").or_insert(json!(1));
-    if let Err(error) = crate::validate::anthropic(&body) {
+    if let Err(error) = crate::validate::anthropic(&body, inline_system_allowed(&headers)) {
         return Outcome::error(error, number, flavor).response;
     }
     let model = body
@@ -499,12 +520,13 @@ async fn configure(State(handle): State<MockHandle>, bytes: Bytes) -> Response {
                 "delay_ms": u64::try_from(shared.delay().as_millis()).unwrap_or(u64::MAX),
                 "record": shared.recording(),
                 "max_output_tokens": shared.max_output_tokens(),
+                "script": shared.script(),
             }))
             .into_response()
         }
         Err(error) => (
             StatusCode::BAD_REQUEST,
-            axum::Json(json!({"error": format!("invalid mock config: {error}; expected {{\"window\": N, \"delay_ms\": N, \"record\": bool, \"max_output_tokens\": N}}")})),
+            axum::Json(json!({"error": format!("invalid mock config: {error}; expected {{\"window\": N, \"delay_ms\": N, \"record\": bool, \"max_output_tokens\": N, \"script\": {{\"steps\": N, \"output_bytes\": N}}}}")})),
         )
             .into_response(),
     }

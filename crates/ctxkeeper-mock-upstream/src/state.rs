@@ -12,6 +12,7 @@ use ctxkeeper_core::tokens::{Profiles, TokenModel, message_hash};
 use serde::{Deserialize, Serialize};
 
 use crate::MockConfig;
+use crate::script::Script;
 
 /// How many requests the recorder keeps; older ones are dropped first.
 pub const RECORD_CAPACITY: usize = 10_000;
@@ -61,6 +62,8 @@ pub(crate) struct ConfigPatch {
     pub delay_ms: Option<u64>,
     pub record: Option<bool>,
     pub max_output_tokens: Option<u64>,
+    /// A script to follow from now on; `{"steps": 0, …}` turns scripting off.
+    pub script: Option<Script>,
 }
 
 /// A cheap, cloneable handle on a running mock's state: read what it received, change its
@@ -87,10 +90,11 @@ impl MockHandle {
         self.shared.window.load(Ordering::Relaxed)
     }
 
-    /// Forgets the recorded requests and the prompt cache.
+    /// Forgets the recorded requests, the prompt cache and the script's progress.
     pub fn reset(&self) {
         lock(&self.shared.recorded).clear();
         lock(&self.shared.prefixes).clear();
+        lock(&self.shared.script_progress).clear();
     }
 
     pub(crate) fn apply(&self, patch: &ConfigPatch) {
@@ -107,6 +111,15 @@ impl MockHandle {
         if let Some(max) = patch.max_output_tokens {
             shared.max_output_tokens.store(max, Ordering::Relaxed);
         }
+        if let Some(script) = patch.script {
+            *lock(&shared.script) = (script.steps > 0).then_some(script);
+            lock(&shared.script_progress).clear();
+        }
+    }
+
+    /// The scripted run the mock follows, if any.
+    pub fn script(&self) -> Option<Script> {
+        *lock(&self.shared.script)
     }
 }
 
@@ -117,6 +130,9 @@ pub(crate) struct Shared {
     delay_ms: AtomicU64,
     record: AtomicBool,
     max_output_tokens: AtomicU64,
+    script: Mutex<Option<Script>>,
+    /// The last scripted step handed to each caller (API and key).
+    script_progress: Mutex<HashMap<String, u32>>,
     /// Numbers ids (`call_<n>`, `msg_mock<n>`) so that every answer's ids are unique.
     sequence: AtomicU64,
     recorded: Mutex<VecDeque<RecordedRequest>>,
@@ -134,6 +150,8 @@ impl Shared {
             delay_ms: AtomicU64::new(u64::try_from(config.delay.as_millis()).unwrap_or(u64::MAX)),
             record: AtomicBool::new(config.record),
             max_output_tokens: AtomicU64::new(config.max_output_tokens),
+            script: Mutex::new(config.script),
+            script_progress: Mutex::new(HashMap::new()),
             sequence: AtomicU64::new(0),
             recorded: Mutex::new(VecDeque::new()),
             prefixes: Mutex::new(HashSet::new()),
@@ -157,6 +175,25 @@ impl Shared {
 
     pub fn max_output_tokens(&self) -> u64 {
         self.max_output_tokens.load(Ordering::Relaxed)
+    }
+
+    pub fn script(&self) -> Option<Script> {
+        *lock(&self.script)
+    }
+
+    /// The last scripted step handed to `caller` (0 before the first).
+    pub fn script_progress(&self, caller: &str) -> u32 {
+        lock(&self.script_progress)
+            .get(caller)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Records that `step` was handed to `caller`.
+    pub fn advance_script(&self, caller: &str, step: u32) {
+        let mut progress = lock(&self.script_progress);
+        let entry = progress.entry(caller.to_owned()).or_insert(0);
+        *entry = (*entry).max(step);
     }
 
     pub fn next_id(&self) -> u64 {

@@ -180,7 +180,9 @@ const RESPONSES_ROLES_TEXT: &str = "'assistant', 'system', 'developer', and 'use
 /// Anthropic Messages: `model`, `max_tokens`, a non-empty `messages` array that starts with a
 /// user message, roles `user`/`assistant` only, and every `tool_use` answered by a
 /// `tool_result` in the very next message (and no `tool_result` without its `tool_use`).
-pub(crate) fn anthropic(body: &Map<String, Value>) -> Result<(), ApiError> {
+/// Validates a Messages body; `inline_system` allows `system` messages inside `messages` (the
+/// mid-conversation system beta), which then take no part in the tool-pairing rules.
+pub(crate) fn anthropic(body: &Map<String, Value>, inline_system: bool) -> Result<(), ApiError> {
     for field in ["model", "max_tokens", "messages"] {
         if body.get(field).is_none_or(Value::is_null) {
             return Err(ApiError::anthropic_400(format!("{field}: Field required")));
@@ -210,6 +212,9 @@ pub(crate) fn anthropic(body: &Map<String, Value>) -> Result<(), ApiError> {
                 )));
             }
             Some(Value::String(role)) if role == "user" || role == "assistant" => role.as_str(),
+            Some(Value::String(role)) if role == "system" && inline_system && index > 0 => {
+                continue;
+            }
             Some(_) => {
                 return Err(ApiError::anthropic_400(format!(
                     "messages.{index}.role: Input should be 'user' or 'assistant'"
@@ -446,7 +451,7 @@ mod tests {
     }
 
     fn anthropic_message(body: Value) -> String {
-        let error = anthropic(&object(body)).expect_err("a 400");
+        let error = anthropic(&object(body), false).expect_err("a 400");
         assert_eq!(error.body["type"], "error");
         assert_eq!(error.body["error"]["type"], "invalid_request_error");
         error.body["error"]["message"]
@@ -501,6 +506,20 @@ mod tests {
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "1"}]}]});
-        assert_eq!(anthropic(&object(ok)), Ok(()));
+        assert_eq!(anthropic(&object(ok), false), Ok(()));
+    }
+
+    #[test]
+    fn anthropic_system_messages_need_the_mid_conversation_beta() {
+        let body = object(json!({"model": "c", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "system", "content": "agent list"},
+            {"role": "assistant", "content": "ok"}]}));
+        assert_eq!(anthropic(&body, true), Ok(()));
+        let error = anthropic(&body, false).expect_err("without the beta");
+        assert_eq!(
+            error.body["error"]["message"],
+            "messages.1.role: Input should be 'user' or 'assistant'"
+        );
     }
 }

@@ -883,3 +883,60 @@ async fn delay_holds_the_answer_back() {
     );
     assert!(started.elapsed() >= std::time::Duration::from_millis(150));
 }
+
+// ---- scripted agent runs -----------------------------------------------------------------
+
+/// A scripted run set through `/mock/config`, as mini-swe-agent 2.x sees it: `bash` calls with
+/// a marker and a large output, a refused (too large) request does not count as a step, and
+/// after the last step the submit command.
+#[tokio::test]
+async fn a_script_drives_an_agent_loop_step_by_step() {
+    let (server, client) = mock(2_000).await;
+    let base = format!("http://{}", server.addr());
+    let config: Value = client
+        .post(format!("{base}/mock/config"))
+        .json(&json!({"script": {"steps": 2, "output_bytes": 50}}))
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(config["script"], json!({"steps": 2, "output_bytes": 50}));
+    let tools = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]);
+    let call_of = |answer: &str| -> String {
+        let body: Value = serde_json::from_str(answer).expect("json");
+        let call = &body["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "bash");
+        let arguments: Value =
+            serde_json::from_str(call["arguments"].as_str().unwrap_or_default()).expect("args");
+        arguments["command"].as_str().unwrap_or_default().to_owned()
+    };
+    let first =
+        json!({"model": "gpt-4o", "tools": tools, "messages": [{"role": "user", "content": "go"}]});
+    let (status, answer) = post(&server, &client, Api::Chat, Some("k"), &first).await;
+    assert_eq!(status, 200);
+    let command = call_of(&answer);
+    assert_eq!(command, ctxkeeper_mock_upstream::script_command(1, 50));
+    // Too large for the window: refused, and step 2 is not handed out.
+    let huge = json!({"model": "gpt-4o", "tools": tools, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "tool", "tool_call_id": "c", "content": format!("ctxkstep1out {}", "1 ".repeat(3_000))}]});
+    assert_eq!(
+        post(&server, &client, Api::Chat, Some("k"), &huge).await.0,
+        400
+    );
+    // The compacted retry (the marker gone) still gets step 2, then the submit command.
+    let compacted = json!({"model": "gpt-4o", "tools": tools, "messages": [
+        {"role": "user", "content": "go"}, {"role": "user", "content": "(summary)"}]});
+    let (_, answer) = post(&server, &client, Api::Chat, Some("k"), &compacted).await;
+    assert!(call_of(&answer).starts_with("echo ctxkstep2out;"));
+    let (_, answer) = post(&server, &client, Api::Chat, Some("k"), &compacted).await;
+    assert_eq!(
+        call_of(&answer),
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    );
+    // Another caller starts from the beginning.
+    let (_, answer) = post(&server, &client, Api::Chat, Some("other"), &first).await;
+    assert!(call_of(&answer).starts_with("echo ctxkstep1out;"));
+}

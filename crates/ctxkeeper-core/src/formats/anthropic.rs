@@ -5,7 +5,9 @@
 //! `image`, `document`, `tool_use`, `tool_result`, `thinking`, `redacted_thinking`, and any
 //! other block type kept opaque. The `system` field becomes a leading [`Role::System`] message;
 //! a user message that answers tool calls stays a user message holding
-//! [`Part::ToolResult`]s, so parse → emit gives back the same JSON.
+//! [`Part::ToolResult`]s, so parse → emit gives back the same JSON. A message of role `system`
+//! inside `messages` (mid-conversation instructions, which Claude Code sends to its default
+//! model) is a [`Role::System`] message that stays where it was.
 //!
 //! ```
 //! use ctxkeeper_core::formats::anthropic;
@@ -70,6 +72,8 @@ const WIRE: Wire = Wire::Anthropic;
 
 /// Private hint: the message is the request's top-level `system` field.
 const SYSTEM: &str = "system";
+/// Private hint: a `system` message inside `messages`, emitted back in place.
+const INLINE_SYSTEM: &str = "inline_system";
 /// Private hint: per-part shape of a `tool_result`'s `content` (`string` or `absent`).
 const RESULT_FORMS: &str = "result_forms";
 /// Tool hint: a tool without `input_schema` (server or versioned client tool), kept verbatim.
@@ -107,11 +111,12 @@ fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, Pars
     let role = match role_name.as_str() {
         "user" => Role::User,
         "assistant" => Role::Assistant,
+        "system" => Role::System,
         other if Role::parse(other).is_some() => {
             return Err(ParseError::at(
                 fields.path_of("role"),
                 format!(
-                    "role {other:?} is not allowed in Anthropic messages (expected \"user\" or \"assistant\"; instructions go in the top-level system field)"
+                    "role {other:?} is not allowed in Anthropic messages (expected \"user\", \"assistant\" or \"system\"; instructions go in the top-level system field)"
                 ),
             ));
         }
@@ -127,6 +132,12 @@ fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, Pars
         .ok_or_else(|| ParseError::at(fields.path_of("content"), "missing required field"))?;
     let mut message = Message::new(role, Vec::new());
     message.hints = origin_hints(WIRE);
+    if role == Role::System {
+        message
+            .hints
+            .private
+            .insert(INLINE_SYSTEM.into(), Value::Bool(true));
+    }
     // A string needs no path: it is built only for blocks, which may report errors.
     let (form, parts) = match content {
         Value::String(text) => (ContentForm::String, vec![Part::text(text)]),
@@ -359,7 +370,7 @@ fn parse_system_owned(value: Value, path: &str) -> Result<Message, ParseError> {
 /// field (see [`emit_system`] and [`emit_request`]). Messages parsed from this format come back
 /// exactly as they were; others are converted as the module documentation describes.
 pub fn emit_messages(messages: &[Message]) -> Vec<Value> {
-    let start = leading_instructions(messages);
+    let start = system_field_len(messages);
     let mut outs: Vec<Out> = Vec::with_capacity(messages.len() - start);
     for message in &messages[start..] {
         let Some(out) = convert(message) else {
@@ -393,7 +404,7 @@ pub fn emit_message(message: &Message) -> Vec<Value> {
 /// one plain text gives a string and anything more an array of text blocks (non-text parts are
 /// dropped: the field holds text only).
 pub fn emit_system(messages: &[Message]) -> Option<Value> {
-    let leading = &messages[..leading_instructions(messages)];
+    let leading = &messages[..system_field_len(messages)];
     if let [only] = leading {
         let exact_string =
             same_origin(&only.hints, WIRE) && only.hints.content_form == ContentForm::String;
@@ -430,6 +441,21 @@ pub fn emit_system(messages: &[Message]) -> Option<Value> {
         }
     }
     Some(Value::Array(blocks))
+}
+
+/// How many leading messages make up the `system` field: the leading instruction messages, up
+/// to the first `system` message that was parsed from inside `messages` (it goes back there).
+fn system_field_len(messages: &[Message]) -> usize {
+    let leading = leading_instructions(messages);
+    messages[..leading]
+        .iter()
+        .position(is_inline_system)
+        .unwrap_or(leading)
+}
+
+/// True when the message is a `system` message parsed from inside `messages`.
+fn is_inline_system(message: &Message) -> bool {
+    same_origin(&message.hints, WIRE) && private_flag(&message.hints, INLINE_SYSTEM)
 }
 
 /// A message on its way out: its wire role and content, and whether it came from another
@@ -516,8 +542,8 @@ fn text_block(text: &str, extra: &Extra, keep_extra: bool) -> Value {
 
 /// Converts one message; `None` when nothing of it can be sent.
 fn convert(message: &Message) -> Option<Out> {
-    let same =
-        same_origin(&message.hints, WIRE) && matches!(message.role, Role::User | Role::Assistant);
+    let same = same_origin(&message.hints, WIRE)
+        && (matches!(message.role, Role::User | Role::Assistant) || is_inline_system(message));
     if same {
         let content = match (message.hints.content_form, message.parts.as_slice()) {
             (ContentForm::String, [Part::Text { text, extra }]) if extra.is_empty() => {
@@ -1032,6 +1058,52 @@ mod tests {
     }
 
     #[test]
+    fn system_messages_inside_messages_stay_in_place() {
+        round_trip(
+            json!([{"role": "system", "content": "first"}, {"role": "user", "content": "x"}]),
+        );
+        let body = json!({"model": "m", "max_tokens": 5,
+        "system": [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "task"}]},
+            {"role": "system", "content": "Available agent types: ..."},
+            {"role": "system", "content": [{"type": "text", "text": "more"}]},
+            {"role": "assistant", "content": "ok"}
+        ]});
+        let request = parse_request(&body).expect("valid");
+        let roles: Vec<Role> = request.messages.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [
+                Role::System,
+                Role::User,
+                Role::System,
+                Role::System,
+                Role::Assistant
+            ]
+        );
+        assert_eq!(emit_request(&request), body);
+        // Without a top-level system field, a leading inline one is not hoisted into it.
+        let body = json!({"model": "m", "max_tokens": 5,
+            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]});
+        let request = parse_request(&body).expect("valid");
+        assert_eq!(emit_request(&request), body);
+    }
+
+    /// Claude Code 2.1.197 with its default model puts the agent list in a `system` message
+    /// after the first user message (beta `mid-conversation-system-2026-04-07`).
+    #[test]
+    fn claude_code_request_with_a_mid_conversation_system_message_round_trips() {
+        let body: Value = serde_json::from_str(include_str!(
+            "../../../../tests/python/fixtures/agents/claude-code-2.1.197-request-3.json"
+        ))
+        .expect("fixture is JSON");
+        assert_eq!(body["messages"][1]["role"], "system");
+        let request = parse_request(&body).expect("Claude Code's request parses");
+        assert_eq!(emit_request(&request), body);
+    }
+
+    #[test]
     fn requests_round_trip_with_both_system_shapes() {
         for system in [
             json!("rules"),
@@ -1116,7 +1188,7 @@ mod tests {
     fn malformed_messages_report_their_path() {
         let cases = [
             (
-                json!([{"role": "system", "content": "x"}]),
+                json!([{"role": "developer", "content": "x"}]),
                 "$[0].role",
                 "not allowed",
             ),

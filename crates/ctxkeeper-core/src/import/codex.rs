@@ -12,7 +12,7 @@
 //! | `response_item` of a type the adapter does not know (`local_shell_call`, `web_search_call`, …) | kept as an opaque part, counted |
 //! | `compacted` and unknown entry types | skipped and counted |
 //!
-//! Counted keys read `"codex: skipped event_msg/token_count"`. Rollouts from before the
+//! Counted keys read `"codex: skipped event_msg/token_count (an event for the UI that repeats the response items; not sent to the model)"`. Rollouts from before the
 //! envelope existed (items written bare, one per line, after a header line without `type`) are
 //! read too. Encrypted reasoning is carried byte-for-byte by the adapter. The messages are
 //! verbatim Responses items and keep the adapter's origin hint.
@@ -80,7 +80,10 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
                 let payload = payload(&mut entry).map_err(at_line)?;
                 match opt_str(&payload, "type", "$.payload").map_err(at_line)? {
                     Some("ghost_snapshot") => {
-                        warnings.add("codex: skipped response_item/ghost_snapshot");
+                        warnings.add(
+                            "codex: skipped response_item/ghost_snapshot (a snapshot of the work \
+                             tree for undo; not sent to the model)",
+                        );
                         continue;
                     }
                     Some(other) if !NATIVE_ITEM_TYPES.contains(&other) => {
@@ -95,7 +98,8 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
                 let payload = payload(&mut entry).map_err(at_line)?;
                 let event = opt_str(&payload, "type", "$.payload").map_err(at_line)?;
                 warnings.add(format!(
-                    "codex: skipped event_msg/{}",
+                    "codex: skipped event_msg/{} (an event for the UI that repeats the response \
+                     items; not sent to the model)",
                     event.unwrap_or("untyped")
                 ));
             }
@@ -103,15 +107,17 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
                 items.push(Value::Object(entry));
                 item_lines.push(line_no);
             }
-            Some(other) => warnings.add(format!("codex: skipped {other}")),
+            Some(other) => warnings.add(format!(
+                "codex: skipped {other} (an entry kind this importer does not turn into messages)"
+            )),
             None if entry.contains_key("record_type") => {
-                warnings.add("codex: skipped record_type entry");
+                warnings.add("codex: skipped record_type entry (a state record; not a message)");
             }
             None if id.is_none() && items.is_empty() && entry.contains_key("id") => {
                 // The header line of a rollout written before the envelope.
                 id = id_text(entry.get("id"));
             }
-            None => warnings.add("codex: skipped entry without type"),
+            None => warnings.add("codex: skipped entry without type (not a message)"),
         }
     }
     let messages = parse_items(&items, &item_lines)?;
@@ -121,6 +127,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         model,
         messages,
         tools: Vec::new(),
+        parent: None,
     }])
 }
 
@@ -237,9 +244,9 @@ mod tests {
             });
         assert_eq!(encrypted.as_deref(), Some("gAAAAABpBVxy"));
         let w = &trace.warnings;
-        assert_eq!(w.get("codex: skipped event_msg/token_count"), Some(&1));
-        assert_eq!(w.get("codex: skipped event_msg/user_message"), Some(&1));
-        assert_eq!(w.get("codex: skipped event_msg/agent_message"), Some(&1));
+        assert_eq!(w.get("codex: skipped event_msg/token_count (an event for the UI that repeats the response items; not sent to the model)"), Some(&1));
+        assert_eq!(w.get("codex: skipped event_msg/user_message (an event for the UI that repeats the response items; not sent to the model)"), Some(&1));
+        assert_eq!(w.get("codex: skipped event_msg/agent_message (an event for the UI that repeats the response items; not sent to the model)"), Some(&1));
     }
 
     #[test]
@@ -278,10 +285,15 @@ mod tests {
         assert_eq!(calls, ["apply_patch"]);
         let w = &trace.warnings;
         assert_eq!(
-            w.get("codex: skipped response_item/ghost_snapshot"),
+            w.get("codex: skipped response_item/ghost_snapshot (a snapshot of the work tree for undo; not sent to the model)"),
             Some(&1)
         );
-        assert_eq!(w.get("codex: skipped compacted"), Some(&1));
+        assert_eq!(
+            w.get(
+                "codex: skipped compacted (an entry kind this importer does not turn into messages)"
+            ),
+            Some(&1)
+        );
         assert_eq!(
             w.get("codex: kept response_item/web_search_call opaque"),
             Some(&1)
@@ -291,7 +303,7 @@ mod tests {
             opaque.filter(|p| matches!(p, Part::Opaque { .. })).count(),
             1
         );
-        assert_eq!(w.get("codex: skipped some_future_entry"), Some(&1));
+        assert_eq!(w.get("codex: skipped some_future_entry (an entry kind this importer does not turn into messages)"), Some(&1));
     }
 
     #[test]
@@ -310,7 +322,9 @@ mod tests {
         assert_eq!(trace.sessions[0].id, "old");
         assert_eq!(trace.sessions[0].messages.len(), 2);
         assert_eq!(
-            trace.warnings.get("codex: skipped record_type entry"),
+            trace
+                .warnings
+                .get("codex: skipped record_type entry (a state record; not a message)"),
             Some(&1)
         );
     }

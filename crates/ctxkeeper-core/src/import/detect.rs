@@ -164,6 +164,9 @@ fn detect_document(doc: &Value, file_name: &str) -> Option<TraceFormat> {
             classify_messages(items, None)
         }
         Value::Object(map) => {
+            if is_mini_swe_agent(map) {
+                return Some(TraceFormat::MiniSweAgent);
+            }
             if map.contains_key("history") || map.contains_key("trajectory") {
                 let swe_agent = SWE_AGENT_KEYS.iter().any(|key| map.contains_key(*key))
                     || is_traj_file(file_name);
@@ -179,6 +182,19 @@ fn detect_document(doc: &Value, file_name: &str) -> Option<TraceFormat> {
         }
         _ => None,
     }
+}
+
+/// A mini-swe-agent trajectory: `messages` with a `trajectory_format` of mini-swe-agent's, or
+/// (files written without one) an `info.mini_version`.
+fn is_mini_swe_agent(map: &Map<String, Value>) -> bool {
+    map.get("messages").is_some_and(Value::is_array)
+        && (map
+            .get("trajectory_format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| f.starts_with("mini-swe-agent"))
+            || map
+                .get("info")
+                .is_some_and(|info| info.get("mini_version").is_some()))
 }
 
 /// Decides between the three wire formats from sketched messages (and the request body they
@@ -267,6 +283,8 @@ fn sniff(text: &str, file_name: &str) -> Option<TraceFormat> {
         Some(TraceFormat::Codex)
     } else if has("\"parentUuid\"") || has("\"leafUuid\"") {
         Some(TraceFormat::ClaudeCode)
+    } else if has("\"mini_version\"") || has("\"mini-swe-agent-") {
+        Some(TraceFormat::MiniSweAgent)
     } else if has("\"trajectory\"") || is_traj_file(file_name) {
         Some(TraceFormat::SweAgent)
     } else if has("\"history\"") && (has("\"instruction\"") || has("\"instance_id\"")) {

@@ -7,8 +7,9 @@
 //! | --- | --- | --- | --- |
 //! | [`TraceFormat::TauBench`] | JSON array of tasks | one per task | OpenAI chat messages |
 //! | [`TraceFormat::SweAgent`] | `.traj` JSON object | one | OpenAI chat messages |
+//! | [`TraceFormat::MiniSweAgent`] | `.traj.json` JSON object (`trajectory_format` `mini-swe-agent-1`, `-1.1`) | one | OpenAI chat messages |
 //! | [`TraceFormat::OpenHands`] | JSON Lines, one run per line | one per line | synthesised from events |
-//! | [`TraceFormat::ClaudeCode`] | JSON Lines, one entry per line | one | Anthropic messages |
+//! | [`TraceFormat::ClaudeCode`] | JSON Lines, one entry per line | one, plus one per sub-agent ([`Session::parent`]) | Anthropic messages |
 //! | [`TraceFormat::Codex`] | JSON Lines rollout | one | OpenAI Responses items |
 //! | [`TraceFormat::OpenAiChat`], [`TraceFormat::Anthropic`], [`TraceFormat::Responses`] | a bare request body or message array | one | the adapter itself |
 //!
@@ -19,8 +20,9 @@
 //!   placed on its 1-based line for JSON Lines files.
 //! - **Newer or unknown entries are kept or counted, never fatal.** Entries an importer does not
 //!   turn into messages (Codex `event_msg` duplicates, Claude Code `summary` lines, OpenHands
-//!   state changes, …) are counted in [`Trace::warnings`] under a key such as
-//!   `"codex: skipped event_msg/token_count"`.
+//!   state changes, mini-swe-agent's `exit` message, …) are counted in [`Trace::warnings`]
+//!   under a key that says what and, where the importer knows it, why, such as
+//!   `"claude-code: skipped summary (a title the UI shows; not sent to the model)"`.
 //! - **Ids are kept as they are.** Tool-call ids repeat across a session (tau-bench reuses
 //!   them); importers never rename them.
 //! - **Trace metadata rides in `extra`.** Fields a log stores beside the wire message (SWE-agent
@@ -47,12 +49,13 @@
 mod claude_code;
 mod codex;
 mod detect;
+mod mini_swe_agent;
 mod openhands;
 mod swe_agent;
 mod tau_bench;
 mod wire;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -69,6 +72,8 @@ pub enum TraceFormat {
     TauBench,
     /// SWE-agent `.traj` (both the plain-text and the function-calling `history`).
     SweAgent,
+    /// mini-swe-agent `.traj.json` (`trajectory_format` `mini-swe-agent-1` and `-1.1`).
+    MiniSweAgent,
     /// OpenHands resolver output (JSON Lines with an event `history`).
     OpenHands,
     /// Claude Code session JSONL.
@@ -85,9 +90,10 @@ pub enum TraceFormat {
 
 impl TraceFormat {
     /// All formats, in the order auto-detection tries them.
-    pub const ALL: [TraceFormat; 8] = [
+    pub const ALL: [TraceFormat; 9] = [
         TraceFormat::TauBench,
         TraceFormat::SweAgent,
+        TraceFormat::MiniSweAgent,
         TraceFormat::OpenHands,
         TraceFormat::ClaudeCode,
         TraceFormat::Codex,
@@ -96,12 +102,13 @@ impl TraceFormat {
         TraceFormat::Responses,
     ];
 
-    /// Command-line name (`tau-bench`, `swe-agent`, `openhands`, `claude-code`, `codex`,
-    /// `openai-chat`, `anthropic`, `responses`).
+    /// Command-line name (`tau-bench`, `swe-agent`, `mini-swe-agent`, `openhands`,
+    /// `claude-code`, `codex`, `openai-chat`, `anthropic`, `responses`).
     pub fn as_str(self) -> &'static str {
         match self {
             TraceFormat::TauBench => "tau-bench",
             TraceFormat::SweAgent => "swe-agent",
+            TraceFormat::MiniSweAgent => "mini-swe-agent",
             TraceFormat::OpenHands => "openhands",
             TraceFormat::ClaudeCode => "claude-code",
             TraceFormat::Codex => "codex",
@@ -143,6 +150,18 @@ pub struct Session {
     pub model: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
+    /// For a sub-agent's conversation: the conversation and the tool call that started it.
+    pub parent: Option<ParentLink>,
+}
+
+/// Where a sub-agent's conversation came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentLink {
+    /// The id of the session that started it (a [`Session::id`] of the same trace).
+    pub session: String,
+    /// The id of the tool call (Claude Code's `Task` / `Agent`) that started it, when the trace
+    /// says which one.
+    pub tool_call_id: Option<String>,
 }
 
 /// A parsed trace: one or more sessions.
@@ -151,7 +170,7 @@ pub struct Trace {
     pub format: TraceFormat,
     pub sessions: Vec<Session>,
     /// Entries the importer kept opaque or skipped, counted by kind
-    /// (`"codex: skipped event_msg/token_count"`).
+    /// with the reason (`"codex: skipped event_msg/token_count (an event for the UI …)"`).
     pub warnings: BTreeMap<String, usize>,
 }
 
@@ -165,6 +184,7 @@ pub fn import(text: &str, format: TraceFormat) -> Result<Trace, ParseError> {
     let sessions = match format {
         TraceFormat::TauBench => tau_bench::import(text)?,
         TraceFormat::SweAgent => swe_agent::import(text, &mut warnings)?,
+        TraceFormat::MiniSweAgent => mini_swe_agent::import(text, &mut warnings)?,
         TraceFormat::OpenHands => openhands::import(text, &mut warnings)?,
         TraceFormat::ClaudeCode => claude_code::import(text, &mut warnings)?,
         TraceFormat::Codex => codex::import(text, &mut warnings)?,
@@ -174,6 +194,27 @@ pub fn import(text: &str, format: TraceFormat) -> Result<Trace, ParseError> {
     };
     Ok(Trace {
         format,
+        sessions,
+        warnings: warnings.counts,
+    })
+}
+
+/// Imports a Claude Code session together with its sub-agents.
+///
+/// `text` is the session file followed by the sub-agent files Claude Code 2.x keeps beside it
+/// (`<session>/subagents/agent-<agentId>.jsonl`); `subagent_calls` maps an `agentId` to the
+/// tool call that started that sub-agent, as its `agent-<agentId>.meta.json` states it
+/// (`toolUseId`). Those links are exact where the log alone leaves nested sub-agents with the
+/// same prompt ambiguous; without them this is [`import`] with [`TraceFormat::ClaudeCode`].
+pub fn import_claude_code(
+    text: &str,
+    subagent_calls: &HashMap<String, String>,
+) -> Result<Trace, ParseError> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut warnings = Warnings::default();
+    let sessions = claude_code::import_linked(text, subagent_calls, &mut warnings)?;
+    Ok(Trace {
+        format: TraceFormat::ClaudeCode,
         sessions,
         warnings: warnings.counts,
     })
@@ -340,6 +381,7 @@ mod tests {
                     hints: Default::default(),
                 })
                 .collect(),
+            parent: None,
         }
     }
 
@@ -411,7 +453,11 @@ mod tests {
 
     /// One small, valid sample per format, with tool calls, results and entry kinds the
     /// importers skip.
-    const SAMPLES: [(TraceFormat, &str); 8] = [
+    const SAMPLES: [(TraceFormat, &str); 9] = [
+        (
+            TraceFormat::MiniSweAgent,
+            r#"{"info":{"exit_status":"Submitted"},"messages":[{"role":"system","content":"s"},{"role":"user","content":"t"},{"role":"assistant","content":"a","tool_calls":[{"id":"c","type":"function","function":{"name":"bash","arguments":"{}"}}],"extra":{}},{"role":"tool","tool_call_id":"c","content":"o"},{"role":"exit","content":"","extra":{}}],"trajectory_format":"mini-swe-agent-1.1"}"#,
+        ),
         (
             TraceFormat::TauBench,
             r#"[{"task_id":1,"trial":0,"traj":[{"role":"system","content":"p"},{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","name":"f","content":"ok"}]}]"#,

@@ -160,13 +160,17 @@ fn import_run(
     for (index, event) in events.iter().enumerate() {
         match event.kind {
             Kind::Action(name) if SKIPPED_ACTIONS.contains(&name) => {
-                warnings.add(format!("openhands: skipped action/{name}"));
+                warnings.add(format!(
+                    "openhands: skipped action/{name} (agent bookkeeping; not sent to the model)"
+                ));
             }
             Kind::Action(name) if TEXT_ACTIONS.contains(&name) => {
                 let message = text_action(event, name, agent_acted, &mut tools)?;
                 match message {
                     Some(message) => messages.push(message),
-                    None => warnings.add(format!("openhands: skipped empty {name} action")),
+                    None => warnings.add(format!(
+                        "openhands: skipped empty {name} action (no text to send)"
+                    )),
                 }
             }
             Kind::Action(name) => {
@@ -180,7 +184,10 @@ fn import_run(
             Kind::Observation(name) => match answers[index] {
                 Some(action) => messages.push(observation(event, name, &format!("oh-{action}"))?),
                 None if SKIPPED_OBSERVATIONS.contains(&name) => {
-                    warnings.add(format!("openhands: skipped observation/{name}"));
+                    warnings.add(format!(
+                        "openhands: skipped observation/{name} (agent bookkeeping; not sent to \
+                         the model)"
+                    ));
                 }
                 None => {
                     warnings.add(format!(
@@ -192,7 +199,8 @@ fn import_run(
                     messages.push(message);
                 }
             },
-            Kind::Other => warnings.add("openhands: skipped event without action or observation"),
+            Kind::Other => warnings
+                .add("openhands: skipped event without action or observation (not a message)"),
         }
     }
     if !messages.iter().any(|m| m.role == Role::User)
@@ -217,6 +225,7 @@ fn import_run(
         model: model_of(run, &events),
         messages,
         tools,
+        parent: None,
     })
 }
 
@@ -629,9 +638,12 @@ mod tests {
             Some("future_thing")
         );
         let w = &trace.warnings;
-        assert_eq!(w.get("openhands: skipped action/recall"), Some(&1));
         assert_eq!(
-            w.get("openhands: skipped observation/agent_state_changed"),
+            w.get("openhands: skipped action/recall (agent bookkeeping; not sent to the model)"),
+            Some(&1)
+        );
+        assert_eq!(
+            w.get("openhands: skipped observation/agent_state_changed (agent bookkeeping; not sent to the model)"),
             Some(&1)
         );
         assert_eq!(
@@ -643,7 +655,7 @@ mod tests {
             Some(&1)
         );
         assert_eq!(
-            w.get("openhands: skipped event without action or observation"),
+            w.get("openhands: skipped event without action or observation (not a message)"),
             Some(&1)
         );
     }
@@ -666,11 +678,15 @@ mod tests {
         assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
         assert_eq!(session.messages[0].text(), "do the task");
         assert_eq!(
-            trace.warnings.get("openhands: skipped empty finish action"),
+            trace
+                .warnings
+                .get("openhands: skipped empty finish action (no text to send)"),
             Some(&1)
         );
         assert_eq!(
-            trace.warnings.get("openhands: skipped observation/null"),
+            trace.warnings.get(
+                "openhands: skipped observation/null (agent bookkeeping; not sent to the model)"
+            ),
             Some(&1)
         );
     }

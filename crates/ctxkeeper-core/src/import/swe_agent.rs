@@ -77,6 +77,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         model,
         messages,
         tools: Vec::new(),
+        parent: None,
     }])
 }
 

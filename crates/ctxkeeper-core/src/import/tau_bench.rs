@@ -63,6 +63,7 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
             model: None,
             messages,
             tools: Vec::new(),
+            parent: None,
         });
     }
     Ok(sessions)

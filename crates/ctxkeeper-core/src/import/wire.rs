@@ -49,6 +49,7 @@ pub(super) fn import_bare(text: &str, format: TraceFormat) -> Result<Session, Pa
                 model: request.model,
                 messages: request.messages,
                 tools: request.tools,
+                parent: None,
             }
         }
         Value::Array(items) => {

@@ -1,0 +1,379 @@
+//! `ctxkeeper wrap <agent> -- <agent args>`: run an unmodified agent with its model calls going
+//! through the gateway.
+//!
+//! The agent is started as a child process with its base URL pointed at a gateway: the one
+//! `--gateway URL` names, or one started here in-process for the child's lifetime with the
+//! same defaults and options as `ctxkeeper serve` (SQLite store and local workspace in the
+//! data directory, so `ctxkeeper sessions …` finds the run afterwards), on a free loopback
+//! port. The child's exit code is this command's exit code (128 + N when a signal ended it).
+//!
+//! How each agent is pointed at the gateway (found out by running them; see the README):
+//!
+//! | agent | detected from | what is set |
+//! | --- | --- | --- |
+//! | Claude Code | `claude` | `ANTHROPIC_BASE_URL=http://ADDR` |
+//! | Codex CLI | `codex` | `-c model_provider=ctxkeeper -c model_providers.ctxkeeper={…base_url="http://ADDR/v1", env_key="OPENAI_API_KEY", wire_api="responses"}` before its arguments (Codex ignores `OPENAI_BASE_URL`; a custom provider also skips its WebSocket attempts) |
+//! | mini-swe-agent | `mini`, `mini-swe-agent` | `OPENAI_BASE_URL`, `OPENAI_API_BASE`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_BASE` (litellm reads these) |
+//! | anything else | – | the same four variables, for the official OpenAI and Anthropic SDKs |
+//!
+//! `--agent` overrides the detection (for a renamed binary or a wrapper script).
+//!
+//! ```text
+//! ctxkeeper wrap claude -- -p "fix the failing test" --output-format json
+//! ctxkeeper wrap --gateway http://127.0.0.1:8787 codex -- exec "summarise this repo"
+//! ctxkeeper wrap --upstream http://localhost:11434/v1 python -- my_agent.py
+//! ```
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use ctxkeeper_gateway::router::Server;
+
+use crate::serve::{self, ServeArgs};
+use crate::trace_input::InputError;
+
+/// Options of `ctxkeeper wrap`.
+#[derive(Debug, Args)]
+pub struct WrapArgs {
+    /// The agent program to run (looked up on PATH): claude, codex, mini, or any program that
+    /// uses the OpenAI or Anthropic SDK.
+    #[arg(value_name = "AGENT")]
+    pub program: OsString,
+
+    /// Arguments passed to the agent unchanged (after `--`).
+    #[arg(last = true, value_name = "AGENT ARGS")]
+    pub agent_args: Vec<OsString>,
+
+    /// Use this running gateway (http://HOST:PORT) instead of starting one.
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_GATEWAY")]
+    pub gateway: Option<String>,
+
+    /// How to point the agent at the gateway (default: from the program's name).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub agent: Option<AgentKind>,
+
+    /// Print only errors from the started gateway (default: warnings and the gateway's
+    /// address).
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// Options of the gateway started here (ignored with --gateway).
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+/// The agents `wrap` knows how to point at a gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AgentKind {
+    /// Claude Code (`claude`): `ANTHROPIC_BASE_URL`.
+    Claude,
+    /// Codex CLI (`codex`): a `ctxkeeper` model provider given with `-c`.
+    Codex,
+    /// mini-swe-agent (`mini`) and other litellm programs: the OpenAI and Anthropic base URLs.
+    Mini,
+    /// Any program using the official OpenAI or Anthropic SDKs: their base URL variables.
+    Generic,
+}
+
+impl AgentKind {
+    /// The kind a program name stands for.
+    pub fn detect(program: &Path) -> AgentKind {
+        let name = program
+            .file_stem()
+            .map(|n| n.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        match name.as_str() {
+            "claude" | "claude-code" => AgentKind::Claude,
+            "codex" => AgentKind::Codex,
+            "mini" | "mini-swe-agent" | "mini-extra" => AgentKind::Mini,
+            _ => AgentKind::Generic,
+        }
+    }
+}
+
+/// What to run: the environment to add and the arguments to put before the user's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub env: Vec<(&'static str, String)>,
+    pub leading_args: Vec<String>,
+}
+
+/// How `kind` is pointed at the gateway whose root URL is `root` (no trailing slash, no /v1).
+pub fn launch(kind: AgentKind, root: &str) -> Launch {
+    let openai = format!("{root}/v1");
+    let sdk_env = || {
+        vec![
+            ("OPENAI_BASE_URL", openai.clone()),
+            ("OPENAI_API_BASE", openai.clone()),
+            ("ANTHROPIC_BASE_URL", root.to_string()),
+            ("ANTHROPIC_API_BASE", root.to_string()),
+        ]
+    };
+    match kind {
+        AgentKind::Claude => Launch {
+            env: vec![("ANTHROPIC_BASE_URL", root.to_string())],
+            leading_args: Vec::new(),
+        },
+        AgentKind::Codex => Launch {
+            env: Vec::new(),
+            leading_args: vec![
+                "-c".into(),
+                "model_provider=ctxkeeper".into(),
+                "-c".into(),
+                format!(
+                    "model_providers.ctxkeeper={{name=\"ctxkeeper\",base_url=\"{openai}\",\
+                     env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}}"
+                ),
+            ],
+        },
+        AgentKind::Mini | AgentKind::Generic => Launch {
+            env: sdk_env(),
+            leading_args: Vec::new(),
+        },
+    }
+}
+
+/// The root URL of a gateway given as `http(s)://HOST[:PORT][/][v1]`.
+pub fn gateway_root(url: &str) -> Result<String, InputError> {
+    let bad = |why: &str| InputError::BadOption(format!("--gateway {url:?}: {why}"));
+    let parsed = url::Url::parse(url)
+        .map_err(|e| bad(&format!("expected an http:// or https:// URL ({e})")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("expected an http:// or https:// URL"));
+    }
+    if parsed.host_str().is_none() {
+        return Err(bad("the URL names no host"));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(bad("the URL must not have a query or fragment"));
+    }
+    let text = parsed.as_str().trim_end_matches('/');
+    let root = text.strip_suffix("/v1").unwrap_or(text);
+    Ok(root.to_string())
+}
+
+/// Runs the command: the child's exit code, or an error before it could start.
+pub fn run(args: &WrapArgs) -> Result<ExitCode> {
+    let program = Path::new(&args.program);
+    let kind = args.agent.unwrap_or_else(|| AgentKind::detect(program));
+    let given_root = args.gateway.as_deref().map(gateway_root).transpose()?;
+    let config = match &given_root {
+        Some(_) => None,
+        None => {
+            let mut config = serve::config(&args.serve)?;
+            if args.serve.listen.is_none() {
+                config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+            }
+            Some(config)
+        }
+    };
+    let filter = if args.quiet { "error" } else { "warn" };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
+        )
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let Some(config) = config else {
+            let root = given_root.unwrap_or_default();
+            return run_child(args, kind, &root).await;
+        };
+        let mcp_options = serve::mcp_options(&args.serve, &config)?;
+        let store = config.store_url.clone();
+        let mut server = Server::bind(config).await?;
+        let mcp = match mcp_options {
+            Some(options) => serve::mcp_endpoint(&args.serve, options, &server).await?,
+            None => None,
+        };
+        if let Some(endpoint) = &mcp {
+            server = server.merge(endpoint.router());
+        }
+        let root = format!("http://{}", server.local_addr());
+        if !args.quiet {
+            eprintln!("ctxkeeper: gateway at {root} (sessions in {store})");
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let gateway = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        let outcome = run_child(args, kind, &root).await;
+        if let Some(endpoint) = mcp {
+            endpoint.shutdown();
+        }
+        let _ = stop.send(());
+        match gateway.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the gateway stopped with an error"),
+            Err(error) => tracing::warn!(%error, "the gateway task failed"),
+        }
+        outcome
+    })
+}
+
+/// Starts the agent, waits for it (passing termination signals on) and turns its status into
+/// an exit code.
+async fn run_child(args: &WrapArgs, kind: AgentKind, root: &str) -> Result<ExitCode> {
+    let launch = launch(kind, root);
+    if kind == AgentKind::Codex && std::env::var_os("OPENAI_API_KEY").is_none_or(|k| k.is_empty()) {
+        // A ChatGPT sign-in does not reach an OpenAI-compatible endpoint: through the gateway
+        // Codex sends the API key from OPENAI_API_KEY, and stops at once without one.
+        eprintln!(
+            "ctxkeeper: OPENAI_API_KEY is not set; Codex needs it to call the API through the gateway"
+        );
+    }
+    let mut command = tokio::process::Command::new(&args.program);
+    command
+        .args(&launch.leading_args)
+        .args(&args.agent_args)
+        .envs(launch.env.iter().map(|(k, v)| (*k, v)));
+    let mut child = command.spawn().map_err(|error| {
+        let program = Path::new(&args.program).display().to_string();
+        if error.kind() == std::io::ErrorKind::NotFound {
+            InputError::BadOption(format!(
+                "cannot run {program:?}: not found on PATH{}",
+                install_hint(kind)
+            ))
+        } else {
+            InputError::BadOption(format!("cannot run {program:?}: {error}"))
+        }
+    })?;
+    let status = wait_passing_signals(&mut child).await?;
+    Ok(exit_code(status))
+}
+
+fn install_hint(kind: AgentKind) -> &'static str {
+    match kind {
+        AgentKind::Claude => " (install it with `npm install -g @anthropic-ai/claude-code`)",
+        AgentKind::Codex => " (install it with `npm install -g @openai/codex`)",
+        AgentKind::Mini => " (install it with `pip install mini-swe-agent`)",
+        AgentKind::Generic => "",
+    }
+}
+
+/// Waits for the child. Ctrl-C reaches the whole foreground process group, so the child has
+/// it already and decides; SIGTERM and SIGHUP, sent to this process alone, are passed on.
+#[cfg(unix)]
+async fn wait_passing_signals(
+    child: &mut tokio::process::Child,
+) -> Result<std::process::ExitStatus> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    loop {
+        let forward = tokio::select! {
+            status = child.wait() => return Ok(status?),
+            _ = interrupt.recv() => None,
+            _ = terminate.recv() => Some(Signal::SIGTERM),
+            _ = hangup.recv() => Some(Signal::SIGHUP),
+        };
+        if let (Some(signal), Some(pid)) = (forward, pid) {
+            // The child may have exited in between; then there is nothing to tell.
+            let _ = kill(pid, signal);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_passing_signals(
+    child: &mut tokio::process::Child,
+) -> Result<std::process::ExitStatus> {
+    Ok(child.wait().await?)
+}
+
+/// The child's exit code, or 128 + the signal that ended it (the shells' convention).
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return ExitCode::from(u8::try_from(128 + signal).unwrap_or(255));
+        }
+    }
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_are_told_apart_by_their_program_name() {
+        for (program, kind) in [
+            ("claude", AgentKind::Claude),
+            ("/usr/local/bin/claude", AgentKind::Claude),
+            ("codex", AgentKind::Codex),
+            ("node_modules/.bin/codex", AgentKind::Codex),
+            ("mini", AgentKind::Mini),
+            ("mini-swe-agent", AgentKind::Mini),
+            ("python3", AgentKind::Generic),
+            ("./my-agent.sh", AgentKind::Generic),
+        ] {
+            assert_eq!(AgentKind::detect(Path::new(program)), kind, "{program}");
+        }
+    }
+
+    #[test]
+    fn each_agent_gets_its_own_settings() {
+        let root = "http://127.0.0.1:4000";
+        let claude = launch(AgentKind::Claude, root);
+        assert_eq!(claude.env, [("ANTHROPIC_BASE_URL", root.to_string())]);
+        assert!(claude.leading_args.is_empty());
+        let codex = launch(AgentKind::Codex, root);
+        assert!(codex.env.is_empty());
+        assert_eq!(codex.leading_args[..2], ["-c", "model_provider=ctxkeeper"]);
+        assert_eq!(
+            codex.leading_args[3],
+            "model_providers.ctxkeeper={name=\"ctxkeeper\",base_url=\"http://127.0.0.1:4000/v1\",\
+             env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}"
+        );
+        let mini = launch(AgentKind::Mini, root);
+        assert!(
+            mini.env
+                .contains(&("OPENAI_BASE_URL", format!("{root}/v1")))
+        );
+        assert!(mini.env.contains(&("ANTHROPIC_BASE_URL", root.to_string())));
+        assert_eq!(launch(AgentKind::Generic, root), mini);
+    }
+
+    #[test]
+    fn gateway_urls_are_checked_and_reduced_to_their_root() {
+        for (url, root) in [
+            ("http://127.0.0.1:8787", "http://127.0.0.1:8787"),
+            ("http://127.0.0.1:8787/", "http://127.0.0.1:8787"),
+            ("http://127.0.0.1:8787/v1", "http://127.0.0.1:8787"),
+            ("https://gw.example/v1/", "https://gw.example"),
+            ("http://gw.example/team-a", "http://gw.example/team-a"),
+        ] {
+            assert_eq!(gateway_root(url).expect(url), root, "{url}");
+        }
+        for (url, why) in [
+            ("127.0.0.1:8787", "http:// or https://"),
+            ("ftp://x", "http:// or https://"),
+            ("http://x/?a=1", "query"),
+            ("not a url", "http:// or https://"),
+        ] {
+            let error = gateway_root(url).expect_err(url).to_string();
+            assert!(error.contains(why), "{url}: {error}");
+        }
+    }
+}

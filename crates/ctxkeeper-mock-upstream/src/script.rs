@@ -1,0 +1,307 @@
+//! The scripted agent run: make a real, unmodified agent run `steps` shell commands with
+//! large outputs, then finish.
+//!
+//! With a [`Script`] configured, the mock answers like a model driving the agent that calls it,
+//! in that agent's own tool schema:
+//!
+//! | request | a step | the end |
+//! | --- | --- | --- |
+//! | Anthropic with a `Bash` tool (Claude Code) | `Bash {"command", "description"}` | the text `All done.` |
+//! | Responses with `exec_command` (Codex CLI ≥ 0.1xx), `shell_command` or `shell` | that tool with `{"cmd"}`, `{"command"}` or `{"command": ["bash", "-lc", …]}` | the text `All done.` |
+//! | Chat with a `bash` tool (mini-swe-agent 2.x) | `bash {"command"}` | `bash` with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` |
+//! | Chat without tools (mini-swe-agent text mode) | a ```` ```mswea_bash_command ```` (or ```` ```bash ````) block | the same submit command in a block |
+//!
+//! Step `k` runs `echo ctxkstep<k>out; seq 1 <n>`: a marker line first (every agent keeps the
+//! head of a long output), then about [`Script::output_bytes`] bytes; the markers are what a
+//! test searches the gateway's log for. The next step is one past the higher of the highest
+//! marker in the request and the last step the mock handed to the same caller (API and key):
+//! like a model that remembers where it was, the script does not start over when a gateway
+//! compacted the earlier steps out of the request. A step counts as handed out only when its
+//! answer is sent (not when the request was refused as too large). Requests the script does
+//! not recognise (a title request without tools, say) get the mock's ordinary answer.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::reply::{Answer, Api};
+
+/// The marker's text before and after the step number.
+const MARKER_PREFIX: &str = "ctxkstep";
+const MARKER_SUFFIX: &str = "out";
+
+/// The command mini-swe-agent treats as "done".
+const SUBMIT: &str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
+
+/// A scripted run: `steps` tool calls, each printing about `output_bytes` bytes, then the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// How many commands to run before finishing.
+    pub steps: u32,
+    /// Roughly how many bytes each command prints.
+    pub output_bytes: u64,
+}
+
+/// The marker step `step` prints (and a test searches for).
+pub fn marker(step: u32) -> String {
+    format!("{MARKER_PREFIX}{step}{MARKER_SUFFIX}")
+}
+
+/// The shell command of step `step`: its marker, then `seq 1 n` for about `bytes` bytes.
+pub fn command(step: u32, bytes: u64) -> String {
+    format!("echo {}; seq 1 {}", marker(step), seq_count(bytes))
+}
+
+/// The `n` for which `seq 1 n` prints at least `bytes` bytes.
+fn seq_count(bytes: u64) -> u64 {
+    let mut printed: u64 = 0;
+    let mut n: u64 = 0;
+    while printed < bytes {
+        n += 1;
+        printed += u64::from(n.checked_ilog10().unwrap_or(0)) + 2;
+    }
+    n.max(1)
+}
+
+/// The scripted answer and the step it hands out, or `None` when the request is not one of a
+/// known agent's loop. `handed_out` is the last step already given to this caller.
+pub(crate) fn answer(
+    script: &Script,
+    api: Api,
+    body: &Map<String, Value>,
+    handed_out: u32,
+) -> Option<(Answer, u32)> {
+    let next = highest_marker(api, body).unwrap_or(0).max(handed_out) + 1;
+    answer_step(script, api, body, next).map(|answer| (answer, next))
+}
+
+fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) -> Option<Answer> {
+    let finished = next > script.steps;
+    let cmd = command(next, script.output_bytes);
+    let tools = tool_names(api, body);
+    let has = |name: &str| tools.iter().any(|t| t == name);
+    let call = |name: &str, arguments: Value| {
+        Some(Answer::ToolCall {
+            name: name.to_owned(),
+            arguments: arguments.to_string(),
+        })
+    };
+    match api {
+        Api::Anthropic if has("Bash") => {
+            if finished {
+                Some(Answer::Text("All done.".into()))
+            } else {
+                call(
+                    "Bash",
+                    json!({"command": cmd, "description": format!("Step {next}")}),
+                )
+            }
+        }
+        Api::Responses if has("exec_command") || has("shell_command") || has("shell") => {
+            if finished {
+                Some(Answer::Text("All done.".into()))
+            } else if has("exec_command") {
+                call("exec_command", json!({"cmd": cmd}))
+            } else if has("shell_command") {
+                call("shell_command", json!({"command": cmd}))
+            } else {
+                call("shell", json!({"command": ["bash", "-lc", cmd]}))
+            }
+        }
+        Api::Chat if has("bash") => {
+            let command = if finished { SUBMIT.to_owned() } else { cmd };
+            call("bash", json!({"command": command}))
+        }
+        Api::Chat if tools.is_empty() => {
+            let command = if finished { SUBMIT.to_owned() } else { cmd };
+            // mini-swe-agent 2.x's text mode asks for its own fence; 1.x for a bash block.
+            let fence = if body
+                .get("messages")
+                .is_some_and(|m| m.to_string().contains("mswea_bash_command"))
+            {
+                "mswea_bash_command"
+            } else {
+                "bash"
+            };
+            Some(Answer::Text(format!(
+                "THOUGHT: step {next}.\n\n```{fence}\n{command}\n```"
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// The names of the function tools a request declares.
+fn tool_names(api: Api, body: &Map<String, Value>) -> Vec<String> {
+    let tools = body.get("tools").and_then(Value::as_array);
+    tools
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| {
+            let name = match api {
+                Api::Chat => tool.get("function").and_then(|f| f.get("name")),
+                Api::Responses | Api::Anthropic => tool.get("name"),
+            };
+            name.and_then(Value::as_str).map(str::to_owned)
+        })
+        .collect()
+}
+
+/// The highest step marker in the conversation, if any.
+fn highest_marker(api: Api, body: &Map<String, Value>) -> Option<u32> {
+    let field = match api {
+        Api::Responses => "input",
+        Api::Chat | Api::Anthropic => "messages",
+    };
+    let text = body.get(field)?.to_string();
+    let mut highest = None;
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(MARKER_PREFIX) {
+        rest = &rest[at + MARKER_PREFIX.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0
+            && rest[digits..].starts_with(MARKER_SUFFIX)
+            && let Ok(step) = rest[..digits].parse::<u32>()
+        {
+            highest = highest.max(Some(step));
+        }
+    }
+    highest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    const SCRIPT: Script = Script {
+        steps: 2,
+        output_bytes: 100,
+    };
+
+    fn step(api: Api, body: &Map<String, Value>, handed_out: u32) -> Option<Answer> {
+        answer(&SCRIPT, api, body, handed_out).map(|(answer, _)| answer)
+    }
+
+    #[test]
+    fn a_compacted_request_continues_where_the_caller_was() {
+        let tools = json!([{"name": "Bash", "input_schema": {}}]);
+        let compacted =
+            object(json!({"tools": tools, "messages": [{"role": "user", "content": "summary"}]}));
+        let (answer, step) = answer(&SCRIPT, Api::Anthropic, &compacted, 1).expect("scripted");
+        assert_eq!(step, 2);
+        assert!(
+            matches!(answer, Answer::ToolCall { arguments, .. } if arguments.contains("ctxkstep2out"))
+        );
+        assert_eq!(
+            super::answer(&SCRIPT, Api::Anthropic, &compacted, 2).map(|(a, _)| a),
+            Some(Answer::Text("All done.".into()))
+        );
+    }
+
+    fn arguments(answer: Option<Answer>) -> (String, Value) {
+        match answer {
+            Some(Answer::ToolCall { name, arguments }) => (
+                name,
+                serde_json::from_str(&arguments).expect("JSON arguments"),
+            ),
+            other => panic!("expected a call, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn seq_prints_at_least_the_bytes_asked_for() {
+        let printed = |n: u64| (1..=n).map(|i| i.to_string().len() as u64 + 1).sum::<u64>();
+        for bytes in [1, 10, 11, 100, 5_000, 40_000] {
+            let n = seq_count(bytes);
+            assert!(
+                printed(n) >= bytes && printed(n - 1) < bytes,
+                "{bytes}: {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn claude_code_runs_bash_until_the_last_marker_then_answers() {
+        let tools =
+            json!([{"name": "Agent", "input_schema": {}}, {"name": "Bash", "input_schema": {}}]);
+        let first =
+            object(json!({"tools": tools, "messages": [{"role": "user", "content": "go"}]}));
+        let (name, args) = arguments(step(Api::Anthropic, &first, 0));
+        assert_eq!(name, "Bash");
+        assert!(
+            args["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("echo ctxkstep1out; seq 1 ")),
+            "{args}"
+        );
+        // A compacted history that only kept the newest result still continues from it.
+        let later = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "summary of steps before"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ctxkstep1out\n1\n2"}]}]}));
+        let (_, args) = arguments(step(Api::Anthropic, &later, 0));
+        assert!(
+            args["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("echo ctxkstep2out")),
+            "{args}"
+        );
+        let done = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "ctxkstep2out ctxkstep1out"}]}));
+        assert_eq!(
+            step(Api::Anthropic, &done, 0),
+            Some(Answer::Text("All done.".into()))
+        );
+        // Without the agent's tool it is not the agent's loop.
+        let title = object(json!({"messages": [{"role": "user", "content": "title?"}]}));
+        assert_eq!(step(Api::Anthropic, &title, 0), None);
+    }
+
+    #[test]
+    fn codex_gets_its_own_exec_tool() {
+        for (tool, key) in [
+            ("exec_command", "cmd"),
+            ("shell_command", "command"),
+            ("shell", "command"),
+        ] {
+            let body = object(json!({"tools": [{"type": "function", "name": tool}], "input": []}));
+            let (name, args) = arguments(step(Api::Responses, &body, 0));
+            assert_eq!(name, tool);
+            let text = args[key].to_string();
+            assert!(text.contains("ctxkstep1out"), "{tool}: {args}");
+        }
+    }
+
+    #[test]
+    fn mini_swe_agent_submits_with_its_command() {
+        let tools = json!([{"type": "function", "function": {"name": "bash"}}]);
+        let body = object(json!({"tools": tools, "messages": [
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep2out"}]}));
+        let (_, args) = arguments(step(Api::Chat, &body, 0));
+        assert_eq!(args["command"], SUBMIT);
+        let text_mode = object(json!({"messages": [
+            {"role": "user", "content": "reply in a ```mswea_bash_command block"}]}));
+        let Some(Answer::Text(text)) = step(Api::Chat, &text_mode, 0) else {
+            panic!("text mode answers in text");
+        };
+        assert!(
+            text.contains("```mswea_bash_command\necho ctxkstep1out"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn markers_are_read_exactly() {
+        let body = object(
+            json!({"messages": [{"content": "ctxkstep12out ctxkstep3out ctxkstepXout ctxkstep99"}]}),
+        );
+        assert_eq!(highest_marker(Api::Chat, &body), Some(12));
+        assert_eq!(
+            highest_marker(Api::Chat, &object(json!({"messages": []}))),
+            None
+        );
+    }
+}
