@@ -61,22 +61,26 @@ def markdown(reports, window):
     def fmt(n):
         return f"{n:,}"
 
+    def share(x):
+        return "–" if x is None else f"{x:.2f}"
+
     lines = [
-        "| trace | policy | peak | cumulative | × baseline | uncached | × baseline | stable prefix | compactions | recent rounds kept | violations | unrecoverable | engine p50 / p99 µs |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| trace | policy | peak | cumulative | × baseline | uncached | × baseline | billed | × baseline | stable prefix | compactions | recent rounds kept | violations | unrecoverable | instructions | paths | plan | refs | leaked | engine p50 / p99 µs |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     last = None
     for d in (r for r in reports if r["window"] == window):
         b = d["baseline"]
         if d["label"] != last:
-            lines.append(f"| {d['label']} | none (baseline) | {fmt(b['peak_input_tokens'])} | {fmt(b['cumulative_input_tokens'])} | 1.00 | {fmt(b['cumulative_uncached_input_tokens'])} | 1.00 | {b['stable_prefix_ratio']:.3f} | 0 | 5 | {b['violations']} | 0 | – |")
+            lines.append(f"| {d['label']} | none (baseline) | {fmt(b['peak_input_tokens'])} | {fmt(b['cumulative_input_tokens'])} | 1.00 | {fmt(b['cumulative_uncached_input_tokens'])} | 1.00 | {fmt(b['billed_input_tokens'])} | 1.00 | {b['stable_prefix_ratio']:.3f} | 0 | 5 | {b['violations']} | 0 | – | – | – | – | 0 | – |")
             last = d["label"]
         ratio = d["cumulative_input_tokens"] / max(1, b["cumulative_input_tokens"])
+        bratio = d["billed_input_tokens"] / max(1, b["billed_input_tokens"])
         uratio = d["cumulative_uncached_input_tokens"] / max(1, b["cumulative_uncached_input_tokens"])
         kept = d["min_recent_rounds_verbatim"]
         note = "" if kept >= 1 else " ⚠"
         e = d["engine_time_us"]
-        lines.append(f"| {d['label']} | {d['policy']} | {fmt(d['peak_input_tokens'])} | {fmt(d['cumulative_input_tokens'])} | {ratio:.2f} | {fmt(d['cumulative_uncached_input_tokens'])} | {uratio:.2f} | {d['stable_prefix_ratio']:.3f} | {d['compactions']} | {kept}{note} | {d['violations']} | {d['unrecoverable_items']} | {e['p50_step']:.1f} / {e['p99_step']:.0f} |")
+        lines.append(f"| {d['label']} | {d['policy']} | {fmt(d['peak_input_tokens'])} | {fmt(d['cumulative_input_tokens'])} | {ratio:.2f} | {fmt(d['cumulative_uncached_input_tokens'])} | {uratio:.2f} | {fmt(d['billed_input_tokens'])} | {bratio:.2f} | {d['stable_prefix_ratio']:.3f} | {d['compactions']} | {kept}{note} | {d['violations']} | {d['unrecoverable_items']} | {share(d['user_instructions_kept'])} | {share(d['file_paths_kept'])} | {share(d['plan_kept'])} | {share(d['refs_resolving'])} | {d['leaked_markers']} | {e['p50_step']:.1f} / {e['p99_step']:.0f} |")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ started over each transport and every tool is called against that session:
   invalid regex) come back as tool errors, never as content;
 - `compact` shrinks a private copy of the stored session over stdio, streamable HTTP and
   serve's `/mcp`;
-- serve's `/mcp` picks the tenant like the gateway does for model calls (x-ctxkeeper-tenant,
+- serve's `/mcp` picks the tenant like the gateway does for model calls (a tenant token,
   else the API key's hash, else `default`), or the one `--mcp-tenant` pins; it refuses foreign
   Host headers, keeps an MCP session in the tenant that opened it, and does not hold up a
   graceful shutdown.
@@ -520,9 +520,12 @@ async def check_other_tenant(session: ClientSession, stored: dict) -> None:
 
 def test_serve_mcp_uses_the_gateways_tenant_rule(fresh, mock_upstream):
     """A model call through the gateway with an API key lands in that key's tenant; an MCP
-    client sending the same key reads exactly that tenant, x-ctxkeeper-tenant names a tenant
-    as it does for model calls, and no headers mean `default`."""
-    gateway = start_serve(fresh, upstream=mock_upstream.url)
+    client sending the same key reads exactly that tenant, a tenant token names its tenant as
+    it does for model calls, x-ctxkeeper-tenant alone is refused (the gateway does not trust
+    it by default), and no headers mean `default`."""
+    token = "acme-e2e-token-0123"
+    gateway = start_serve(fresh, "--tenant-token", f"{OTHER_TENANT}={token}",
+                          upstream=mock_upstream.url)
     key = "sk-mcp-e2e-tenant-key"
     codeword = "QUASARPELICAN"
     try:
@@ -548,12 +551,21 @@ def test_serve_mcp_uses_the_gateways_tenant_rule(fresh, mock_upstream):
                 assert await sessions_of(s) == [SESSION]
                 hits = data(await s.call_tool("session_search", {"query": codeword}))["hits"]
                 assert hits == []
-            # The tenant header wins over the key, exactly as for model calls.
-            headers = {"authorization": f"Bearer {key}", "x-ctxkeeper-tenant": OTHER_TENANT}
+            # A tenant token wins over the key, exactly as for model calls.
+            headers = {"authorization": f"Bearer {key}", "x-ctxkeeper-tenant-token": token}
             async with http_session(f"{gateway.url}/mcp", headers) as s:
                 await check_other_tenant(s, fresh)
 
         asyncio.run(main())
+        # Naming a tenant without its token reads nothing of it.
+        for headers, status in [
+            ({"x-ctxkeeper-tenant": OTHER_TENANT}, 403),
+            ({"x-ctxkeeper-tenant-token": "not-a-known-token"}, 401),
+            ({"x-ctxkeeper-tenant-token": token, "x-ctxkeeper-tenant": "default"}, 403),
+        ]:
+            answer = httpx.post(f"{gateway.url}/mcp", json=INITIALIZE, timeout=10,
+                                headers={"accept": MCP_ACCEPT, **headers})
+            assert answer.status_code == status, (headers, answer.status_code, answer.text)
     finally:
         stop(gateway)
     assert key not in gateway.logs()
@@ -583,7 +595,8 @@ def test_serve_mcp_tenant_pinned_by_flag(stored):
 
 
 def test_serve_mcp_refuses_foreign_hosts_bad_tenants_and_borrowed_sessions(stored):
-    gateway = start_serve(stored)
+    # Behind a proxy that names tenants, so that sessions of two tenants can be compared.
+    gateway = start_serve(stored, "--trust-tenant-header")
     url = f"{gateway.url}/mcp"
     try:
         def post(body: dict, **headers: str) -> httpx.Response:
@@ -665,5 +678,68 @@ def test_serve_without_mcp(stored):
                             headers={"accept": MCP_ACCEPT}, timeout=10)
         assert answer.status_code == 404
         assert httpx.get(f"{gateway.url}/healthz", timeout=10).status_code == 200
+    finally:
+        stop(gateway)
+
+
+def test_compact_at_serve_mcp_then_the_agent_continues(fresh, mock_upstream):
+    """The scenario that broke: an agent runs 30 tool rounds through `ctxkeeper serve`, then
+    calls the advertised MCP tool `compact` at /mcp on its own session; its next requests
+    (official openai client) must keep working, reuse the compacted context, and log only
+    what is new. Before the shared snapshot codec every later request answered 500
+    ("missing field `format`")."""
+    from openai import OpenAI
+
+    gateway = start_serve(fresh, upstream=mock_upstream.url)
+    key = "sk-compact-then-continue"
+    session = "agent-compacted"
+    client = OpenAI(base_url=f"{gateway.url}/v1", api_key=key,
+                    default_headers={"x-ctxkeeper-session": session})
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}}]
+    messages = [{"role": "system", "content": "You are a careful coding agent."},
+                {"role": "user", "content": "Fix the failing invoice test."}]
+
+    def step(i: int) -> None:
+        call = f"call_{i}"
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": call, "type": "function",
+             "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/f{i}.py"})}}]})
+        messages.append({"role": "tool", "tool_call_id": call,
+                         "content": f"contents of src/f{i}.py: " + "def total(x): return round(x, 2)\n" * 60})
+        answer = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        assert answer.choices[0].message is not None
+
+    try:
+        for i in range(30):
+            step(i)
+
+        async def compact() -> dict:
+            async with http_session(f"{gateway.url}/mcp", {"authorization": f"Bearer {key}"}) as s:
+                return data(await s.call_tool("compact", {"session": session}))
+
+        result = asyncio.run(compact())
+        assert result["compacted"], result
+        assert result["tokens_after"] < result["tokens_before"], result
+
+        # The agent goes on: 200s, its session continued (not rebuilt, not forked).
+        for i in range(30, 33):
+            step(i)
+        last = client.chat.completions.with_raw_response.create(
+            model="gpt-4o", messages=messages, tools=tools)
+        assert last.headers["x-ctxkeeper-session"] == session
+        # The compacted context was reused: upstream got fewer messages than the client sent.
+        forwarded = mock_upstream.requests()[-1]["body"]["messages"]
+        assert len(forwarded) < len(messages), (len(forwarded), len(messages))
+        metrics = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+        assert re.search(r"^ctxkeeper_history_divergences_total 0$", metrics, re.M), metrics
+        assert re.search(r"^ctxkeeper_session_forks_total 0$", metrics, re.M), metrics
+        # Every message was logged once.
+        async def history() -> dict:
+            async with http_session(f"{gateway.url}/mcp", {"authorization": f"Bearer {key}"}) as s:
+                return data(await s.call_tool("session_history", {"session": session, "last": 500}))
+
+        entries = asyncio.run(history())["entries"]
+        assert len(entries) == len(messages), (len(entries), len(messages))
     finally:
         stop(gateway)

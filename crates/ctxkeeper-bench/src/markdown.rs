@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 pub use ctxkeeper_core::stats::thousands;
 
-use crate::results::{Compaction, Engine, Peer, Results, StepFigures, Target};
+use crate::results::{Compaction, Engine, Gateway, Peer, Results, StepFigures, Target};
 
 /// The targets of the engine-vs-peers comparison: how many times below each peer ctxkeeper's
 /// p50 of steps that do not compact must be.
@@ -197,9 +197,10 @@ pub fn targets(results: &Results) -> Vec<Target> {
     }
     if let Some(compaction) = &results.compaction {
         out.extend(default_policy_targets(compaction));
+        out.extend(fidelity_targets(compaction));
     }
-    if let Some(gateway) = &results.gateway {
-        out.extend(gateway.targets.iter().cloned());
+    for hook in [&results.gateway, &results.hardening].into_iter().flatten() {
+        out.extend(hook.targets.iter().cloned());
     }
     out
 }
@@ -217,10 +218,12 @@ pub fn render(results: &Results, charts: &str) -> String {
     targets_section(&mut page, results);
     overhead_section(&mut page, results, charts);
     compaction_section(&mut page, results, charts);
+    fidelity_section(&mut page, results);
     tokens_section(&mut page, results, charts);
     stores_section(&mut page, results, charts);
     memory_section(&mut page, results);
     gateway_section(&mut page, results);
+    hardening_section(&mut page, results);
     timings_section(&mut page, results);
     page
 }
@@ -672,6 +675,7 @@ fn default_policy_targets(c: &Compaction) -> Vec<Target> {
         .sum::<f64>()
         / ours.len() as f64;
     let mut losses = Vec::new();
+    let mut billed_losses = Vec::new();
     let mut compared = 0;
     for theirs in c.reports.iter().filter(|r| {
         r.window == BAR_WINDOW
@@ -692,6 +696,9 @@ fn default_policy_targets(c: &Compaction) -> Vec<Target> {
         }
         if a >= b && !tie {
             losses.push(format!("{} on {}", theirs.policy, theirs.label));
+        }
+        if mine.figures.billed() >= theirs.figures.billed() && !tie {
+            billed_losses.push(format!("{} on {}", theirs.policy, theirs.label));
         }
     }
     vec![
@@ -717,6 +724,16 @@ fn default_policy_targets(c: &Compaction) -> Vec<Target> {
             measured: format!("{} of {compared}", compared - losses.len()),
             met: losses.is_empty(),
             why: (!losses.is_empty()).then(|| format!("more than {}", losses.join(", "))),
+        },
+        Target {
+            name: format!(
+                "`default` at {window}: fewer billed input tokens (uncached + 0.1 × cached) than each seed preset that keeps the working set, trace by trace"
+            ),
+            target: "every comparison".into(),
+            measured: format!("{} of {compared}", compared - billed_losses.len()),
+            met: billed_losses.is_empty(),
+            why: (!billed_losses.is_empty())
+                .then(|| format!("more than {}", billed_losses.join(", "))),
         },
     ]
 }
@@ -772,6 +789,178 @@ fn compaction_summary(page: &mut String, c: &Compaction) {
         }
     }
     page.push('\n');
+}
+
+/// The windows of the fidelity table and of its bars.
+pub const FIDELITY_WINDOWS: [u64; 2] = [16_000, 32_000];
+
+fn share(value: Option<f64>) -> String {
+    value.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
+}
+
+/// What the model still knows after compaction: the fidelity probes of every cell at 16k and
+/// 32k, beside what the input costs once cached.
+fn fidelity_section(page: &mut String, results: &Results) {
+    page.push_str("## Context fidelity: what the model still knows after compaction\n\n");
+    let Some(c) = &results.compaction else {
+        missing(page, "compaction");
+        return;
+    };
+    page.push_str(
+        "Measured by `ctxkeeper replay` at every step where the managed request differs from the \
+         unmanaged one (*steps*), against the unmanaged request of that step: *instructions* = \
+         mean share of the user's texts of at least 20 characters whose first 240 characters \
+         (whitespace-normalised) appear verbatim in the request; *paths* = mean share of the file \
+         paths named in tool-call arguments that appear anywhere in it; *plan* = share of those \
+         steps (with a plan so far) whose request holds the latest `TodoWrite` / `update_plan` \
+         arguments; *refs* = share of the archive references shown to the model (\"archived at \
+         …\") that resolve in the archive, and how many were shown; *leaked* = requests that \
+         carried an internal fill marker (each is also a violation); *billed* = uncached input + \
+         0.1 × input read from the cache (the cache-read price of Anthropic and of OpenAI's GPT-5 \
+         family), and its ratio to the unmanaged baseline. – : nothing to measure (no step \
+         differed, or no plan was made).\n\n",
+    );
+    for window in FIDELITY_WINDOWS {
+        if !c.windows.contains(&window) {
+            continue;
+        }
+        let _ = writeln!(
+            page,
+            "<details><summary>Fidelity at window {}</summary>\n\n\
+             | trace | policy | steps | instructions | paths | plan | refs (shown) | leaked | billed | × base |\n\
+             | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            thousands(window)
+        );
+        for cell in c.reports.iter().filter(|r| r.window == window) {
+            let f = &cell.figures;
+            let _ = writeln!(
+                page,
+                "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {:.2} |",
+                cell.label,
+                cell.policy,
+                thousands(f.fidelity_steps),
+                share(f.user_instructions_kept),
+                share(f.file_paths_kept),
+                share(f.plan_kept),
+                share(f.refs_resolving),
+                thousands(f.refs_shown),
+                f.leaked_markers,
+                thousands(f.billed()),
+                ratio(f.billed(), cell.baseline.billed()),
+            );
+        }
+        page.push_str("\n</details>\n\n");
+    }
+    fidelity_summary(page, c);
+}
+
+/// Per window and preset: the worst trace on each probe and the billed input summed.
+fn fidelity_summary(page: &mut String, c: &Compaction) {
+    page.push_str(
+        "Worst trace per probe (among the traces where the probe measured something), leaked markers and billed input summed over every trace:\n\n\
+         | window | policy | instructions | paths | plan | refs | leaked | billed × base |\n\
+         | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for window in FIDELITY_WINDOWS {
+        if !c.windows.contains(&window) {
+            continue;
+        }
+        for policy in &c.policies {
+            let cells: Vec<_> = c
+                .reports
+                .iter()
+                .filter(|r| r.window == window && &r.policy == policy)
+                .collect();
+            if cells.is_empty() {
+                continue;
+            }
+            let worst = |f: &dyn Fn(&crate::results::ReplayFigures) -> Option<f64>| {
+                cells
+                    .iter()
+                    .filter_map(|c| f(&c.figures))
+                    .min_by(f64::total_cmp)
+            };
+            let billed: u64 = cells.iter().map(|c| c.figures.billed()).sum();
+            let base: u64 = cells.iter().map(|c| c.baseline.billed()).sum();
+            let _ = writeln!(
+                page,
+                "| {} | {policy} | {} | {} | {} | {} | {} | {:.2} |",
+                thousands(window),
+                share(worst(&|f| f.user_instructions_kept)),
+                share(worst(&|f| f.file_paths_kept)),
+                share(worst(&|f| f.plan_kept)),
+                share(worst(&|f| f.refs_resolving)),
+                cells.iter().map(|c| c.figures.leaked_markers).sum::<u64>(),
+                ratio(billed, base),
+            );
+        }
+    }
+    page.push('\n');
+}
+
+/// The bars of issue "context fidelity" for `default`, and the matrix-wide leak bar.
+fn fidelity_targets(c: &Compaction) -> Vec<Target> {
+    let mut out = Vec::new();
+    let probe = |window: u64,
+                 name: &str,
+                 bar: f64,
+                 value: &dyn Fn(&crate::results::ReplayFigures) -> Option<f64>|
+     -> Option<Target> {
+        let cells: Vec<_> = c
+            .reports
+            .iter()
+            .filter(|r| r.window == window && r.policy == "default")
+            .collect();
+        if cells.is_empty() {
+            return None;
+        }
+        let below: Vec<String> = cells
+            .iter()
+            .filter_map(|cell| {
+                value(&cell.figures)
+                    .filter(|v| *v < bar)
+                    .map(|v| format!("{} ({v:.2})", cell.label))
+            })
+            .collect();
+        let worst = cells
+            .iter()
+            .filter_map(|cell| value(&cell.figures))
+            .min_by(f64::total_cmp);
+        Some(Target {
+            name: format!("`default` at {}: {name}, every trace", thousands(window)),
+            target: format!("≥ {bar:.2}"),
+            measured: share(worst),
+            met: below.is_empty(),
+            why: (!below.is_empty()).then(|| format!("below on {}", below.join(", "))),
+        })
+    };
+    out.extend(probe(32_000, "user instructions kept", 0.95, &|f| {
+        f.user_instructions_kept
+    }));
+    out.extend(probe(32_000, "file paths kept", 0.90, &|f| {
+        f.file_paths_kept
+    }));
+    out.extend(probe(32_000, "plan kept", 1.0, &|f| f.plan_kept));
+    out.extend(probe(32_000, "references resolving", 1.0, &|f| {
+        f.refs_resolving
+    }));
+    out.extend(probe(16_000, "user instructions kept", 0.85, &|f| {
+        f.user_instructions_kept
+    }));
+    out.extend(probe(16_000, "file paths kept", 0.90, &|f| {
+        f.file_paths_kept
+    }));
+    out.extend(probe(16_000, "plan kept", 1.0, &|f| f.plan_kept));
+    let leaked: u64 = c.reports.iter().map(|r| r.figures.leaked_markers).sum();
+    out.push(Target {
+        name: "every preset × every trace × every window: requests with a leaked internal marker"
+            .into(),
+        target: "0".into(),
+        measured: thousands(leaked),
+        met: leaked == 0,
+        why: None,
+    });
+    out
 }
 
 fn tokens_section(page: &mut String, results: &Results, charts: &str) {
@@ -882,6 +1071,21 @@ fn gateway_section(page: &mut String, results: &Results) {
         );
         return;
     };
+    hook_tables(page, g);
+}
+
+fn hardening_section(page: &mut String, results: &Results) {
+    page.push_str(
+        "## The gateway under abuse: load, event-subscription churn, large histories\n\n",
+    );
+    match &results.hardening {
+        Some(h) => hook_tables(page, h),
+        None => missing(page, "hardening"),
+    }
+}
+
+/// The tables and notes of a script's results, as it wrote them.
+fn hook_tables(page: &mut String, g: &Gateway) {
     for table in &g.tables {
         if !table.caption.is_empty() {
             let _ = writeln!(page, "{}\n", table.caption);
@@ -1015,6 +1219,67 @@ mod tests {
         assert_eq!(all[0].measured, "100× (2.00 µs vs 200 µs)");
         assert!(!all[1].met, "{:?}", all[1]);
         assert!(all[1].why.as_deref().unwrap_or("").contains("≤ 1.97 µs"));
+    }
+
+    /// A compaction matrix of one trace at 16k and 32k: `default` and one seed preset.
+    fn matrix(default_32k_instructions: f64) -> Compaction {
+        let cell = |policy: &str, window: u64, instructions: f64, leaked: u64| {
+            serde_json::json!({
+                "label": "codex/rollout.jsonl", "policy": policy, "window": window, "steps": 456,
+                "peak_input_tokens": 14_000, "cumulative_input_tokens": 3_000_000,
+                "cumulative_uncached_input_tokens": 300_000, "stable_prefix_ratio": 0.9,
+                "compactions": 10, "violations": leaked, "min_recent_rounds_verbatim": 2,
+                "billed_input_tokens": 570_000, "fidelity_steps": 400,
+                "user_instructions_kept": instructions, "file_paths_kept": 1.0,
+                "plan_kept": 1.0, "refs_shown": 12, "refs_resolving": 1.0,
+                "leaked_markers": leaked,
+                "baseline": {
+                    "peak_input_tokens": 262_000, "cumulative_input_tokens": 60_000_000,
+                    "cumulative_uncached_input_tokens": 262_000, "stable_prefix_ratio": 0.99,
+                    "violations": 0
+                }
+            })
+        };
+        serde_json::from_value(serde_json::json!({
+            "windows": [16_000, 32_000],
+            "policies": ["default", "harness"],
+            "reports": [
+                cell("default", 16_000, 0.9, 0),
+                cell("harness", 16_000, 0.1, 3),
+                cell("default", 32_000, default_32k_instructions, 0),
+                cell("harness", 32_000, 0.2, 0),
+            ]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn fidelity_bars_name_the_traces_that_miss_them() {
+        let met = fidelity_targets(&matrix(0.97));
+        let leaks = met.iter().find(|t| t.name.contains("leaked")).cloned();
+        assert!(leaks.is_some_and(|t| !t.met && t.measured == "3"));
+        assert!(
+            met.iter()
+                .filter(|t| !t.name.contains("leaked"))
+                .all(|t| t.met),
+            "{met:?}"
+        );
+        let missed = fidelity_targets(&matrix(0.80));
+        let instructions = missed
+            .iter()
+            .find(|t| t.name == "`default` at 32,000: user instructions kept, every trace");
+        assert!(instructions.is_some_and(|t| !t.met
+            && t.measured == "0.80"
+            && t.why.as_deref() == Some("below on codex/rollout.jsonl (0.80)")));
+        let page = render(
+            &Results {
+                compaction: Some(matrix(0.97)),
+                ..Results::default()
+            },
+            "charts",
+        );
+        assert!(page.contains("## Context fidelity"), "{page}");
+        assert!(page.contains("| codex/rollout.jsonl | default | 400 | 0.97 | 1.00 | 1.00 | 1.00 (12) | 0 | 570,000 | 0.09 |"), "{page}");
     }
 
     #[test]

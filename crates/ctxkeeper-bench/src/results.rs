@@ -126,6 +126,38 @@ pub struct ReplayFigures {
     /// The engine's own time per step (absent from the baseline).
     #[serde(default)]
     pub engine_time_us: Option<EngineTime>,
+    /// Uncached input plus a tenth of the cached input (absent from older reports).
+    #[serde(default)]
+    pub billed_input_tokens: Option<u64>,
+    /// The fidelity probes (see `ctxkeeper_core::fidelity`), over the steps whose managed
+    /// request differs from the unmanaged one.
+    #[serde(default)]
+    pub fidelity_steps: u64,
+    #[serde(default)]
+    pub user_instructions_kept: Option<f64>,
+    #[serde(default)]
+    pub file_paths_kept: Option<f64>,
+    #[serde(default)]
+    pub plan_kept: Option<f64>,
+    #[serde(default)]
+    pub refs_shown: u64,
+    #[serde(default)]
+    pub refs_resolving: Option<f64>,
+    #[serde(default)]
+    pub leaked_markers: u64,
+}
+
+impl ReplayFigures {
+    /// Billed input tokens, computed from the cumulative and uncached figures for reports
+    /// written before the field existed.
+    pub fn billed(&self) -> u64 {
+        self.billed_input_tokens.unwrap_or_else(|| {
+            let uncached = self
+                .cumulative_uncached_input_tokens
+                .min(self.cumulative_input_tokens);
+            uncached + (self.cumulative_input_tokens - uncached).div_ceil(10)
+        })
+    }
 }
 
 /// `engine_time_us` of a replay report: the engine's own time per model call.
@@ -258,6 +290,8 @@ pub struct Results {
     pub stores: Option<Stores>,
     pub memory: Option<Memory>,
     pub gateway: Option<Gateway>,
+    /// What `bench/hardening.sh` writes (`hardening.json`), in the gateway hook's shape.
+    pub hardening: Option<Gateway>,
 }
 
 impl Results {
@@ -275,6 +309,7 @@ impl Results {
             stores: read(dir, "stores.json")?,
             memory: read(dir, "memory.json")?,
             gateway: read(dir, "gateway.json")?,
+            hardening: read(dir, "hardening.json")?,
         })
     }
 }

@@ -39,6 +39,14 @@ pub fn run(args: &InspectArgs) -> Result<()> {
             "format": loaded.format.as_str(),
             "model": loaded.model,
             "window": profile.context_window,
+            "sessions": loaded.sessions.iter().map(|session| json!({
+                "id": session.id,
+                "messages": session.messages.len(),
+                "parent": session.parent.as_ref().map(|parent| json!({
+                    "session": parent.session,
+                    "tool_call_id": parent.tool_call_id,
+                })),
+            })).collect::<Vec<_>>(),
             "import_warnings": loaded.warnings,
             "stats": stats,
         });
@@ -74,6 +82,30 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
         thousands(stats.total_tokens),
         thousands(stats.tool_schema_tokens)
     );
+    // Sub-agent conversations are listed with the call that started them, so the sessions
+    // of one trace read as the tree they were.
+    if loaded.sessions.iter().any(|s| s.parent.is_some()) {
+        let _ = writeln!(out, "sessions:");
+        for session in &loaded.sessions {
+            let origin = match &session.parent {
+                None => "main conversation".to_string(),
+                Some(parent) => match &parent.tool_call_id {
+                    Some(call) => format!("sub-agent of {} (tool call {call})", parent.session),
+                    None => format!(
+                        "sub-agent of {} (its call is not in the file)",
+                        parent.session
+                    ),
+                },
+            };
+            let _ = writeln!(
+                out,
+                "  {}  {} messages  {origin}",
+                session.id,
+                thousands(session.messages.len() as u64)
+            );
+        }
+        out.push('\n');
+    }
 
     let _ = writeln!(
         out,
@@ -158,7 +190,7 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
         }
     }
     if !loaded.warnings.is_empty() {
-        let _ = writeln!(out, "\nimport warnings:");
+        let _ = writeln!(out, "\nskipped or kept opaque while importing:");
         for (warning, count) in &loaded.warnings {
             let _ = writeln!(out, "  {warning} ×{count}");
         }

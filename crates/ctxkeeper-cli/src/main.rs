@@ -10,6 +10,7 @@ mod serve;
 mod sessions;
 mod summarizers;
 mod trace_input;
+mod wrap;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,6 +51,10 @@ enum Command {
     /// Run the gateway: OpenAI- and Anthropic-compatible endpoints in front of any upstream
     /// that keep every agent's context inside its window.
     Serve(serve::ServeArgs),
+    /// Run an unmodified agent (claude, codex, mini, or any OpenAI/Anthropic SDK program)
+    /// through the gateway: a running one (--gateway) or one started for the agent's
+    /// lifetime. Exits with the agent's exit code.
+    Wrap(Box<wrap::WrapArgs>),
 }
 
 /// Options shared by commands that read a trace.
@@ -92,6 +97,10 @@ fn main() -> ExitCode {
         Command::Sessions(args) => sessions::run(&args),
         Command::Mcp(args) => mcp::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Wrap(args) => match wrap::run(&args) {
+            Ok(code) => return code,
+            Err(err) => Err(err),
+        },
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -172,11 +172,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?;
         (
             report,
-            Some((
-                engine.unrecoverable_items,
-                engine.degraded_summaries,
+            Some(EngineFigures {
+                unrecoverable_items: engine.unrecoverable_items,
+                degraded_summaries: engine.degraded_summaries,
+                summary_lines_dropped: engine.summary_lines_dropped,
+                summary_lines_unverified: engine.summary_lines_unverified,
                 baseline,
-            )),
+            }),
         )
     };
     progress.finish_and_clear();
@@ -223,41 +225,114 @@ fn stored_keys(
 
 /// Stores every replayed session: its whole log (append-only) and the final context as the
 /// saved state, so `ctxkeeper sessions …` and a later run can pick it up.
+///
+/// Atomic per session: the state and all its log entries go in one
+/// [`save_and_append`](ctxkeeper::store::SessionStore::save_and_append), which every backend
+/// commits at once, so a failed run leaves a session whole or absent, never half-written.
+/// Idempotent: a session whose stored log already holds the trace's messages gets only the
+/// messages it lacks (none for the same trace) and is not saved again when its context is
+/// unchanged, so a second identical run leaves the same log. A stored log that is not a prefix
+/// of the trace is a different conversation: the run is refused before anything is written.
 fn persist(
     url: &str,
     keys: &[ctxkeeper::store::SessionKey],
     loaded: &LoadedTrace,
     final_contexts: &std::collections::HashMap<String, Vec<ctxkeeper::core::model::Message>>,
 ) -> Result<()> {
-    use ctxkeeper::store::{AgentState, open_store};
+    use ctxkeeper::core::engine::ContextState;
+    use ctxkeeper::snapshot::{ClientRecord, Snapshot};
+    use ctxkeeper::store::open_store;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let store = open_store(url)
             .await
-            .with_context(|| format!("cannot open the store {url}"))?;
+            .with_context(|| format!("cannot open the store {}", ctxkeeper::store::redact(url)))?;
+        if !store.commits_atomically() {
+            bail!(
+                "the {} store cannot commit a session atomically; replay --store needs one that can",
+                store.backend()
+            );
+        }
+        // Every session is checked before any is written, so a refused run writes nothing.
+        let mut writes = Vec::new();
         for (session, key) in loaded.sessions.iter().zip(keys) {
             let name = key.session();
-            for chunk in session.messages.chunks(500) {
-                store
-                    .append(key, chunk)
-                    .await
-                    .with_context(|| format!("cannot append to {name}"))?;
+            let logged = stored_log(store.as_ref(), key)
+                .await
+                .with_context(|| format!("cannot read the log of {name}"))?;
+            let is_prefix = logged.len() <= session.messages.len()
+                && logged
+                    .iter()
+                    .zip(&session.messages)
+                    .all(|(entry, message)| entry.message == *message);
+            if !is_prefix {
+                bail!(InputError::BadOption(format!(
+                    "--session {name}: the store already holds a different conversation under this id ({} log entries); choose another id or remove it with `ctxkeeper sessions clear`",
+                    logged.len()
+                )));
             }
-            let mut state = AgentState::new();
-            state.context = final_contexts
+            // Stored through the shared codec, with the fingerprints of the conversation's
+            // messages, so a gateway (or any face) continuing the session ingests only what
+            // is new.
+            let context = final_contexts
                 .get(&session.id)
                 .cloned()
                 .unwrap_or_else(|| session.messages.clone());
-            let expected = store.load(key).await?.map(|v| v.version);
+            let mut client = ClientRecord::of_messages(&session.messages);
+            client.verbatim = context == session.messages;
+            let mut managed = ContextState::from_messages(context);
+            managed.appended = session.messages.len() as u64;
+            let state = Snapshot::new(managed).with_client(client).encode();
+            let current = store.load(key).await?;
+            let new_messages = &session.messages[logged.len()..];
+            let unchanged = current
+                .as_ref()
+                .is_some_and(|stored| stored.state.context == state.context);
+            if new_messages.is_empty() && unchanged {
+                continue;
+            }
+            writes.push((key, state, current.map(|v| v.version), new_messages));
+        }
+        for (key, state, expected, new_messages) in writes {
             store
-                .save(key, &state, expected)
+                .save_and_append(key, &state, expected, new_messages)
                 .await
-                .with_context(|| format!("cannot save {name}"))?;
+                .with_context(|| format!("cannot store {}", key.session()))?;
         }
         Ok(())
     })
+}
+
+/// A session's whole log, oldest first, read in pages.
+async fn stored_log(
+    store: &dyn ctxkeeper::store::SessionStore,
+    key: &ctxkeeper::store::SessionKey,
+) -> Result<Vec<ctxkeeper::store::LogEntry>> {
+    use ctxkeeper::store::HistoryPage;
+    const PAGE: usize = 1_000;
+    let mut pages = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .history(
+                key,
+                HistoryPage {
+                    last: PAGE,
+                    before_seq: before,
+                },
+            )
+            .await?;
+        let Some(first) = page.first() else { break };
+        let more = first.seq > 1 && page.len() == PAGE;
+        before = Some(first.seq);
+        pages.push(page);
+        if !more {
+            break;
+        }
+    }
+    Ok(pages.into_iter().rev().flatten().collect())
 }
 
 /// The named preset with the config file's `[policy]` overrides applied.
@@ -312,11 +387,20 @@ fn figures(report: &ReplayReport) -> serde_json::Value {
     serde_json::to_value(report).unwrap_or_default()
 }
 
+/// What only a replay under a real policy measures, and the unmanaged baseline beside it.
+struct EngineFigures {
+    unrecoverable_items: usize,
+    degraded_summaries: usize,
+    summary_lines_dropped: usize,
+    summary_lines_unverified: usize,
+    baseline: ReplayReport,
+}
+
 fn report_json(
     loaded: &LoadedTrace,
     report: &ReplayReport,
     wire: Wire,
-    extra: Option<&(usize, usize, ReplayReport)>,
+    extra: Option<&EngineFigures>,
 ) -> serde_json::Value {
     let mut body = json!({
         "trace": loaded.path.display().to_string(),
@@ -328,22 +412,30 @@ fn report_json(
         (body.as_object_mut(), figures(report))
     {
         object.extend(fields);
-        let (unrecoverable, degraded, baseline) = match extra {
-            Some((u, d, b)) => (*u, *d, figures(b)),
-            None => (0, 0, figures(report)),
-        };
-        object.insert("unrecoverable_items".into(), json!(unrecoverable));
-        object.insert("degraded_summaries".into(), json!(degraded));
+        let counts = |f: fn(&EngineFigures) -> usize| extra.map_or(0, f);
+        object.insert(
+            "unrecoverable_items".into(),
+            json!(counts(|e| e.unrecoverable_items)),
+        );
+        object.insert(
+            "degraded_summaries".into(),
+            json!(counts(|e| e.degraded_summaries)),
+        );
+        object.insert(
+            "summary_lines_dropped".into(),
+            json!(counts(|e| e.summary_lines_dropped)),
+        );
+        object.insert(
+            "summary_lines_unverified".into(),
+            json!(counts(|e| e.summary_lines_unverified)),
+        );
+        let baseline = extra.map_or_else(|| figures(report), |e| figures(&e.baseline));
         object.insert("baseline".into(), baseline);
     }
     body
 }
 
-fn render(
-    loaded: &LoadedTrace,
-    report: &ReplayReport,
-    extra: Option<&(usize, usize, ReplayReport)>,
-) -> String {
+fn render(loaded: &LoadedTrace, report: &ReplayReport, extra: Option<&EngineFigures>) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "{}  ({}, model {}, window {} tokens, policy {})\n",
@@ -353,7 +445,7 @@ fn render(
         thousands(report.window),
         report.policy
     ));
-    let baseline = extra.map(|(_, _, b)| b);
+    let baseline = extra.map(|e| &e.baseline);
     let vs = |value: u64, base: Option<u64>| match base {
         Some(base) if base > 0 => format!(
             "{}  ({:.0}% of unmanaged)",
@@ -388,6 +480,13 @@ fn render(
             ),
         ),
         (
+            "billed input tokens",
+            vs(
+                report.billed_input_tokens,
+                baseline.map(|b| b.billed_input_tokens),
+            ),
+        ),
+        (
             "stable prefix ratio",
             format!("{:.3}", report.stable_prefix_ratio),
         ),
@@ -404,7 +503,7 @@ fn render(
             thousands(report.violations as u64),
         ),
     ];
-    if let Some((unrecoverable, degraded, _)) = extra {
+    if let Some(engine) = extra {
         rows.push(("compactions", thousands(report.compactions as u64)));
         rows.push((
             "overflow recoveries",
@@ -414,12 +513,27 @@ fn render(
             "archived",
             format!("{} bytes", thousands(report.archived_bytes)),
         ));
-        rows.push(("unrecoverable items", thousands(*unrecoverable as u64)));
-        rows.push(("degraded summaries", thousands(*degraded as u64)));
+        rows.push((
+            "unrecoverable items",
+            thousands(engine.unrecoverable_items as u64),
+        ));
+        rows.push((
+            "degraded summaries",
+            thousands(engine.degraded_summaries as u64),
+        ));
+        rows.push((
+            "summary lines failing check",
+            format!(
+                "{} dropped, {} marked unverified",
+                thousands(engine.summary_lines_dropped as u64),
+                thousands(engine.summary_lines_unverified as u64)
+            ),
+        ));
         rows.push((
             "recent rounds verbatim (min)",
             report.min_recent_rounds_verbatim.to_string(),
         ));
+        rows.extend(fidelity_rows(report));
     }
     rows.push((
         "engine time per step",
@@ -446,6 +560,39 @@ fn render(
         report.window,
     ));
     out
+}
+
+/// The fidelity probes, over the steps whose request differs from the whole history.
+fn fidelity_rows(report: &ReplayReport) -> Vec<(&'static str, String)> {
+    let share = |value: Option<f64>| value.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"));
+    vec![
+        (
+            "steps with a managed request",
+            thousands(report.fidelity_steps as u64),
+        ),
+        (
+            "user instructions kept",
+            share(report.user_instructions_kept),
+        ),
+        ("file paths kept", share(report.file_paths_kept)),
+        ("plan kept", share(report.plan_kept)),
+        (
+            "references resolving",
+            format!(
+                "{} ({} shown)",
+                share(report.refs_resolving),
+                thousands(report.refs_shown as u64)
+            ),
+        ),
+        (
+            "leaked internal markers",
+            format!(
+                "{} of {} requests",
+                thousands(report.leaked_markers as u64),
+                thousands(report.steps as u64)
+            ),
+        ),
+    ]
 }
 
 fn pct(part: usize, whole: usize) -> f64 {

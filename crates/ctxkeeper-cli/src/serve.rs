@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, policy_preset};
-use ctxkeeper_gateway::identity::{TENANT_HEADER, tenant_of};
+use ctxkeeper_gateway::identity::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_gateway::router::Server;
 use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal, TenantResolver};
 
@@ -21,12 +21,19 @@ MCP server at /mcp:
   over streamable HTTP at http://ADDR/mcp, over the gateway's own store and archive.
 
   Tenant: every /mcp request is served for the tenant the gateway would give a model call with
-  the same headers: x-ctxkeeper-tenant, else a hash of the API key (Authorization: Bearer … or
-  x-api-key), else `default`. An MCP client sending the agent's headers sees exactly the
-  agent's sessions; an MCP session keeps the tenant it was opened with. Like the model
-  endpoints, /mcp trusts x-ctxkeeper-tenant: when clients that must not choose their tenant can
-  reach the gateway, pin one tenant with --mcp-tenant (then a header naming another tenant is
-  refused with 403) or turn the endpoint off with --no-mcp.
+  the same headers: the tenant of a tenant token (x-ctxkeeper-tenant-token), else a hash of the
+  API key (Authorization: Bearer … or x-api-key), else `default`; x-ctxkeeper-tenant only with
+  --trust-tenant-header or alongside a token of that tenant. An MCP client sending the agent's
+  headers sees exactly the agent's sessions; an MCP session keeps the tenant it was opened
+  with. Pin one tenant with --mcp-tenant (then a header naming another tenant is refused with
+  403) or turn the endpoint off with --no-mcp.
+
+Tenants (see SECURITY.md):
+  By default a request's tenant is who its credentials say: the API key's hash. Behind a proxy
+  that authenticates clients and sets x-ctxkeeper-tenant itself, pass --trust-tenant-header.
+  --tenant-token TENANT=TOKEN gives a client (or an operator) a token that scopes it to one
+  tenant: sent as x-ctxkeeper-tenant-token on model calls, events and /mcp, or as the admin
+  API's bearer token.
 
   Only loopback Host headers (localhost, 127.0.0.1, ::1) are accepted at /mcp unless
   --mcp-allow-host names more.";
@@ -75,13 +82,56 @@ pub struct ServeArgs {
     )]
     pub admin_token: Option<String>,
 
+    /// Honour x-ctxkeeper-tenant from every client. Only behind a proxy that authenticates
+    /// clients and sets (or strips) that header itself.
+    #[arg(long)]
+    pub trust_tenant_header: bool,
+
+    /// A tenant-scoped token, TENANT=TOKEN (repeatable): its bearer reaches only TENANT, on
+    /// model calls (x-ctxkeeper-tenant-token), events, /mcp and the admin API.
+    #[arg(
+        long = "tenant-token",
+        value_name = "TENANT=TOKEN",
+        env = "CTXKEEPER_TENANT_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub tenant_tokens: Vec<String>,
+
     /// The largest request body accepted, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub body_limit: Option<usize>,
 
-    /// Seconds allowed between two reads from the upstream.
+    /// Seconds allowed between two reads from the upstream (default 300).
     #[arg(long, value_name = "SECONDS")]
     pub upstream_timeout: Option<u64>,
+
+    /// Seconds allowed for a whole upstream exchange, streamed answers included (default 1800).
+    #[arg(long, value_name = "SECONDS")]
+    pub upstream_deadline: Option<u64>,
+
+    /// Seconds a client has to send a request's headers (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    pub header_timeout: Option<u64>,
+
+    /// Seconds a client has to send a request's body (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub body_timeout: Option<u64>,
+
+    /// Request body bytes held at once over all requests; past it requests get 503 with
+    /// Retry-After (default 256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_inflight_bytes: Option<usize>,
+
+    /// Seconds a warm session may sit idle in memory before it is dropped; it reloads from the
+    /// store (default 1800).
+    #[arg(long, value_name = "SECONDS")]
+    pub session_idle: Option<u64>,
+
+    /// Consecutive requests of one session that may overflow the context window and be
+    /// recovered; the next overflow is passed to the client (default 3).
+    #[arg(long, value_name = "N")]
+    pub max_consecutive_recoveries: Option<u32>,
 
     /// Do not mount the MCP server at /mcp.
     #[arg(long)]
@@ -112,7 +162,7 @@ pub struct ServeArgs {
 }
 
 /// Builds the configuration: defaults, then the file, then the options.
-fn config(args: &ServeArgs) -> Result<GatewayConfig> {
+pub(crate) fn config(args: &ServeArgs) -> Result<GatewayConfig> {
     let mut config = GatewayConfig::new(GatewayConfig::default_data_dir());
     if let Some(path) = &args.config {
         config = ConfigFile::read(path)
@@ -151,11 +201,45 @@ fn config(args: &ServeArgs) -> Result<GatewayConfig> {
     if args.admin_token.is_some() {
         config.admin_token.clone_from(&args.admin_token);
     }
+    if args.trust_tenant_header {
+        config.tenants = config.tenants.clone().trust_header(true);
+    }
+    for pair in &args.tenant_tokens {
+        let Some((tenant, token)) = pair.split_once('=') else {
+            return Err(
+                InputError::BadOption("--tenant-token takes TENANT=TOKEN".to_string()).into(),
+            );
+        };
+        config.tenants = config
+            .tenants
+            .clone()
+            .with_token(tenant.trim(), token)
+            .map_err(|e| InputError::BadOption(format!("--tenant-token: {e}")))?;
+    }
     if let Some(limit) = args.body_limit {
         config.body_limit = limit;
     }
-    if let Some(secs) = args.upstream_timeout {
-        config.upstream_timeout = std::time::Duration::from_secs(secs);
+    let secs = std::time::Duration::from_secs;
+    if let Some(n) = args.upstream_timeout {
+        config.upstream_timeout = secs(n);
+    }
+    if let Some(n) = args.upstream_deadline {
+        config.upstream_deadline = secs(n);
+    }
+    if let Some(n) = args.header_timeout {
+        config.header_timeout = secs(n);
+    }
+    if let Some(n) = args.body_timeout {
+        config.body_timeout = secs(n);
+    }
+    if let Some(bytes) = args.max_inflight_bytes {
+        config.max_inflight_bytes = bytes;
+    }
+    if let Some(n) = args.session_idle {
+        config.session_idle = secs(n);
+    }
+    if let Some(n) = args.max_consecutive_recoveries {
+        config.max_consecutive_recoveries = n;
     }
     config
         .validate()
@@ -173,7 +257,7 @@ fn config(args: &ServeArgs) -> Result<GatewayConfig> {
 
 /// The settings of every tenant's MCP server (the tenant itself is replaced per request), or
 /// `None` with `--no-mcp`. `compact` runs the gateway's own policy.
-fn mcp_options(args: &ServeArgs, config: &GatewayConfig) -> Result<Option<Options>> {
+pub(crate) fn mcp_options(args: &ServeArgs, config: &GatewayConfig) -> Result<Option<Options>> {
     if args.no_mcp {
         return Ok(None);
     }
@@ -202,10 +286,14 @@ fn mcp_options(args: &ServeArgs, config: &GatewayConfig) -> Result<Option<Option
 /// How /mcp picks a request's tenant: pinned by `--mcp-tenant`, else exactly as the gateway
 /// picks the tenant of a model call, so an MCP client sending the agent's own headers reads
 /// the agent's own sessions.
-fn mcp_tenant_rule(pinned: Option<String>) -> TenantResolver {
+fn mcp_tenant_rule(pinned: Option<String>, rule: TenantRule) -> TenantResolver {
     match pinned {
-        None => Arc::new(|headers| {
-            tenant_of(headers).map_err(|e| TenantRefusal::bad_request(e.to_string()))
+        None => Arc::new(move |headers| {
+            rule.resolve(headers).map_err(|e| match e {
+                TenantError::Malformed(m) => TenantRefusal::bad_request(m),
+                TenantError::Unauthorized(m) => TenantRefusal::unauthorized(m),
+                TenantError::Forbidden(m) => TenantRefusal::forbidden(m),
+            })
         }),
         Some(tenant) => Arc::new(move |headers| match headers.get(TENANT_HEADER) {
             // Refused rather than ignored: a client that names a tenant must not silently
@@ -221,7 +309,7 @@ fn mcp_tenant_rule(pinned: Option<String>) -> TenantResolver {
 
 /// Builds the MCP endpoint over the gateway's own store and archive handles; `None` (with a
 /// warning) when the workspace's long-term memory directory cannot be opened.
-async fn mcp_endpoint(
+pub(crate) async fn mcp_endpoint(
     args: &ServeArgs,
     options: Options,
     server: &Server,
@@ -240,7 +328,7 @@ async fn mcp_endpoint(
             return Ok(None);
         }
     };
-    let resolve = mcp_tenant_rule(args.mcp_tenant.clone());
+    let resolve = mcp_tenant_rule(args.mcp_tenant.clone(), gateway.config.tenants.clone());
     let endpoint = TenantEndpoint::new(services, options, &args.mcp_allow_hosts, resolve)
         .map_err(|e| InputError::BadOption(e.to_string()))?;
     Ok(Some(endpoint))

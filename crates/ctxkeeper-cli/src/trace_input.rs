@@ -1,5 +1,6 @@
 //! Reading a trace file: bytes from disk, format detection, import, optional concatenation.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -98,19 +99,50 @@ pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
         "auto" => None,
         other => Some(other.parse().map_err(InputError::BadOption)?),
     };
-    let text = read_text(&path)?;
+    let mut text = read_text(&path)?;
     let format = match requested {
         Some(format) => format,
         None => import::detect(&text, &file_name(&path))
             .ok_or_else(|| InputError::UnknownFormat { path: path.clone() })?,
     };
+    let mut skipped_files = 0;
+    let mut subagent_calls = HashMap::new();
+    if format == TraceFormat::ClaudeCode {
+        for file in claude_code_subagent_files(&path, &mut skipped_files)? {
+            // The sub-agent files are JSON Lines of the same entries: joined to the main file
+            // they import as one trace, one session per sub-agent.
+            let more = read_text(&file)?;
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&more);
+            if let Some((agent, call)) = subagent_call(&file) {
+                subagent_calls.insert(agent, call);
+            }
+        }
+    }
+    let imported = if format == TraceFormat::ClaudeCode {
+        import::import_claude_code(&text, &subagent_calls)
+    } else {
+        import::import(&text, format)
+    };
     let Trace {
-        sessions, warnings, ..
-    } = import::import(&text, format).map_err(|error| InputError::Parse {
+        sessions,
+        mut warnings,
+        ..
+    } = imported.map_err(|error| InputError::Parse {
         path: path.clone(),
         format,
         error,
     })?;
+    if skipped_files > 0 {
+        warnings.insert(
+            "claude-code: skipped subagents/agent-acompact-*.jsonl files (Claude Code's own \
+             compaction calls, which repeat the main conversation)"
+                .to_string(),
+            skipped_files,
+        );
+    }
     let sessions = if args.concat {
         vec![
             Trace {
@@ -174,6 +206,49 @@ fn load_config(config: Option<&Path>) -> Result<(Profiles, Option<String>), Inpu
         None => None,
     };
     Ok((profiles, policy))
+}
+
+/// The sub-agent transcripts Claude Code 2.x keeps beside a session file
+/// (`<session>.jsonl` → `<session>/subagents/agent-<id>.jsonl`), in name order. Its own
+/// compaction calls (`agent-acompact-*`) repeat the main conversation and are counted in
+/// `skipped` instead.
+fn claude_code_subagent_files(
+    session_file: &Path,
+    skipped: &mut usize,
+) -> Result<Vec<PathBuf>, InputError> {
+    let dir = session_file.with_extension("").join("subagents");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| InputError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("agent-") && name.ends_with(".jsonl")) {
+            continue;
+        }
+        if name.starts_with("agent-acompact-") {
+            *skipped += 1;
+            continue;
+        }
+        files.push(entry.path());
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The sub-agent id of `agent-<id>.jsonl` and the tool call that started it, from the
+/// `toolUseId` of the `agent-<id>.meta.json` beside it (absent or unreadable: no link).
+fn subagent_call(file: &Path) -> Option<(String, String)> {
+    let stem = file.file_stem()?.to_str()?;
+    let agent = stem.strip_prefix("agent-")?;
+    let meta = std::fs::read_to_string(file.with_file_name(format!("{stem}.meta.json"))).ok()?;
+    let meta: serde_json::Value = serde_json::from_str(&meta).ok()?;
+    let call = meta.get("toolUseId")?.as_str()?;
+    Some((agent.to_string(), call.to_string()))
 }
 
 fn read_text(path: &Path) -> Result<String, InputError> {

@@ -459,3 +459,102 @@ fn a_stored_replay_archives_under_its_tenant_and_session() {
     ]);
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// `sessions show ID --json` of a stored session.
+fn stored_session(store: &str, id: &str) -> Value {
+    json_of(&run(&["sessions", "show", id, "--store", store, "--json"]))
+}
+
+/// A bare OpenAI chat request with the given turns, as a trace file.
+fn chat_trace(dir: &Path, name: &str, turns: &[(&str, &str)]) -> PathBuf {
+    let messages: Vec<Value> = turns
+        .iter()
+        .map(|(role, content)| serde_json::json!({"role": role, "content": content}))
+        .collect();
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        serde_json::json!({"model": "gpt-4o", "messages": messages}).to_string(),
+    )
+    .expect("write trace");
+    path
+}
+
+/// Finding 7 of the hardening review: a second identical `replay --store` appended the whole
+/// log again (920 entries became 1,840). A re-run must leave the same log and state; a grown
+/// trace appends only what is new; another conversation under the same id is refused with
+/// nothing written.
+#[test]
+fn a_stored_replay_is_idempotent_and_refuses_another_conversation() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
+    let demo = demo.to_str().expect("utf-8");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let stores = [
+        format!("sqlite://{}", scratch.path().join("sessions.db").display()),
+        format!("file://{}", scratch.path().join("files").display()),
+    ];
+    for store in &stores {
+        let replay = |trace: &str, session: &str| {
+            run(&[
+                "replay",
+                trace,
+                "--policy",
+                "default",
+                "--window",
+                "16000",
+                "--store",
+                store,
+                "--session",
+                session,
+            ])
+        };
+        for run_number in 1..=2 {
+            let output = replay(demo, "demo");
+            assert!(
+                output.status.success(),
+                "{store} run {run_number}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let shown = stored_session(store, "demo");
+            assert_eq!(
+                shown["log_entries"], 105,
+                "{store} run {run_number}: {shown}"
+            );
+            // The second run changed nothing, so it saved nothing.
+            assert_eq!(shown["version"], 1, "{store} run {run_number}: {shown}");
+        }
+
+        // A trace that grew by one exchange appends that exchange only.
+        let short = chat_trace(
+            scratch.path(),
+            "short.json",
+            &[("user", "where is my parcel?"), ("assistant", "in Lyon")],
+        );
+        let long = chat_trace(
+            scratch.path(),
+            "long.json",
+            &[
+                ("user", "where is my parcel?"),
+                ("assistant", "in Lyon"),
+                ("user", "and when does it arrive?"),
+                ("assistant", "on Tuesday"),
+            ],
+        );
+        for (trace, entries) in [(&short, 2), (&long, 4), (&long, 4)] {
+            let output = replay(trace.to_str().expect("utf-8"), "grown");
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert_eq!(stored_session(store, "grown")["log_entries"], entries);
+        }
+
+        // Another conversation under an existing id: refused, and the stored log is intact.
+        let output = replay(short.to_str().expect("utf-8"), "demo");
+        assert_eq!(output.status.code(), Some(2), "{store}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("different conversation"), "{stderr}");
+        assert_eq!(stored_session(store, "demo")["log_entries"], 105);
+    }
+}

@@ -1,11 +1,13 @@
-//! The admin API under `/admin`, behind `Authorization: Bearer <admin-token>` and scoped to
-//! the tenant named by `x-ctxkeeper-tenant` (`default` when absent).
+//! The admin API under `/admin`, behind `Authorization: Bearer <token>`. The admin token
+//! reaches every tenant: the one `x-ctxkeeper-tenant` names, `default` when absent. A tenant
+//! token (`--tenant-token TENANT=TOKEN`) reaches only its own tenant.
 //!
 //! | route | does |
 //! | --- | --- |
 //! | `GET /admin/sessions` | the tenant's sessions, most recent first |
 //! | `GET /admin/sessions/{id}` | context statistics of one session |
 //! | `POST /admin/sessions/{id}/clear` | empties the session's context (its log stays) |
+//! | `POST /admin/sessions/{id}/rebuild` | rebuilds the context from the session log (for a state that cannot be read) |
 //! | `GET /admin/sessions/{id}/policy` | its policy overrides and the effective policy |
 //! | `PATCH /admin/sessions/{id}/policy` | merges a TOML (or JSON) fragment into its overrides |
 //! | `GET /admin/sessions/{id}/search?q=…&limit=…` | full-text search of its log |
@@ -38,41 +40,56 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/sessions", get(list))
         .route("/sessions/{id}", get(stats))
         .route("/sessions/{id}/clear", post(clear))
+        .route("/sessions/{id}/rebuild", post(rebuild))
         .route("/sessions/{id}/policy", get(policy).patch(patch_policy))
         .route("/sessions/{id}/search", get(search))
 }
 
-/// Checks the bearer token and returns the tenant the request is scoped to.
+/// Checks the bearer token and returns the tenant the request is scoped to: the admin token
+/// reaches any tenant (`x-ctxkeeper-tenant`, else `default`); a tenant token only its own
+/// (a header naming another is refused with 403).
 fn authorize(gw: &Gateway, headers: &HeaderMap) -> Result<String, ApiError> {
-    let Some(expected) = gw.config.admin_token.as_deref() else {
+    let tenants = &gw.config.tenants;
+    if gw.config.admin_token.is_none() && !tenants.has_tokens() {
         return Err(ApiError::new(
             FLAVOR,
             StatusCode::FORBIDDEN,
             "permission_error",
-            "the admin API is disabled: start the gateway with --admin-token to enable it",
+            "the admin API is disabled: start the gateway with --admin-token (or --tenant-token \
+             for tenant-scoped access) to enable it",
         ));
-    };
+    }
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-        return Err(ApiError::unauthorized(
-            FLAVOR,
-            "missing or wrong admin token (Authorization: Bearer <admin-token>)",
-        ));
-    }
-    match headers.get(TENANT_HEADER) {
+    let named = match headers.get(TENANT_HEADER) {
         Some(value) => {
             let tenant = value.to_str().map_err(|_| {
                 ApiError::invalid_request(FLAVOR, "x-ctxkeeper-tenant is not ASCII")
             })?;
             ctxkeeper_store::state::validate_identifier("tenant", tenant)
                 .map_err(|e| ApiError::invalid_request(FLAVOR, e.to_string()))?;
-            Ok(tenant.to_string())
+            Some(tenant)
         }
-        None => Ok(crate::identity::DEFAULT_TENANT.to_string()),
+        None => None,
+    };
+    if let Some(expected) = gw.config.admin_token.as_deref()
+        && constant_time_eq(given.as_bytes(), expected.as_bytes())
+    {
+        return Ok(named.unwrap_or(crate::identity::DEFAULT_TENANT).to_string());
+    }
+    match tenants.token_tenant(given) {
+        Some(tenant) if named.is_none_or(|named| named == tenant) => Ok(tenant.to_string()),
+        Some(_) => Err(ApiError::forbidden(
+            FLAVOR,
+            "this tenant token does not reach the tenant x-ctxkeeper-tenant names",
+        )),
+        None => Err(ApiError::unauthorized(
+            FLAVOR,
+            "missing or wrong admin token (Authorization: Bearer <admin-token or tenant token>)",
+        )),
     }
 }
 
@@ -161,6 +178,19 @@ async fn clear(
         return Err(not_found(&id));
     }
     Ok(axum::Json(json!({"id": id, "cleared": true})).into_response())
+}
+
+async fn rebuild(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    if !gw.sessions.rebuild(&key).await.map_err(store_error)? {
+        return Err(not_found(&id));
+    }
+    Ok(axum::Json(json!({"id": id, "rebuilt": true})).into_response())
 }
 
 async fn policy(

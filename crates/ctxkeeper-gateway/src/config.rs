@@ -35,6 +35,8 @@ use ctxkeeper_core::engine::{PolicyConfig, presets};
 use ctxkeeper_core::tokens::Profiles;
 use serde::Deserialize;
 
+use crate::identity::TenantRule;
+
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 /// The default OpenAI-compatible upstream (with its `/v1`).
@@ -43,6 +45,8 @@ pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_UPSTREAM: &str = "https://api.anthropic.com";
 /// The default request body limit: 32 MiB (images inline as base64 make bodies large).
 pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+/// The default cap on request body bytes held at once: eight bodies at the default limit.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 8 * DEFAULT_BODY_LIMIT;
 
 /// Everything the gateway needs, loaded once at start-up and passed down.
 #[derive(Debug, Clone)]
@@ -69,8 +73,26 @@ pub struct GatewayConfig {
     pub connect_timeout: Duration,
     /// Time allowed between two reads from the upstream (first byte included).
     pub upstream_timeout: Duration,
+    /// Time allowed for a whole upstream exchange, streamed answers included.
+    pub upstream_deadline: Duration,
+    /// Time a client has to send a request's headers.
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's whole body.
+    pub body_timeout: Duration,
+    /// Request body bytes the gateway holds at once, over every request; past it new
+    /// requests are refused with 503 and `Retry-After` (a parsed body costs several times
+    /// its size, so this bounds memory under a burst of large requests).
+    pub max_inflight_bytes: usize,
+    /// A warm session idle this long is dropped from memory (it reloads from the store).
+    pub session_idle: Duration,
+    /// Consecutive requests of a session that may overflow and be recovered; the next
+    /// overflow goes to the client (a circuit breaker against recovery loops).
+    pub max_consecutive_recoveries: u32,
     /// Sessions kept warm in memory before idle ones are dropped (they reload from the store).
     pub session_cache: usize,
+    /// Who chooses a request's tenant: the API key, tenant tokens, and whether
+    /// `x-ctxkeeper-tenant` is trusted.
+    pub tenants: TenantRule,
 }
 
 impl GatewayConfig {
@@ -88,8 +110,15 @@ impl GatewayConfig {
             admin_token: None,
             body_limit: DEFAULT_BODY_LIMIT,
             connect_timeout: Duration::from_secs(10),
-            upstream_timeout: Duration::from_secs(600),
+            upstream_timeout: Duration::from_secs(300),
+            upstream_deadline: Duration::from_secs(30 * 60),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_inflight_bytes: DEFAULT_MAX_INFLIGHT_BYTES,
+            session_idle: Duration::from_secs(30 * 60),
+            max_consecutive_recoveries: crate::sessions::DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             session_cache: 10_000,
+            tenants: TenantRule::default(),
         }
     }
 
@@ -124,6 +153,30 @@ impl GatewayConfig {
         }
         if self.body_limit == 0 {
             return Err(ConfigError("body_limit must be greater than 0".into()));
+        }
+        if self.max_inflight_bytes < self.body_limit {
+            return Err(ConfigError(format!(
+                "max_inflight_bytes ({}) must be at least body_limit ({}): a request of the \
+                 largest allowed size could never be admitted",
+                self.max_inflight_bytes, self.body_limit
+            )));
+        }
+        for (name, value) in [
+            ("connect_timeout_secs", self.connect_timeout),
+            ("upstream_timeout_secs", self.upstream_timeout),
+            ("upstream_deadline_secs", self.upstream_deadline),
+            ("header_timeout_secs", self.header_timeout),
+            ("body_timeout_secs", self.body_timeout),
+            ("session_idle_secs", self.session_idle),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError(format!("{name} must be greater than 0")));
+            }
+        }
+        if self.upstream_deadline < self.upstream_timeout {
+            return Err(ConfigError(
+                "upstream_deadline_secs must not be shorter than upstream_timeout_secs".into(),
+            ));
         }
         if self.admin_token.as_deref().is_some_and(str::is_empty) {
             return Err(ConfigError("admin_token must not be empty".into()));
@@ -161,7 +214,17 @@ pub struct GatewaySection {
     pub body_limit: Option<usize>,
     pub connect_timeout_secs: Option<u64>,
     pub upstream_timeout_secs: Option<u64>,
+    pub upstream_deadline_secs: Option<u64>,
+    pub header_timeout_secs: Option<u64>,
+    pub body_timeout_secs: Option<u64>,
+    pub max_inflight_bytes: Option<usize>,
+    pub session_idle_secs: Option<u64>,
+    pub max_consecutive_recoveries: Option<u32>,
     pub session_cache: Option<usize>,
+    /// Honour `x-ctxkeeper-tenant` from every client (only behind an authenticating proxy).
+    pub trust_tenant_header: Option<bool>,
+    /// Tenant-scoped tokens: `tenant = "token"`.
+    pub tenant_tokens: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A parsed configuration file: `[gateway]`, `[models."NAME"]` and `[policy]`.
@@ -247,8 +310,35 @@ impl ConfigFile {
         if let Some(secs) = g.upstream_timeout_secs {
             base.upstream_timeout = Duration::from_secs(secs);
         }
+        if let Some(secs) = g.upstream_deadline_secs {
+            base.upstream_deadline = Duration::from_secs(secs);
+        }
+        if let Some(secs) = g.header_timeout_secs {
+            base.header_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = g.body_timeout_secs {
+            base.body_timeout = Duration::from_secs(secs);
+        }
+        if let Some(bytes) = g.max_inflight_bytes {
+            base.max_inflight_bytes = bytes;
+        }
+        if let Some(secs) = g.session_idle_secs {
+            base.session_idle = Duration::from_secs(secs);
+        }
+        if let Some(n) = g.max_consecutive_recoveries {
+            base.max_consecutive_recoveries = n;
+        }
         if let Some(n) = g.session_cache {
             base.session_cache = n;
+        }
+        if let Some(trust) = g.trust_tenant_header {
+            base.tenants = base.tenants.trust_header(trust);
+        }
+        for (tenant, token) in g.tenant_tokens.iter().flatten() {
+            base.tenants = base
+                .tenants
+                .with_token(tenant, token)
+                .map_err(|e| ConfigError(format!("[gateway] tenant_tokens: {e}")))?;
         }
         if let Some(models) = &self.models {
             base.profiles = Profiles::from_toml_str(models)

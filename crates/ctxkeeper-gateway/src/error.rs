@@ -80,7 +80,11 @@ impl ApiError {
             flavor,
             StatusCode::PAYLOAD_TOO_LARGE,
             kind,
-            format!("request body is larger than the gateway's limit of {limit} bytes"),
+            format!(
+                "request body is larger than the gateway's limit of {limit} bytes: raise the \
+                 limit with `ctxkeeper serve --body-limit BYTES` (or `body_limit` in [gateway]), \
+                 or let the agent compact its own history"
+            ),
         );
         error.code = Some("request_too_large");
         error
@@ -118,6 +122,30 @@ impl ApiError {
             "authentication_error",
             message,
         )
+    }
+
+    /// Credentials that do not allow what was asked (403).
+    pub fn forbidden(flavor: Flavor, message: impl Into<String>) -> ApiError {
+        ApiError::new(flavor, StatusCode::FORBIDDEN, "permission_error", message)
+    }
+
+    /// The gateway is over its load limit right now (503 with `Retry-After`).
+    pub fn overloaded(flavor: Flavor, message: impl Into<String>) -> ApiError {
+        let kind = match flavor {
+            Flavor::OpenAi => "server_error",
+            Flavor::Anthropic => "overloaded_error",
+        };
+        ApiError::new(flavor, StatusCode::SERVICE_UNAVAILABLE, kind, message)
+    }
+
+    /// A request refused by the tenant rule, with the status its cause calls for.
+    pub fn tenant(flavor: Flavor, err: crate::identity::TenantError) -> ApiError {
+        use crate::identity::TenantError;
+        match err {
+            TenantError::Malformed(m) => ApiError::invalid_request(flavor, m),
+            TenantError::Unauthorized(m) => ApiError::unauthorized(flavor, m),
+            TenantError::Forbidden(m) => ApiError::forbidden(flavor, m),
+        }
     }
 
     /// Something that does not exist (404).
@@ -172,6 +200,12 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // Load is shed for a moment only: clients (and SDK retry loops) come back soon.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }

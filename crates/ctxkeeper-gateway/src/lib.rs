@@ -10,7 +10,7 @@
 //! - [`identity`]: tenant, session and message fingerprints;
 //! - [`streaming`]: `usage` from streamed and plain answers;
 //! - [`admin`]: the admin API; [`metrics`]: Prometheus metrics; [`error`]: errors in each
-//!   provider's shape.
+//!   provider's shape; [`limits`]: the cap on request bytes in flight.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,6 +29,7 @@ pub mod admin;
 pub mod config;
 pub mod error;
 pub mod identity;
+pub mod limits;
 pub mod metrics;
 pub mod proxy;
 pub mod router;
@@ -49,6 +50,8 @@ pub struct Gateway {
     pub config: GatewayConfig,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
+    /// Request body bytes held at once, over every request.
+    pub inflight: limits::InflightBytes,
     client: reqwest::Client,
 }
 
@@ -69,6 +72,14 @@ impl Gateway {
         let archive = ctxkeeper_store::open_archive(&config.workspace)
             .await
             .map_err(|e| GatewayError::Store(format!("archive {}: {e}", config.workspace)))?;
+        let bus = ctxkeeper_store::open_event_bus(&config.store_url)
+            .await
+            .map_err(|e| {
+                GatewayError::Store(format!(
+                    "events of {}: {e}",
+                    ctxkeeper_store::redact(&config.store_url)
+                ))
+            })?;
         let metrics = Arc::new(Metrics::default());
         let sessions = Sessions::new(
             store,
@@ -77,7 +88,10 @@ impl Gateway {
             config.profiles.clone(),
             config.session_cache,
         )
-        .with_metrics(metrics.clone());
+        .with_idle_ttl(config.session_idle)
+        .with_max_consecutive_recoveries(config.max_consecutive_recoveries)
+        .with_metrics(metrics.clone())
+        .with_event_bus(bus);
         Gateway::with_sessions(config, sessions, metrics)
     }
 
@@ -90,13 +104,18 @@ impl Gateway {
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .read_timeout(config.upstream_timeout)
+            // A total deadline besides the one between reads: an upstream that trickles bytes
+            // would otherwise hold a request (and its memory) forever.
+            .timeout(config.upstream_deadline)
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .build()
             .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+        let inflight = limits::InflightBytes::new(config.max_inflight_bytes, metrics.clone());
         Ok(Arc::new(Gateway {
             config,
             sessions,
             metrics,
+            inflight,
             client,
         }))
     }

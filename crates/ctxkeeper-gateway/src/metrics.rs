@@ -11,6 +11,19 @@
 //! | `ctxkeeper_overflow_recoveries_total` | counter | |
 //! | `ctxkeeper_history_divergences_total` | counter | |
 //! | `ctxkeeper_store_conflicts_total` | counter | |
+//! | `ctxkeeper_commit_failures_total` | counter (steps the model answered but the store refused) | |
+//! | `ctxkeeper_steps_abandoned_total` | counter (steps whose model call failed: nothing stored) | |
+//! | `ctxkeeper_repeated_overflows_total` | counter (overflows on consecutive requests of a session) | |
+//! | `ctxkeeper_recoveries_refused_total` | counter (the circuit breaker passed the error through) | |
+//! | `ctxkeeper_overload_rejections_total` | counter (503: in-flight body bytes over the cap) | |
+//! | `ctxkeeper_client_timeouts_total` | counter (bodies not received in time) | |
+//! | `ctxkeeper_sessions_evicted_total` | counter (warm sessions dropped by count or idle time) | |
+//! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
+//! | `ctxkeeper_events_dropped_total` | counter (the event publisher's queue was full) | |
+//! | `ctxkeeper_warm_sessions` | gauge | |
+//! | `ctxkeeper_event_subscriptions` | gauge (open `/v1/sessions/{id}/events` streams) | |
+//! | `ctxkeeper_event_channels` | gauge (sessions with at least one subscriber) | |
+//! | `ctxkeeper_inflight_body_bytes` | gauge | |
 //!
 //! ```
 //! use std::time::Duration;
@@ -92,6 +105,20 @@ pub struct Metrics {
     pub overflow_recoveries: AtomicU64,
     pub divergences: AtomicU64,
     pub store_conflicts: AtomicU64,
+    pub commit_failures: AtomicU64,
+    pub steps_abandoned: AtomicU64,
+    pub repeated_overflows: AtomicU64,
+    pub recoveries_refused: AtomicU64,
+    pub overload_rejections: AtomicU64,
+    pub client_timeouts: AtomicU64,
+    pub sessions_evicted: AtomicU64,
+    pub events_dropped: AtomicU64,
+    pub session_forks: AtomicU64,
+    /// Gauges, kept up to date by their owners.
+    pub warm_sessions: AtomicU64,
+    pub event_subscriptions: AtomicU64,
+    pub event_channels: AtomicU64,
+    pub inflight_body_bytes: AtomicU64,
 }
 
 impl Metrics {
@@ -115,6 +142,28 @@ impl Metrics {
     /// Adds to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Lowers a gauge (never below zero).
+    pub fn sub(gauge: &AtomicU64, n: u64) {
+        let _ = gauge.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(n))
+        });
+    }
+
+    /// Sets a gauge.
+    pub fn set(gauge: &AtomicU64, value: u64) {
+        gauge.store(value, Ordering::Relaxed);
+    }
+
+    /// Reads a counter or gauge.
+    pub fn get(value: &AtomicU64) -> u64 {
+        value.load(Ordering::Relaxed)
+    }
+
+    /// A step the model answered could not be committed.
+    pub fn commit_failed(&self) {
+        Metrics::add(&self.commit_failures, 1);
     }
 
     /// How many requests were answered on `endpoint` with `status`.
@@ -178,11 +227,84 @@ impl Metrics {
                 "Session saves that lost a compare-and-swap and were redone.",
                 &self.store_conflicts,
             ),
+            (
+                "ctxkeeper_commit_failures_total",
+                "Steps the model answered that the store did not commit (the next step carries them).",
+                &self.commit_failures,
+            ),
+            (
+                "ctxkeeper_steps_abandoned_total",
+                "Steps whose model call failed; nothing of them was stored or logged.",
+                &self.steps_abandoned,
+            ),
+            (
+                "ctxkeeper_repeated_overflows_total",
+                "Context overflows on a session whose previous request overflowed too.",
+                &self.repeated_overflows,
+            ),
+            (
+                "ctxkeeper_recoveries_refused_total",
+                "Overflows passed to the client because the session kept overflowing.",
+                &self.recoveries_refused,
+            ),
+            (
+                "ctxkeeper_overload_rejections_total",
+                "Requests refused with 503 because too many body bytes were in flight.",
+                &self.overload_rejections,
+            ),
+            (
+                "ctxkeeper_client_timeouts_total",
+                "Requests whose body did not arrive within the body timeout.",
+                &self.client_timeouts,
+            ),
+            (
+                "ctxkeeper_session_forks_total",
+                "Conversations that diverged early from a stored session and got a session of their own.",
+                &self.session_forks,
+            ),
+            (
+                "ctxkeeper_events_dropped_total",
+                "Session events dropped because the publisher's queue was full.",
+                &self.events_dropped,
+            ),
+            (
+                "ctxkeeper_sessions_evicted_total",
+                "Warm sessions dropped from memory (by count or idle time); they reload from the store.",
+                &self.sessions_evicted,
+            ),
         ] {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
                 counter.load(Ordering::Relaxed)
+            );
+        }
+        for (name, help, gauge) in [
+            (
+                "ctxkeeper_warm_sessions",
+                "Sessions held in memory.",
+                &self.warm_sessions,
+            ),
+            (
+                "ctxkeeper_event_subscriptions",
+                "Open session event streams.",
+                &self.event_subscriptions,
+            ),
+            (
+                "ctxkeeper_event_channels",
+                "Sessions with at least one event subscriber.",
+                &self.event_channels,
+            ),
+            (
+                "ctxkeeper_inflight_body_bytes",
+                "Request body bytes being read or handled.",
+                &self.inflight_body_bytes,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+                gauge.load(Ordering::Relaxed)
             );
         }
         out

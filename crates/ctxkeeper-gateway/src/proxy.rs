@@ -31,12 +31,15 @@ use ctxkeeper_core::model::{CheckRules, Message, Request as WireRequest, check};
 use ctxkeeper_core::overflow;
 use ctxkeeper_store::SessionKey;
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::Gateway;
 use crate::error::{ApiError, Flavor};
 use crate::identity;
-use crate::sessions::Incoming;
+use crate::limits::BodyPermit;
+use crate::metrics::Metrics;
+use crate::sessions::events::GatewayEvent;
+use crate::sessions::{Incoming, Ticket};
 use crate::streaming::{Opening, SseUsage, StreamHead, input_tokens};
 
 /// The model endpoints the gateway manages.
@@ -166,6 +169,8 @@ struct Managed {
     incoming: Incoming,
     /// The request without its messages (model, tools, every other field).
     template: WireRequest,
+    /// The session step this request forwards, committed once the upstream accepted it.
+    ticket: Ticket,
 }
 
 async fn proxy(
@@ -177,7 +182,7 @@ async fn proxy(
     let flavor = endpoint.flavor();
     let wire = endpoint.wire();
     let (parts, body) = req.into_parts();
-    let bytes = read_body(body, &parts.headers, gw.config.body_limit, flavor).await?;
+    let (bytes, _permit) = read_body(gw, body, &parts.headers, flavor).await?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::invalid_request(flavor, format!("malformed JSON body: {e}")))?;
     let stream = value.get("stream").and_then(Value::as_bool) == Some(true);
@@ -212,7 +217,11 @@ async fn proxy(
         .with_param("messages"));
     }
     let bad_id = |e: ctxkeeper_store::StoreError| ApiError::invalid_request(flavor, e.to_string());
-    let tenant = identity::tenant_of(&parts.headers).map_err(bad_id)?;
+    let tenant = gw
+        .config
+        .tenants
+        .resolve(&parts.headers)
+        .map_err(|e| ApiError::tenant(flavor, e))?;
     let header_session = identity::session_header(&parts.headers).map_err(bad_id)?;
 
     let headers = forward_headers(&parts.headers);
@@ -245,11 +254,20 @@ async fn proxy(
         extra,
         hints,
     } = request;
-    let session =
-        header_session.unwrap_or_else(|| identity::derived_session(model.as_deref(), &messages));
+    // The client's own session header, else the agent harness's, else the conversation's.
+    let session = header_session
+        .or_else(|| identity::harness_session(&parts.headers))
+        .unwrap_or_else(|| identity::derived_session(model.as_deref(), &messages));
     let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, session)
         .map_err(bad_id)?;
-    let incoming = Incoming::new(model.clone(), messages, &tools);
+    let incoming = Incoming::new(model.clone(), messages, &tools)
+        .with_requested_output(requested_output(&extra));
+    let step = gw
+        .sessions
+        .begin(&key, &incoming, &tools)
+        .await
+        .map_err(|e| ApiError::internal(flavor, format!("session {key}: {e}")))?;
+    let key = step.key.clone();
     let mut managed = Managed {
         key,
         wire,
@@ -261,12 +279,8 @@ async fn proxy(
             extra,
             hints,
         },
+        ticket: step.ticket,
     };
-    let step = gw
-        .sessions
-        .step(&managed.key, &managed.incoming, &managed.template.tools)
-        .await
-        .map_err(|e| ApiError::internal(flavor, format!("session {}: {e}", managed.key)))?;
     let report = Report {
         session: managed.key.session().to_string(),
         budget_used_pct: step.prepared.budget_used_pct,
@@ -276,7 +290,7 @@ async fn proxy(
     let body = if step.verbatim {
         bytes
     } else {
-        emit(wire, &mut managed.template, step.prepared.messages)
+        emit(&mut managed, step.prepared.messages)
     };
     forward(
         gw,
@@ -292,23 +306,40 @@ async fn proxy(
     .await
 }
 
-/// Emits the request with `messages` in place of the client's.
-fn emit(wire: Wire, template: &mut WireRequest, messages: Vec<Message>) -> Bytes {
+/// Emits the request with the managed `messages` in place of the client's, carrying the
+/// client's current cache hints.
+fn emit(managed: &mut Managed, mut messages: Vec<Message>) -> Bytes {
+    identity::carry_cache_hints(
+        &managed.incoming.messages,
+        &managed.incoming.hashes,
+        &mut messages,
+    );
+    let template = &mut managed.template;
     template.messages = messages;
-    let value = wire.emit_request(template);
+    let value = managed.wire.emit_request(template);
     template.messages = Vec::new();
     // A Value always serializes.
     Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
 }
 
-/// Reads the body, refusing more than `limit` bytes (before reading, when the client
-/// announced the length).
+/// The output budget a request asks for, in whichever field its API names it.
+fn requested_output(extra: &serde_json::Map<String, Value>) -> Option<u64> {
+    ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|field| extra.get(*field).and_then(Value::as_u64))
+}
+
+/// Reads the body, refusing more than the body limit (before reading, when the client
+/// announced the length), more than the gateway may hold in flight (503), and a client that
+/// takes longer than the body timeout to send it (408). The permit holds the body's bytes
+/// against the in-flight cap until the request is done.
 async fn read_body(
+    gw: &Gateway,
     body: Body,
     headers: &HeaderMap,
-    limit: usize,
     flavor: Flavor,
-) -> Result<Bytes, ApiError> {
+) -> Result<(Bytes, BodyPermit), ApiError> {
+    let limit = gw.config.body_limit;
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -316,18 +347,52 @@ async fn read_body(
     if announced.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::too_large(flavor, limit));
     }
-    let mut stream = body.into_data_stream();
-    let mut buffer = Vec::with_capacity(announced.map_or(8192, |n| n as usize));
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::invalid_request(flavor, format!("could not read the request body: {e}"))
-        })?;
-        if buffer.len() + chunk.len() > limit {
-            return Err(ApiError::too_large(flavor, limit));
+    let overloaded = || {
+        ApiError::overloaded(
+            flavor,
+            "the gateway is holding as many request bytes as it may (max_inflight_bytes); \
+             retry shortly",
+        )
+    };
+    let announced = announced.map(|n| n as usize);
+    let mut permit = gw
+        .inflight
+        .admit(announced.unwrap_or(0))
+        .ok_or_else(overloaded)?;
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buffer = Vec::with_capacity(announced.unwrap_or(8192));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::invalid_request(flavor, format!("could not read the request body: {e}"))
+            })?;
+            if buffer.len() + chunk.len() > limit {
+                return Err(ApiError::too_large(flavor, limit));
+            }
+            let beyond = (buffer.len() + chunk.len()).saturating_sub(announced.unwrap_or(0));
+            let already = buffer.len().saturating_sub(announced.unwrap_or(0));
+            if !gw.inflight.grow(&mut permit, beyond - already) {
+                return Err(overloaded());
+            }
+            buffer.extend_from_slice(&chunk);
         }
-        buffer.extend_from_slice(&chunk);
+        Ok(Bytes::from(buffer))
+    };
+    match tokio::time::timeout(gw.config.body_timeout, read).await {
+        Ok(bytes) => Ok((bytes?, permit)),
+        Err(_) => {
+            Metrics::add(&gw.metrics.client_timeouts, 1);
+            Err(ApiError::new(
+                flavor,
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                format!(
+                    "the request body did not arrive within {} s (body_timeout_secs)",
+                    gw.config.body_timeout.as_secs()
+                ),
+            ))
+        }
     }
-    Ok(Bytes::from(buffer))
 }
 
 /// Headers that describe one connection, not the message, and never cross a proxy.
@@ -520,8 +585,19 @@ async fn forward(
         let elapsed = sent_at.elapsed();
         *upstream_time += elapsed;
         gw.metrics.upstream_latency(elapsed);
-        let answer = answer?;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(error) => {
+                if let Some(managed) = managed.as_deref() {
+                    gw.sessions.abandon(&managed.key, managed.ticket).await;
+                }
+                return Err(error);
+            }
+        };
         let Some((status_code, failure)) = answer.failure() else {
+            if let Some(managed) = managed.as_deref() {
+                commit(gw, managed).await;
+            }
             return Ok(deliver(gw, answer, managed.as_deref(), report.as_ref()).await);
         };
         if let Some(managed) = managed.as_deref_mut()
@@ -536,6 +612,7 @@ async fn forward(
                     &managed.template.tools,
                     &found,
                     attempt,
+                    &mut managed.ticket,
                 )
                 .await
             {
@@ -551,28 +628,52 @@ async fn forward(
                         report.input_tokens = prepared.input_tokens;
                         report.budget_used_pct = prepared.budget_used_pct;
                     }
-                    body = emit(managed.wire, &mut managed.template, prepared.messages);
+                    body = emit(managed, prepared.messages);
                     continue;
                 }
                 Err(err) => {
                     tracing::warn!(session = %managed.key, attempt, %err, "overflow recovery gave up");
-                    gw.sessions.notify(
+                    gw.sessions.announce(
                         &managed.key,
-                        "overflow_unrecovered",
-                        json!({"type": "overflow_unrecovered", "attempt": attempt, "error": err.to_string()}),
+                        &GatewayEvent::OverflowUnrecovered {
+                            attempt,
+                            error: err.to_string(),
+                        },
                     );
                 }
             }
         }
         if let Some(managed) = managed.as_deref() {
-            gw.sessions.notify(
+            // The model never answered this step: nothing of it is stored or logged.
+            gw.sessions.abandon(&managed.key, managed.ticket).await;
+            gw.sessions.announce(
                 &managed.key,
-                "upstream_error",
-                json!({"type": "upstream_error", "status": answer.status().as_u16()}),
+                &GatewayEvent::UpstreamError {
+                    status: answer.status().as_u16(),
+                },
             );
         }
         // Any other error goes to the client exactly as the upstream sent it.
         return Ok(deliver(gw, answer, None, report.as_ref()).await);
+    }
+}
+
+/// Commits the step of a request the upstream accepted. The model's answer is delivered
+/// even when the store fails here: the client resends its history, so the next step
+/// commits these messages too.
+async fn commit(gw: &Gateway, managed: &Managed) {
+    if let Err(err) = gw
+        .sessions
+        .commit(
+            &managed.key,
+            &managed.incoming,
+            &managed.template.tools,
+            managed.ticket,
+        )
+        .await
+    {
+        gw.metrics.commit_failed();
+        tracing::warn!(session = %managed.key, %err, "could not commit the session step; the next request carries its messages");
     }
 }
 
@@ -718,8 +819,8 @@ pub async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request<Body>) ->
     let started = Instant::now();
     let flavor = Flavor::Anthropic;
     let (parts, body) = req.into_parts();
-    let response = match read_body(body, &parts.headers, gw.config.body_limit, flavor).await {
-        Ok(bytes) => {
+    let response = match read_body(&gw, body, &parts.headers, flavor).await {
+        Ok((bytes, _permit)) => {
             let mut url = join(&gw.config.anthropic_upstream, "/v1/messages/count_tokens");
             if let Some(query) = parts.uri.query() {
                 url.push('?');

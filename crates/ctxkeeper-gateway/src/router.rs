@@ -8,10 +8,12 @@
 //! | `GET /v1/sessions/{id}/events` | the session's events as server-sent events |
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /healthz` | liveness |
+//! | `GET /`, `HEAD /` | the agents' connectivity check |
 //! | `/admin/…` | the [admin API](crate::admin) |
 //!
 //! The events of a session are visible to its tenant only: the tenant is resolved exactly as
-//! for model calls (the `x-ctxkeeper-tenant` header, else the API key's hash).
+//! for model calls ([`TenantRule`](crate::identity::TenantRule): a tenant token, else the API
+//! key's hash; `x-ctxkeeper-tenant` only where the operator trusts it).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,14 +27,18 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ctxkeeper_store::SessionKey;
+use ctxkeeper_store::events::Delivery;
 use futures_util::Stream;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::broadcast;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::error::{ApiError, Flavor};
 use crate::sessions::SessionEvent;
-use crate::{Gateway, GatewayConfig, admin, identity, proxy};
+use crate::{Gateway, GatewayConfig, admin, proxy};
 
 /// Errors starting or running the gateway.
 #[derive(Debug)]
@@ -70,10 +76,21 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/sessions/{id}/events", get(events))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        // Agents check that their base URL answers before the first call (Claude Code sends
+        // `HEAD /`); GET also answers HEAD.
+        .route("/", get(root))
         .nest("/admin", admin::routes())
         // A bug in one request answers 500 instead of dropping the connection.
         .layer(CatchPanicLayer::new())
         .with_state(gateway)
+}
+
+async fn root() -> impl IntoResponse {
+    axum::Json(serde_json::json!({
+        "service": "ctxkeeper",
+        "version": env!("CARGO_PKG_VERSION"),
+        "endpoints": ["/v1/chat/completions", "/v1/responses", "/v1/messages", "/healthz", "/metrics"],
+    }))
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -97,19 +114,23 @@ async fn events(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     let bad =
         |e: ctxkeeper_store::StoreError| ApiError::invalid_request(Flavor::OpenAi, e.to_string());
-    let tenant = identity::tenant_of(&headers).map_err(bad)?;
+    let tenant = gw
+        .config
+        .tenants
+        .resolve(&headers)
+        .map_err(|e| ApiError::tenant(Flavor::OpenAi, e))?;
     let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, id).map_err(bad)?;
-    let receiver = gw.sessions.subscribe(&key);
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let event = match receiver.recv().await {
-            Ok(event) => event,
-            Err(broadcast::error::RecvError::Lagged(missed)) => SessionEvent {
+    let subscription = gw.sessions.subscribe(&key);
+    let stream = futures_util::stream::unfold(subscription, |mut subscription| async move {
+        let event = match subscription.recv().await? {
+            Delivery::Event(event) => event,
+            Delivery::Lost { missed } => SessionEvent {
                 name: "events_lost".into(),
                 data: serde_json::json!({"type": "events_lost", "missed": missed}),
             },
-            Err(broadcast::error::RecvError::Closed) => return None,
+            _ => return None,
         };
-        Some((Ok(sse_event(&event)), receiver))
+        Some((Ok(sse_event(&event)), subscription))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
@@ -169,23 +190,56 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes, then stops accepting and waits for in-flight
-    /// requests (each saved its session before answering).
+    /// requests (each saved its session before answering). A client gets
+    /// [`GatewayConfig::header_timeout`] to send a request's headers (its body is bounded
+    /// by the handlers), so half-sent requests cannot hold connections open.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), GatewayError> {
         let gateway = self.gateway.clone();
-        let shutdown = async move {
-            shutdown.await;
-            // Event streams never end on their own: a connected subscriber would hold the
-            // graceful shutdown forever.
-            gateway.sessions.close_events();
-        };
+        let header_timeout = gateway.config.header_timeout;
         let app = router(self.gateway).merge(self.extra);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(GatewayError::Io)
+        let mut builder = ConnBuilder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        builder.http2().timer(TokioTimer::new());
+        let graceful = GracefulShutdown::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let stream = match accepted {
+                        Ok((stream, _)) => stream,
+                        Err(err) => {
+                            // Out of file descriptors and the like: wait instead of spinning.
+                            tracing::warn!(%err, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let service = TowerToHyperService::new(app.clone());
+                    let connection = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .into_owned();
+                    let connection = graceful.watch(connection);
+                    tokio::spawn(async move {
+                        // A client that breaks off or times out ends only its own connection.
+                        let _ = connection.await;
+                    });
+                }
+                () = &mut shutdown => break,
+            }
+        }
+        drop(self.listener);
+        // Event streams never end on their own: a connected subscriber would hold the
+        // graceful shutdown forever.
+        gateway.sessions.close_events();
+        graceful.shutdown().await;
+        Ok(())
     }
 }
 

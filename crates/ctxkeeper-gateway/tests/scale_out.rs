@@ -10,6 +10,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use common::{SMALL_MODEL, chat_history, client, config, mock, start_shared, tools};
 use ctxkeeper_store::{HistoryPage, SessionKey, SessionStore};
@@ -66,6 +67,8 @@ async fn scale_out(store_url: &str) {
         .await
         .unwrap();
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    // These replicas sit behind a proxy that names the tenant.
+    cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
     // Exact counts: a gateway that reloads a session counts it as a warm one does, so the
     // compactions are comparable with the single-gateway reference.
     cfg.policy = cfg.policy.with_overrides("accounting = \"exact\"").unwrap();
@@ -197,5 +200,50 @@ async fn two_gateways_share_a_redis_store() {
 async fn two_gateways_share_a_postgres_store() {
     if let Some(url) = service_url("CTXKEEPER_TEST_POSTGRES_URL") {
         scale_out(&url).await;
+    }
+}
+
+/// A step served by one replica is announced to a subscriber of another, through the store's
+/// own pub/sub.
+async fn events_cross_replicas(store_url: &str) {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.store_url = store_url.to_string();
+    cfg.workspace = dir.path().join("archive").display().to_string();
+    cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
+    let a = common::start(cfg.clone()).await;
+    let b = common::start(cfg).await;
+    let session = unique("events");
+    let key = SessionKey::new("scale", "default", "default", &session).unwrap();
+    let mut watcher = b.gateway.sessions.subscribe(&key);
+    // Enough rounds past the small window that the first request compacts.
+    let (status, compacted) = send(&a.url("/v1/chat/completions"), &session, 20).await;
+    assert_eq!((status, compacted), (200, true));
+    let mut names = Vec::new();
+    while let Some(event) = watcher.next_within(Duration::from_secs(5)).await {
+        let done = event.name == "context_compaction_end";
+        names.push(event.name);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        names.iter().any(|n| n == "context_compaction_end"),
+        "replica b saw {names:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_cross_replicas_over_redis() {
+    if let Some(url) = service_url("CTXKEEPER_TEST_REDIS_URL") {
+        events_cross_replicas(&url).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_cross_replicas_over_postgres() {
+    if let Some(url) = service_url("CTXKEEPER_TEST_POSTGRES_URL") {
+        events_cross_replicas(&url).await;
     }
 }

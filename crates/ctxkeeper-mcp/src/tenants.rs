@@ -50,6 +50,14 @@ impl TenantRefusal {
         }
     }
 
+    /// Credentials that name no tenant (401).
+    pub fn unauthorized(message: impl Into<String>) -> TenantRefusal {
+        TenantRefusal {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+        }
+    }
+
     /// A tenant this endpoint does not serve (403).
     pub fn forbidden(message: impl Into<String>) -> TenantRefusal {
         TenantRefusal {

@@ -9,6 +9,10 @@
 //! - archive references and globs are checked before the archive sees them (no `..`, no
 //!   absolute paths, no NUL or backslash), and the archive checks references again against the
 //!   tenant and session, so another tenant's or session's reference reads as not found;
+//! - a symbolic link planted in the workspace or the memory directory (`MEMORY.md →
+//!   /etc/passwd`, a session directory linked to `/etc` or to another tenant's) is never
+//!   followed: the tool answers a `forbidden:` error naming it, and listings and greps pass
+//!   over linked items;
 //! - queries, patterns and focus texts have size limits, so a 1 MB query is refused with a
 //!   message instead of being scanned.
 
@@ -17,6 +21,7 @@ use std::collections::BTreeMap;
 use ctxkeeper::ContextManager;
 use ctxkeeper::core::engine::{ContextState, Event};
 use ctxkeeper::core::model::{Message, Part, Role};
+use ctxkeeper::snapshot::Snapshot;
 use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope};
 use ctxkeeper::store::memory::MemoryScope;
 use ctxkeeper::store::state::validate_identifier;
@@ -91,6 +96,10 @@ impl From<StoreError> for ToolError {
         match err {
             StoreError::NotFound(what) => ToolError::not_found(what),
             StoreError::InvalidInput(message) => ToolError::invalid(message),
+            StoreError::Forbidden(message) => ToolError {
+                kind: "forbidden",
+                message,
+            },
             StoreError::Conflict { .. } => ToolError {
                 kind: "conflict",
                 message: format!("{err}; the session changed meanwhile, try again"),
@@ -715,16 +724,16 @@ async fn memory_get(backend: &Backend, args: Result<MemoryGetArgs, ToolError>) -
 
 // ----- state: stats and compaction ----------------------------------------------------------
 
-/// The engine's saved context when `state.engine` holds one that matches the saved messages,
-/// else a context rebuilt from the messages (a state saved by a plain host or by `replay`).
-fn context_state(state: &ctxkeeper::store::AgentState) -> ContextState {
-    if let Ok(saved) = serde_json::from_value::<ContextState>(state.engine.clone())
-        && !saved.entries.is_empty()
-        && saved.to_messages() == state.context
-    {
-        return saved;
-    }
-    ContextState::from_messages(state.context.clone())
+/// The session's context as stored, whichever face wrote it ([`Snapshot::decode`]); an
+/// unreadable state is a tool error that names the session, the version and the cause.
+fn context_state(
+    state: &ctxkeeper::store::AgentState,
+    key: &ctxkeeper::store::SessionKey,
+    version: u64,
+) -> Result<ContextState, ToolError> {
+    Snapshot::decode(state.clone())
+        .map(|snapshot| snapshot.context)
+        .map_err(|err| ToolError::unavailable(format!("session {key} (version {version}): {err}")))
 }
 
 /// True when the context carries a summary: recorded by the engine, saved with the state, or
@@ -767,7 +776,7 @@ async fn context_stats(backend: &Backend, args: Result<StatsArgs, ToolError>) ->
     let (messages, tokens, roles, calls, results, summary, version) = match &loaded {
         Some(versioned) => {
             let state = &versioned.state;
-            let context = context_state(state);
+            let context = context_state(state, &key, versioned.version)?;
             let mut roles: BTreeMap<&'static str, usize> = BTreeMap::new();
             let (mut calls, mut results) = (0usize, 0usize);
             for message in &state.context {
@@ -824,11 +833,13 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
             "session {session:?} has a log but no saved context to compact"
         )));
     };
-    let mut state = loaded.state;
-    let context = context_state(&state);
+    let mut snapshot = Snapshot::decode(loaded.state).map_err(|err| {
+        ToolError::unavailable(format!("session {key} (version {}): {err}", loaded.version))
+    })?;
     let model = backend.options.model.clone();
-    let tokens_before = model.messages_tokens(&state.context);
-    let messages_before = state.context.len();
+    let before = snapshot.context.to_messages();
+    let tokens_before = model.messages_tokens(&before);
+    let messages_before = before.len();
     let settings = ctxkeeper::Settings {
         policy: backend.options.policy.clone(),
         model: model.clone(),
@@ -844,7 +855,7 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
     if let Some(memory) = &backend.services.memory {
         manager = manager.with_memory(memory.clone(), MemoryScope::of(&key));
     }
-    manager.restore(context);
+    manager.restore(std::mem::take(&mut snapshot.context));
     let mut events = manager.subscribe();
     let changed = manager
         .compact(None, args.focus.clone())
@@ -868,21 +879,20 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
         }
     }
     let mut version = loaded.version;
+    snapshot.context = manager.state().clone();
     if changed {
-        let compacted = manager.state();
-        state.context = compacted.to_messages();
-        if let Some(summary) = &compacted.summary {
-            state.summary = serde_json::to_value(summary).ok();
-        }
-        state.engine = serde_json::to_value(compacted).unwrap_or(Value::Null);
-        state.updated_at_ms = now_ms();
+        // The client record stays: a gateway serving this session still recognises the
+        // client's history on its next request. The context is no longer the client's
+        // messages as sent.
+        snapshot.client.verbatim = false;
         version = backend
             .services
             .store
-            .save(&key, &state, Some(loaded.version))
+            .save(&key, &snapshot.encode(), Some(loaded.version))
             .await?;
     }
-    let tokens_after = model.messages_tokens(&state.context);
+    let after = snapshot.context.to_messages();
+    let tokens_after = model.messages_tokens(&after);
     Ok(json!({
         "session": session,
         "compacted": changed,
@@ -890,18 +900,11 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
         "messages_before": messages_before,
-        "messages_after": state.context.len(),
+        "messages_after": after.len(),
         "stages": stages,
         "archived": archived,
         "state_version": version,
     }))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

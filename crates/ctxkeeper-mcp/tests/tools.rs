@@ -527,6 +527,86 @@ async fn memory_tools_read_the_tenants_memory_only() {
     assert!(huge.contains("limit"), "{huge}");
 }
 
+/// Finding 6 of the hardening review: links planted in the workspace were followed —
+/// `memory_get` and `memory_search` read the file behind a linked `MEMORY.md`, `context_list`
+/// listed the directory behind a linked session, and a link into another tenant's archive
+/// passed the containment check. Every such call must now be a tool error naming the link.
+#[tokio::test]
+async fn planted_links_are_tool_errors_never_content() {
+    let f = fixture().await;
+    let workspace = f._dir.path().join("workspace");
+    let outside = f._dir.path().join("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    std::fs::write(outside.join("passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    let link = |target: &std::path::Path, at: &str| {
+        let at = workspace.join(at);
+        let _ = std::fs::remove_file(&at);
+        std::os::unix::fs::symlink(target, at).expect("symlink");
+    };
+    link(&outside.join("passwd"), "MEMORY.md");
+    link(&outside, "sessions/etc");
+    link(
+        &outside.join("passwd"),
+        "sessions/s1/tool_result-passwd.txt",
+    );
+    link(
+        &workspace.join("tenants/acme/sessions/s1/tool_result-secret.txt"),
+        "sessions/s1/tool_result-acme.txt",
+    );
+    let server = server(&f, "default", None, 128_000);
+    let refused = |message: String, what: &str| {
+        assert!(
+            message.starts_with("forbidden:") && message.contains("symbolic link"),
+            "{what}: {message}"
+        );
+        assert!(!message.contains("root:x") && !message.contains("SECRETWORD"));
+    };
+
+    refused(
+        err(server
+            .call("memory_get", json!({"path": "MEMORY.md"}))
+            .await),
+        "memory_get",
+    );
+    refused(
+        err(server.call("memory_search", json!({"query": "root"})).await),
+        "memory_search",
+    );
+    refused(
+        err(server.call("context_list", json!({"session": "etc"})).await),
+        "context_list of a linked session",
+    );
+    refused(
+        err(server
+            .call("context_grep", json!({"pattern": "root", "session": "etc"}))
+            .await),
+        "context_grep of a linked session",
+    );
+    for reference in [
+        "sessions/s1/tool_result-passwd.txt",
+        "sessions/s1/tool_result-acme.txt",
+        "sessions/etc/passwd",
+    ] {
+        refused(
+            err(server
+                .call("context_read", json!({"reference": reference}))
+                .await),
+            reference,
+        );
+    }
+    // The session's own listing and grep pass over the linked items without reading them.
+    let listed = ok(server.call("context_list", json!({"session": "s1"})).await);
+    assert_eq!(listed["count"], 1, "{listed}");
+    assert_eq!(listed["items"][0]["reference"], f.output_ref);
+    let grep = ok(server
+        .call(
+            "context_grep",
+            json!({"pattern": "root:x|SECRETWORD", "session": "s1"}),
+        )
+        .await);
+    assert_eq!(grep["hits"], json!([]));
+}
+
 #[tokio::test]
 async fn context_stats_counts_the_saved_context() {
     let f = fixture().await;

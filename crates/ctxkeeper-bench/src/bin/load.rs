@@ -8,6 +8,11 @@
 //! # one request for each of 1,000 sessions, then stop
 //! ctxkeeper-bench-load --url http://127.0.0.1:8080/v1 --connections 16 --requests 1000 \
 //!     --sessions 1000 --session-prefix hold
+//! # a large resent history: every request's body padded to about 8 MB
+//! ctxkeeper-bench-load --url http://127.0.0.1:8080/v1 --connections 2 --requests 20 \
+//!     --pad-bytes 8000000
+//! # 25,000 distinct session event streams opened and closed, 64 at a time
+//! ctxkeeper-bench-load --url http://127.0.0.1:8080/v1 --sse-churn 25000 --connections 64
 //! ```
 //!
 //! Every request is the same 20-message OpenAI chat completion (about 4 KB of JSON) sent to
@@ -76,6 +81,15 @@ struct Args {
     /// range however fast the server is (0: conversations grow for the whole run).
     #[arg(long, default_value_t = 0)]
     exchanges_per_conversation: u64,
+    /// Pads the conversation with earlier tool-free turns until its body has about this many
+    /// bytes (a long agent history resent whole).
+    #[arg(long, default_value_t = 0)]
+    pad_bytes: usize,
+    /// Instead of model calls: opens and closes this many event streams
+    /// (`GET URL-without-/v1/v1/sessions/ID/events`, one distinct id each), --connections at a
+    /// time, waiting for each stream's headers before dropping it.
+    #[arg(long)]
+    sse_churn: Option<u64>,
 }
 
 /// What every request does and where its outcome goes.
@@ -128,10 +142,15 @@ async fn run(args: Args) -> Result<Value> {
         .tcp_nodelay(true)
         .build()
         .context("cannot build the HTTP client")?;
+    if let Some(n) = args.sse_churn {
+        return sse_churn(&args, client, n).await;
+    }
+    let mut body = request_body(&args.model, 0);
+    pad(&mut body, args.pad_bytes);
     let target = Arc::new(Target {
         client,
         url: format!("{}/chat/completions", args.url.trim_end_matches('/')),
-        body: bytes::Bytes::from(request_body(&args.model, 0).to_string()),
+        body: bytes::Bytes::from(body.to_string()),
         model: args.model.clone(),
         grow: args.grow,
         exchanges_per_conversation: args.exchanges_per_conversation,
@@ -355,6 +374,83 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// Inserts earlier turns after the system prompt until the body reaches `bytes`.
+fn pad(body: &mut Value, bytes: usize) {
+    let size = body.to_string().len();
+    if bytes <= size {
+        return;
+    }
+    let turn = "An earlier turn of a long session: the agent read a file and reported what it \
+                found, line by line, with the paths and the numbers it saw. ";
+    let per_message = turn.len() * 40;
+    let count = (bytes - size).div_ceil(per_message + 40);
+    if let Some(messages) = body["messages"].as_array_mut() {
+        let filler: Vec<Value> = (0..count)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                json!({"role": role, "content": format!("{i}: {}", turn.repeat(40))})
+            })
+            .collect();
+        messages.splice(1..1, filler);
+    }
+}
+
+/// Opens and closes `n` event streams of distinct sessions, `--connections` at a time.
+async fn sse_churn(args: &Args, client: reqwest::Client, n: u64) -> Result<Value> {
+    let base = args
+        .url
+        .trim_end_matches('/')
+        .trim_end_matches("/v1")
+        .to_string();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..args.connections.max(1) {
+        let (client, base, next) = (client.clone(), base.clone(), Arc::clone(&next));
+        let (prefix, authorization) = (
+            args.session_prefix.clone(),
+            format!("Bearer {}", args.api_key),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let started = Instant::now();
+                let outcome = client
+                    .get(format!("{base}/v1/sessions/{prefix}-watch-{i}/events"))
+                    .header("authorization", &authorization)
+                    .send()
+                    .await
+                    .map_err(|err| format!("{err:#}"))
+                    .and_then(|response| {
+                        if response.status().is_success() {
+                            // Dropping the response closes the stream.
+                            Ok(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX))
+                        } else {
+                            Err(format!("HTTP {}", response.status()))
+                        }
+                    });
+                tally.record(outcome);
+            }
+            tally
+        }));
+    }
+    let mut total = Tally::default();
+    for worker in workers {
+        let tally = worker.await.context("a worker task panicked")?;
+        total.latencies_us.extend(tally.latencies_us);
+        total.errors += tally.errors;
+        if total.first_error.is_none() {
+            total.first_error = tally.first_error;
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    Ok(report(json!({"mode": "sse_churn"}), total, n, wall))
+}
+
 /// A 20-message conversation of about 4 KB: a system prompt, then alternating user and
 /// assistant turns of plausible length, followed by `exchanges` later (assistant, user) pairs.
 /// No tools, so any proxy forwards it unchanged.
@@ -403,6 +499,25 @@ fn request_body(model: &str, exchanges: u64) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padding_brings_the_body_to_the_asked_size_and_keeps_it_valid() {
+        let mut body = request_body("gpt-4o-mini", 0);
+        pad(&mut body, 1_000_000);
+        let size = body.to_string().len();
+        assert!(
+            (1_000_000..=1_010_000).contains(&size),
+            "body is {size} bytes"
+        );
+        let messages = body["messages"].as_array().expect("messages");
+        assert_eq!(messages[0]["role"], "system");
+        assert!(
+            messages
+                .iter()
+                .skip(1)
+                .all(|m| m["role"] == "user" || m["role"] == "assistant")
+        );
+    }
 
     #[test]
     fn request_body_has_20_messages_of_about_4_kb() {

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The gateway under abuse: memory before and after heavy load and event-subscription churn,
+# and the cost of parsing a large resent history.
+#
+# Run by `bench/run hardening` (or by hand). Environment:
+#   BENCH_RESULTS   results directory; writes hardening.json there, raw outputs in logs/hardening/
+#   BENCH_QUICK     1 for shorter runs (10 s of load, 5,000 subscriptions)
+#   CTXKEEPER_BIN   the release `ctxkeeper` binary; its target directory receives the mock
+#                   upstream and the load generator (built here if missing or stale)
+#
+# Method (one `ctxkeeper serve` in front of the zero-delay mock upstream, SQLite store):
+#   - RSS before: after start-up and 200 warm-up requests of 8 growing conversations;
+#   - load: 64 connections for 30 s, growing conversations (each request adds an exchange; a
+#     conversation restarts under a new session id after 50), closed loop;
+#   - churn: 25,000 distinct session ids' event streams (`/v1/sessions/{id}/events`) opened and
+#     closed, 64 at a time;
+#   - RSS after each, and the gateway's own gauges (warm sessions, event channels) after both;
+#   - large histories: 10 requests of a conversation padded to 1, 4 and 16 MB, straight to the
+#     mock and through the gateway (the same session each time, so it is recognised as seen);
+#     the difference of the medians per MB is what parsing, fingerprinting and re-emitting a
+#     resent history costs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+: "${BENCH_RESULTS:?BENCH_RESULTS must name the results directory}"
+: "${CTXKEEPER_BIN:?CTXKEEPER_BIN must name the release ctxkeeper binary}"
+QUICK=${BENCH_QUICK:-0}
+BIN_DIR=$(cd "$(dirname "$CTXKEEPER_BIN")" && pwd)
+MOCK_BIN="$BIN_DIR/ctxkeeper-mock-upstream"
+LOAD_BIN="$BIN_DIR/ctxkeeper-bench-load"
+CARGO_TARGET_DIR=$(dirname "$BIN_DIR") cargo build --release --quiet \
+  -p ctxkeeper-mock-upstream --bin ctxkeeper-mock-upstream \
+  -p ctxkeeper-bench --bin ctxkeeper-bench-load
+
+if [ "$QUICK" = 1 ]; then LOAD_SECONDS=10; CHURN=5000; else LOAD_SECONDS=30; CHURN=25000; fi
+
+LOGS="$BENCH_RESULTS/logs/hardening"
+mkdir -p "$LOGS"
+rm -f "$LOGS"/*.json "$LOGS"/*.log
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+start_listening() {
+  local name=$1
+  shift
+  "$@" >"$LOGS/$name.stdout" 2>"$LOGS/$name.log" &
+  STARTED_PID=$!
+  PIDS+=("$STARTED_PID")
+  local i
+  for i in $(seq 1 300); do
+    STARTED_ADDR=$(sed -n 's|^listening on http://||p' "$LOGS/$name.stdout" | head -n1)
+    [ -n "$STARTED_ADDR" ] && return 0
+    if ! kill -0 "$STARTED_PID" 2>/dev/null; then
+      echo "bench/hardening.sh: $name exited before listening:" >&2
+      tail -n 20 "$LOGS/$name.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "bench/hardening.sh: $name did not print its address within 30 s" >&2
+  exit 1
+}
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+load() {
+  local out=$1
+  shift
+  if ! "$LOAD_BIN" "$@" >"$LOGS/$out.json" 2>"$LOGS/$out.log"; then
+    echo "bench/hardening.sh: ctxkeeper-bench-load $* failed:" >&2
+    cat "$LOGS/$out.log" >&2
+    exit 1
+  fi
+}
+gauge() { curl -sf "$GATEWAY/metrics" | awk -v name="$1" '$1 == name {print $2}'; }
+
+echo "   hardening: starting the mock upstream and ctxkeeper serve" >&2
+start_listening mock "$MOCK_BIN" --listen 127.0.0.1:0 --window 10000000 --no-record
+MOCK="http://$STARTED_ADDR"
+start_listening serve "$CTXKEEPER_BIN" serve --listen 127.0.0.1:0 --upstream "$MOCK/v1" \
+  --store "sqlite://$WORK/sessions.db" --workspace "$WORK/workspace" --no-mcp
+SERVE_PID=$STARTED_PID
+GATEWAY="http://$STARTED_ADDR"
+
+load warmup --url "$GATEWAY/v1" --connections 8 --requests 200 --sessions 8 --grow \
+  --session-prefix warm
+sleep 1
+RSS_BEFORE=$(rss_kb "$SERVE_PID")
+
+echo "   hardening: 64 connections for $LOAD_SECONDS s" >&2
+load load --url "$GATEWAY/v1" --connections 64 --duration "$LOAD_SECONDS" --sessions 64 \
+  --grow --exchanges-per-conversation 50 --session-prefix stress
+sleep 1
+RSS_AFTER_LOAD=$(rss_kb "$SERVE_PID")
+
+echo "   hardening: $CHURN event subscriptions opened and closed" >&2
+load churn --url "$GATEWAY/v1" --sse-churn "$CHURN" --connections 64
+sleep 2
+RSS_AFTER_CHURN=$(rss_kb "$SERVE_PID")
+CHANNELS=$(gauge ctxkeeper_event_channels)
+SUBSCRIPTIONS=$(gauge ctxkeeper_event_subscriptions)
+WARM=$(gauge ctxkeeper_warm_sessions)
+
+echo "   hardening: large resent histories" >&2
+for mb in 1 4 16; do
+  bytes=$((mb * 1000 * 1000))
+  load "direct-$mb" --url "$MOCK/v1" --connections 1 --requests 10 --sessions 1 --pad-bytes "$bytes"
+  load "proxied-$mb" --url "$GATEWAY/v1" --connections 1 --requests 10 --sessions 1 \
+    --pad-bytes "$bytes" --session-prefix "large-$mb"
+done
+RSS_AFTER_LARGE=$(rss_kb "$SERVE_PID")
+
+python3 - "$LOGS" "$BENCH_RESULTS/hardening.json" <<EOF
+import json, sys, pathlib
+logs, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+read = lambda name: json.loads((logs / f"{name}.json").read_text())
+before, after_load, after_churn, after_large = $RSS_BEFORE, $RSS_AFTER_LOAD, $RSS_AFTER_CHURN, $RSS_AFTER_LARGE
+load, churn = read("load"), read("churn")
+mb = lambda kb: f"{kb / 1024:.1f} MB"
+ratio = after_churn / before
+rows = [
+    ["after start-up and warm-up", mb(before), "–"],
+    [f"after {load['wall_s']:.0f} s of 64 connections ({load['ok']:,} requests, {load['errors']} errors, {load['achieved_rate']:.0f} req/s)", mb(after_load), f"{after_load / before:.2f}×"],
+    [f"after {churn['ok']:,} event subscriptions opened and closed ({churn['errors']} errors)", mb(after_churn), f"{ratio:.2f}×"],
+    ["after the large-history runs below", mb(after_large), f"{after_large / before:.2f}×"],
+]
+large = []
+for size in (1, 4, 16):
+    direct, proxied = read(f"direct-{size}"), read(f"proxied-{size}")
+    extra = proxied["p50_ms"] - direct["p50_ms"]
+    large.append([f"{size} MB", f"{direct['p50_ms']:.1f} ms", f"{proxied['p50_ms']:.1f} ms",
+                  f"{extra:.1f} ms", f"{extra / size:.1f} ms/MB"])
+result = {
+    "tables": [
+        {"caption": "Resident memory of \`ctxkeeper serve\` (SQLite store) under load and event-subscription churn:",
+         "columns": ["moment", "RSS", "vs. before"], "rows": rows},
+        {"caption": "A large resent history, 10 requests of one conversation each, p50 straight to the mock and through the gateway:",
+         "columns": ["body", "direct", "through ctxkeeper", "added", "added per MB"], "rows": large},
+    ],
+    "targets": [
+        {"name": "RSS after 25,000 event subscriptions within 1.5× of before", "target": "≤ 1.5×",
+         "measured": f"{ratio:.2f}×", "met": ratio <= 1.5},
+    ],
+    "notes": [
+        f"after the churn the gateway held {int(float('$CHANNELS' or 0))} event channels and {int(float('$SUBSCRIPTIONS' or 0))} subscriptions; {int(float('$WARM' or 0))} sessions warm",
+        "reproduce: BENCH_RESULTS=bench/results CTXKEEPER_BIN=target/release/ctxkeeper bash bench/hardening.sh",
+    ],
+}
+out.write_text(json.dumps(result, indent=2) + "\n")
+print(json.dumps(result["targets"]))
+EOF

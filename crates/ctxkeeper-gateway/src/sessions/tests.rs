@@ -1,0 +1,503 @@
+use super::*;
+use ctxkeeper_core::engine::presets;
+use ctxkeeper_core::model::Part;
+use ctxkeeper_store::{AgentState, HistoryPage};
+
+async fn sessions(store: Arc<dyn SessionStore>, dir: &std::path::Path) -> Sessions {
+    let archive = ctxkeeper_store::open_archive(dir.to_str().unwrap())
+        .await
+        .unwrap();
+    Sessions::new(
+        store,
+        archive,
+        presets::preset("default").unwrap(),
+        Profiles::builtin(),
+        16,
+    )
+}
+
+fn conversation(rounds: usize) -> Vec<Message> {
+    let mut messages = vec![Message::system("be brief"), Message::user("work")];
+    for i in 0..rounds {
+        let id = format!("c{i}");
+        messages.push(Message::assistant_with_calls(
+            "",
+            vec![Part::tool_call(&id, "read", "{}")],
+        ));
+        messages.push(Message::tool_result(&id, format!("output {i} ").repeat(20)));
+    }
+    messages
+}
+
+#[tokio::test]
+async fn only_new_messages_reach_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store.clone(), dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    for rounds in [1, 2, 3] {
+        let incoming = Incoming::new(Some("gpt-4o".into()), conversation(rounds), &[]);
+        let step = sessions.step(&key, &incoming, &[]).await.unwrap();
+        assert!(step.verbatim && !step.diverged);
+    }
+    let log = store
+        .history(&key, ctxkeeper_store::HistoryPage::last(100))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), conversation(3).len(), "each message logged once");
+}
+
+#[tokio::test]
+async fn reading_stats_keeps_a_warm_session_calibrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store, dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    let incoming = Incoming::new(Some("gpt-4o".into()), conversation(3), &[]);
+    sessions.step(&key, &incoming, &[]).await.unwrap();
+    // The provider's count, far from any estimate of these few messages.
+    sessions.observe_usage(&key, 54_321).await;
+    for _ in 0..2 {
+        let stats = sessions.stats(&key).await.unwrap().unwrap();
+        assert_eq!(
+            stats.approx_tokens, 54_321,
+            "the reported usage anchors the count"
+        );
+    }
+    // A second process moving the session on is seen: the stats follow the store.
+    let other = sessions.store().clone();
+    let dir2 = tempfile::tempdir().unwrap();
+    let second = self::sessions(other, dir2.path()).await;
+    let longer = Incoming::new(Some("gpt-4o".into()), conversation(4), &[]);
+    second.step(&key, &longer, &[]).await.unwrap();
+    let stats = sessions.stats(&key).await.unwrap().unwrap();
+    assert_eq!(stats.client_messages, conversation(4).len());
+    assert_ne!(stats.approx_tokens, 54_321);
+}
+
+#[tokio::test]
+async fn idle_warm_sessions_are_evicted_by_time_and_reload_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store, dir.path())
+        .await
+        .with_idle_ttl(Duration::from_millis(30));
+    let key = SessionKey::simple("idle").unwrap();
+    sessions.step(&key, &step_of(1), &[]).await.unwrap();
+    assert_eq!(sessions.warm_sessions(), 1);
+    assert_eq!(sessions.evict_idle(), 0, "not idle yet");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(sessions.evict_idle(), 1);
+    assert_eq!(sessions.warm_sessions(), 0);
+    let step = sessions.step(&key, &step_of(2), &[]).await.unwrap();
+    assert!(
+        !step.diverged,
+        "the reloaded session continues where it was"
+    );
+}
+
+#[tokio::test]
+async fn an_uncommitted_step_is_never_evicted_and_an_abandoned_one_is_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store.clone(), dir.path())
+        .await
+        .with_idle_ttl(Duration::ZERO);
+    let key = SessionKey::simple("held").unwrap();
+    let step = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
+    assert_eq!(
+        sessions.evict_idle(),
+        0,
+        "a step waits to commit from this slot"
+    );
+    sessions.abandon(&key, step.ticket).await;
+    assert!(store.load(&key).await.unwrap().is_none(), "nothing stored");
+    assert!(log_of(&store, &key).await.is_empty(), "nothing logged");
+    let step = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
+    sessions
+        .commit(&key, &step_of(1), &[], step.ticket)
+        .await
+        .unwrap();
+    assert_eq!(log_of(&store, &key).await.len(), step_of(1).messages.len());
+}
+
+#[tokio::test]
+async fn a_superseded_step_commits_nothing_and_the_newer_one_logs_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store.clone(), dir.path()).await;
+    let key = SessionKey::simple("overlap").unwrap();
+    let first = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
+    let second = sessions.begin(&key, &step_of(2), &[]).await.unwrap();
+    sessions
+        .commit(&key, &step_of(1), &[], first.ticket)
+        .await
+        .unwrap();
+    assert!(log_of(&store, &key).await.is_empty());
+    sessions
+        .commit(&key, &step_of(2), &[], second.ticket)
+        .await
+        .unwrap();
+    assert_eq!(log_of(&store, &key).await.len(), step_of(2).messages.len());
+}
+
+#[tokio::test]
+async fn an_early_edit_forks_and_leaves_the_stored_session_alone() {
+    // Regression: two conversations that start alike shared one session, and every
+    // request of either rewrote it (10,300 log entries for 200 requests).
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store.clone(), dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    let incoming = Incoming::new(Some("gpt-4o".into()), conversation(2), &[]);
+    sessions.step(&key, &incoming, &[]).await.unwrap();
+    let mut edited = conversation(2);
+    edited[1] = Message::user("a different task");
+    let edited = Incoming::new(Some("gpt-4o".into()), edited, &[]);
+    let fork = SessionKey::simple(identity::fork_session("s", &edited.hashes[..2])).unwrap();
+    let mut events = sessions.subscribe(&fork);
+    let step = sessions.step(&key, &edited, &[]).await.unwrap();
+    assert_eq!(step.key, fork);
+    assert!(!step.diverged, "a fork is not a rebuild");
+    assert_eq!(
+        log_of(&store, &key).await,
+        conversation(2),
+        "the parent is untouched"
+    );
+    assert_eq!(log_of(&store, &fork).await, edited.messages);
+    let mut names = Vec::new();
+    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
+        names.push(event.name);
+    }
+    assert!(names.iter().any(|n| n == "session_forked"), "{names:?}");
+
+    // Both conversations go on, each in its own session, each logged once.
+    let mut longer = edited.messages.clone();
+    longer.push(Message::assistant("done"));
+    let again = sessions
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), longer, &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.key, fork, "the same fork again");
+    let mut original = conversation(2);
+    original.push(Message::assistant("also done"));
+    let parent = sessions
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), original.clone(), &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(parent.key, key);
+    assert_eq!(log_of(&store, &key).await, original);
+    assert_eq!(log_of(&store, &fork).await.len(), edited.messages.len() + 1);
+    assert_eq!(
+        sessions
+            .metrics
+            .divergences
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_replaced_newest_message_keeps_the_session_and_its_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store.clone(), dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    let mut messages = conversation(2);
+    messages.push(Message::user("first wording"));
+    sessions
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), messages.clone(), &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut events = sessions.subscribe(&key);
+    *messages.last_mut().unwrap() = Message::user("second wording");
+    let step = sessions
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), messages.clone(), &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(step.key, key);
+    assert!(!step.diverged);
+    let sent: Vec<_> = step.prepared.messages.iter().collect();
+    assert_eq!(sent.last().unwrap(), &&Message::user("second wording"));
+    assert_eq!(
+        sent.len(),
+        messages.len(),
+        "the first wording is gone from the context"
+    );
+    let log = log_of(&store, &key).await;
+    assert_eq!(
+        log.len(),
+        messages.len() + 1,
+        "both wordings are logged, once each"
+    );
+    let mut names = Vec::new();
+    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
+        names.push(event.name);
+    }
+    assert!(
+        names.iter().any(|n| n == "newest_message_replaced"),
+        "{names:?}"
+    );
+}
+
+/// A store that fails or delays on demand, in front of a real one.
+#[derive(Debug)]
+struct Flaky {
+    inner: Arc<dyn SessionStore>,
+    /// Appends still to fail.
+    failing_appends: std::sync::atomic::AtomicUsize,
+    /// Saves still to answer with a (fake) lost compare-and-swap.
+    conflicting_saves: std::sync::atomic::AtomicUsize,
+    /// Every append waits this long first.
+    append_delay: Duration,
+    /// Passes the inner store's atomic save-and-append through (else the store is one
+    /// that saves, then appends).
+    atomic: bool,
+}
+
+impl Flaky {
+    fn new(inner: Arc<dyn SessionStore>) -> Flaky {
+        Flaky {
+            inner,
+            failing_appends: 0.into(),
+            conflicting_saves: 0.into(),
+            append_delay: Duration::ZERO,
+            atomic: false,
+        }
+    }
+
+    fn take(counter: &std::sync::atomic::AtomicUsize) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        counter
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Flaky {
+    fn backend(&self) -> &'static str {
+        "flaky"
+    }
+    async fn load(
+        &self,
+        key: &SessionKey,
+    ) -> Result<Option<ctxkeeper_store::Versioned>, StoreError> {
+        self.inner.load(key).await
+    }
+    async fn save(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        if Flaky::take(&self.conflicting_saves) {
+            return Err(StoreError::Conflict {
+                expected,
+                actual: None,
+            });
+        }
+        self.inner.save(key, state, expected).await
+    }
+    async fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[Message],
+    ) -> Result<ctxkeeper_store::AppendOutcome, StoreError> {
+        tokio::time::sleep(self.append_delay).await;
+        if Flaky::take(&self.failing_appends) {
+            return Err(StoreError::Backend {
+                backend: "flaky",
+                message: "injected".into(),
+            });
+        }
+        self.inner.append(key, messages).await
+    }
+    fn commits_atomically(&self) -> bool {
+        self.atomic && self.inner.commits_atomically()
+    }
+    async fn save_and_append(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<ctxkeeper_store::Committed, StoreError> {
+        if !self.atomic {
+            let version = self.save(key, state, expected).await?;
+            let appended = match messages {
+                [] => None,
+                _ => Some(self.append(key, messages).await?),
+            };
+            return Ok(ctxkeeper_store::Committed { version, appended });
+        }
+        if Flaky::take(&self.conflicting_saves) {
+            return Err(StoreError::Conflict {
+                expected,
+                actual: None,
+            });
+        }
+        self.inner
+            .save_and_append(key, state, expected, messages)
+            .await
+    }
+    async fn list(
+        &self,
+        filter: &ctxkeeper_store::SessionFilter,
+    ) -> Result<Vec<ctxkeeper_store::SessionInfo>, StoreError> {
+        self.inner.list(filter).await
+    }
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn history(
+        &self,
+        key: &SessionKey,
+        page: HistoryPage,
+    ) -> Result<Vec<ctxkeeper_store::LogEntry>, StoreError> {
+        self.inner.history(key, page).await
+    }
+    async fn search(
+        &self,
+        query: &ctxkeeper_store::SearchQuery,
+    ) -> Result<Vec<ctxkeeper_store::SearchHit>, StoreError> {
+        self.inner.search(query).await
+    }
+    async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
+        self.inner.purge_before(tenant, cutoff_ms).await
+    }
+}
+
+async fn log_of(store: &Arc<dyn SessionStore>, key: &SessionKey) -> Vec<Message> {
+    store
+        .history(key, HistoryPage::last(1000))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.message)
+        .collect()
+}
+
+fn step_of(rounds: usize) -> Incoming {
+    Incoming::new(Some("gpt-4o".into()), conversation(rounds), &[])
+}
+
+#[tokio::test]
+async fn an_atomic_store_gets_each_step_in_one_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let mut atomic = Flaky::new(store.clone());
+    atomic.atomic = true;
+    // A separate append would fail: the steps must not need one.
+    atomic
+        .failing_appends
+        .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+    // And one lost swap, which is redone without logging its messages twice.
+    atomic
+        .conflicting_saves
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let sessions = sessions(Arc::new(atomic), dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    for rounds in [1, 2, 3] {
+        sessions.step(&key, &step_of(rounds), &[]).await.unwrap();
+        assert_eq!(log_of(&store, &key).await, conversation(rounds));
+    }
+    let engine = store.load(&key).await.unwrap().unwrap().state.engine;
+    assert_eq!(engine["format"], ctxkeeper::snapshot::FORMAT);
+    assert!(
+        engine.get("pending_log").is_none(),
+        "nothing is ever owed to the log: {engine}"
+    );
+}
+
+#[tokio::test]
+async fn a_step_that_lost_its_swap_announces_only_what_it_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let flaky = Arc::new(Flaky::new(store.clone()));
+    let sessions = sessions(flaky.clone(), dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    sessions.step(&key, &step_of(2), &[]).await.unwrap();
+    let mut edited = conversation(2);
+    edited[1] = Message::user("a different task");
+    let edited = Incoming::new(Some("gpt-4o".into()), edited, &[]);
+    let fork = SessionKey::simple(identity::fork_session("s", &edited.hashes[..2])).unwrap();
+    let mut events = sessions.subscribe(&fork);
+    flaky
+        .conflicting_saves
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    let step = sessions.step(&key, &edited, &[]).await.unwrap();
+    assert_eq!(step.key, fork);
+    let mut names = Vec::new();
+    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
+        names.push(event.name);
+    }
+    assert_eq!(
+        names.iter().filter(|n| *n == "session_forked").count(),
+        1,
+        "the step ran twice and committed once: {names:?}"
+    );
+    assert_eq!(
+        sessions
+            .metrics
+            .session_forks
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_second_process_continues_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let first = sessions(store.clone(), dir.path()).await;
+    let second = sessions(store.clone(), dir.path()).await;
+    let key = SessionKey::simple("s").unwrap();
+    first
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), conversation(1), &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    let step = second
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), conversation(2), &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(!step.diverged, "the stored prefix was recognised");
+    // The first process's cache is stale now: its save conflicts, it reloads, no loss.
+    first
+        .step(
+            &key,
+            &Incoming::new(Some("gpt-4o".into()), conversation(3), &[]),
+            &[],
+        )
+        .await
+        .unwrap();
+    let log = store
+        .history(&key, ctxkeeper_store::HistoryPage::last(100))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), conversation(3).len());
+}

@@ -1,0 +1,396 @@
+//! How the gateway follows real agents' conversations: one stable session per conversation
+//! whatever per-call annotations the agent moves around, conversations that start alike kept
+//! apart, the output budget a request asks for kept free, and overflow recovery that
+//! converges (and stops) instead of looping.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::{client, config, filler, mock};
+use ctxkeeper_core::tokens::Profiles;
+use ctxkeeper_gateway::identity::TenantRule;
+use ctxkeeper_gateway::metrics::Metrics;
+use ctxkeeper_store::{HistoryPage, SessionFilter};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-ant-conversations-0123456789";
+
+fn tenant() -> String {
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("x-api-key", KEY.parse().unwrap());
+    TenantRule::default().resolve(&headers).unwrap()
+}
+
+/// An Anthropic conversation as Claude Code sends it on call `steps`: fixed cache markers on
+/// the system blocks, and one on the last block of the newest message only (it moves every
+/// call).
+fn claude_code_body(steps: usize, output_bytes: usize, max_tokens: u64) -> Value {
+    let mut messages = vec![json!({"role": "user", "content": [
+        {"type": "text", "text": "Fix the failing invoice test."}]})];
+    for i in 0..steps {
+        let id = format!("toolu_{i:04}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": format!("cat src/f{i}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": filler(i, output_bytes)}]}));
+    }
+    let last = messages.last_mut().unwrap();
+    let blocks = last["content"].as_array_mut().unwrap();
+    blocks.last_mut().unwrap()["cache_control"] = json!({"type": "ephemeral"});
+    json!({
+        "model": "cc-model",
+        "max_tokens": max_tokens,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1"},
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}],
+        "messages": messages,
+    })
+}
+
+fn markers(body: &Value) -> usize {
+    body.to_string().matches("\"cache_control\"").count()
+}
+
+async fn send_messages(
+    gw: &common::Running,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut request = client()
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
+fn profile(window: u64) -> Profiles {
+    Profiles::from_toml_str(&format!(
+        "[models.\"cc-model\"]\ncontext_window = {window}\ntokenizer = \"o200k_base\"\n"
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn claude_codes_moving_cache_marker_keeps_one_session_and_at_most_its_own_markers() {
+    // Regression: the moving marker changed the fingerprint of the previous newest message,
+    // so every request "diverged" and rebuilt the context, and the first request derived a
+    // session of its own.
+    let upstream = mock(4_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.profiles = profile(4_000);
+    let gw = common::start(cfg).await;
+    let mut sessions = Vec::new();
+    for step in 0..14 {
+        let response = send_messages(&gw, &claude_code_body(step, 4_000, 512), &[]).await;
+        assert_eq!(
+            response.status(),
+            200,
+            "step {step}: {}",
+            response.text().await.unwrap()
+        );
+        sessions.push(
+            response.headers()["x-ctxkeeper-session"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    sessions.dedup();
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(Metrics::get(&gw.gateway.metrics.divergences), 0);
+    assert!(
+        Metrics::get(&gw.gateway.metrics.compactions) > 0,
+        "the window forced compaction"
+    );
+    assert_eq!(Metrics::get(&gw.gateway.metrics.overflow_recoveries), 0);
+    for request in upstream.requests() {
+        assert!(
+            markers(&request.body) <= 2,
+            "{} markers",
+            markers(&request.body)
+        );
+    }
+    // The compacted requests still carry the client's newest marker on its newest block.
+    let last = upstream.requests().pop().unwrap();
+    let newest = last.body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(newest.to_string().contains("cache_control"), "{newest}");
+    // Each message is logged once.
+    let listed = gw
+        .gateway
+        .sessions
+        .store()
+        .list(&SessionFilter::tenant(tenant()))
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let log = gw
+        .gateway
+        .sessions
+        .store()
+        .history(&listed[0].key, HistoryPage::last(1_000))
+        .await
+        .unwrap();
+    let shown: Vec<String> = log
+        .iter()
+        .map(|e| {
+            serde_json::to_string(&e.message)
+                .unwrap()
+                .chars()
+                .take(90)
+                .collect()
+        })
+        .collect();
+    // The system prompt, the task, 13 rounds.
+    assert_eq!(log.len(), 2 + 2 * 13, "{shown:#?}");
+}
+
+#[tokio::test]
+async fn harness_session_headers_name_the_session_and_a_side_request_forks() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let header = [(
+        "x-claude-code-session-id",
+        "3f0c1b2a-aaaa-4bbb-8ccc-0123456789ab",
+    )];
+    for step in 0..3 {
+        let response = send_messages(&gw, &claude_code_body(step, 200, 1_024), &header).await;
+        assert_eq!(
+            response.headers()["x-ctxkeeper-session"],
+            "cc-3f0c1b2a-aaaa-4bbb-8ccc-0123456789ab"
+        );
+    }
+    // The title request shares the harness session id but is another conversation.
+    let title = json!({"model": "cc-model", "max_tokens": 512,
+        "system": [{"type": "text", "text": "Write a 5-word title."}],
+        "messages": [{"role": "user", "content": "Fix the failing invoice test."}]});
+    let response = send_messages(&gw, &title, &header).await;
+    let forked = response.headers()["x-ctxkeeper-session"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        forked.starts_with("cc-3f0c1b2a-aaaa-4bbb-8ccc-0123456789ab+"),
+        "{forked}"
+    );
+    let response = send_messages(&gw, &claude_code_body(3, 200, 1_024), &header).await;
+    assert_eq!(
+        response.headers()["x-ctxkeeper-session"],
+        "cc-3f0c1b2a-aaaa-4bbb-8ccc-0123456789ab",
+        "the main loop continues where it was"
+    );
+    assert_eq!(Metrics::get(&gw.gateway.metrics.divergences), 0);
+    assert_eq!(Metrics::get(&gw.gateway.metrics.session_forks), 1);
+}
+
+#[tokio::test]
+async fn two_interleaved_conversations_with_identical_starts_log_only_their_own_messages() {
+    // Regression: 200 requests of 2 interleaved conversations produced 15,506 log entries.
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let start = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Fix the rounding bug."}),
+    ];
+    let mut conversations = [start.clone(), start];
+    let mut sessions = [String::new(), String::new()];
+    for round in 0..50 {
+        for (c, messages) in conversations.iter_mut().enumerate() {
+            if round > 0 {
+                messages.push(
+                    json!({"role": "assistant", "content": format!("agent {c}, reply {round}")}),
+                );
+                messages.push(
+                    json!({"role": "user", "content": format!("agent {c}, next step {round}")}),
+                );
+            }
+            let response = client()
+                .post(gw.url("/v1/chat/completions"))
+                .header("authorization", format!("Bearer {KEY}"))
+                .json(&json!({"model": "gpt-4o", "messages": messages}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            sessions[c] = response.headers()["x-ctxkeeper-session"]
+                .to_str()
+                .unwrap()
+                .to_string();
+        }
+    }
+    assert_ne!(sessions[0], sessions[1]);
+    let mut logged = 0;
+    let store = gw.gateway.sessions.store();
+    for listed in store
+        .list(&SessionFilter::tenant(tenant_of_bearer()))
+        .await
+        .unwrap()
+    {
+        logged += store
+            .history(&listed.key, HistoryPage::last(10_000))
+            .await
+            .unwrap()
+            .len();
+    }
+    let expected: usize = conversations.iter().map(Vec::len).sum();
+    assert_eq!(logged, expected, "each conversation's messages, once");
+    assert_eq!(Metrics::get(&gw.gateway.metrics.divergences), 0);
+}
+
+fn tenant_of_bearer() -> String {
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {KEY}").parse().unwrap());
+    TenantRule::default().resolve(&headers).unwrap()
+}
+
+#[tokio::test]
+async fn the_requested_max_tokens_is_kept_free_in_the_window() {
+    // Regression: Claude Code sends max_tokens 32000; the context was budgeted to the whole
+    // window, so input + max_tokens went over it and the provider refused every ~20 steps.
+    let upstream = mock(20_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.profiles = profile(20_000);
+    let gw = common::start(cfg).await;
+    for step in 0..30 {
+        let response = send_messages(&gw, &claude_code_body(step, 1_500, 8_000), &[]).await;
+        assert_eq!(response.status(), 200, "step {step}");
+    }
+    assert_eq!(
+        Metrics::get(&gw.gateway.metrics.overflow_recoveries),
+        0,
+        "no request went over input + max_tokens"
+    );
+    for request in upstream.requests() {
+        assert_eq!(request.status, 200);
+        assert!(
+            request.input_tokens + 8_000 <= 20_000,
+            "input {}",
+            request.input_tokens
+        );
+    }
+}
+
+/// An upstream that answers every chat call with OpenAI's overflow error, and counts calls.
+async fn always_overflowing() -> (String, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async {
+                (
+                    axum::http::StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"error": {
+                        "message": "Your input exceeds the context window of this model.",
+                        "type": "invalid_request_error", "param": "input",
+                        "code": "context_length_exceeded"}})),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), calls)
+}
+
+#[tokio::test]
+async fn a_session_that_keeps_overflowing_gets_the_providers_error_instead_of_a_loop() {
+    let (upstream, calls) = always_overflowing().await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(config(&dir, &upstream)).await;
+    let mut messages = vec![json!({"role": "user", "content": "Summarize the logs."})];
+    let mut per_request = Vec::new();
+    for i in 0..6 {
+        // The history grows, the newest round stays small: there is always something to
+        // compact, so only the circuit breaker can stop the recoveries.
+        messages.push(json!({"role": "assistant", "content": filler(i, 4_000)}));
+        messages.push(json!({"role": "user", "content": "Go on."}));
+        messages.push(json!({"role": "assistant", "content": format!("part {i} read")}));
+        messages.push(json!({"role": "user", "content": "Go on."}));
+        let before = calls.load(Ordering::SeqCst);
+        let response = client()
+            .post(gw.url("/v1/chat/completions"))
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("x-ctxkeeper-session", "looping")
+            .json(&json!({"model": "gpt-4o", "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "context_length_exceeded");
+        per_request.push(calls.load(Ordering::SeqCst) - before);
+    }
+    // The first request recovers (and fails again); each failure shrinks the learned window
+    // until nothing more can be cut, and from the fourth request on the circuit breaker
+    // sends the error straight back without even trying.
+    assert!(per_request[0] > 1, "{per_request:?}");
+    assert!(per_request[3..].iter().all(|&n| n == 1), "{per_request:?}");
+    assert_eq!(Metrics::get(&gw.gateway.metrics.recoveries_refused), 3);
+    assert!(Metrics::get(&gw.gateway.metrics.repeated_overflows) >= 3);
+}
+
+#[tokio::test]
+async fn a_responses_overflow_without_a_stated_window_is_learned_once() {
+    // Regression: OpenAI's Responses overflow error states no number; the gateway learned
+    // nothing and a Codex run overflowed and recovered on nearly every request.
+    let upstream = mock(3_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let mut input = vec![
+        json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}),
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the build."}]}),
+    ];
+    let tools = json!([{"type": "function", "name": "exec_command", "description": "run",
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]);
+    for i in 0..24 {
+        let id = format!("call_{i}");
+        input.push(
+            json!({"type": "function_call", "call_id": id, "name": "exec_command",
+            "arguments": format!("{{\"cmd\":\"cat f{i}\"}}")}),
+        );
+        input.push(
+            json!({"type": "function_call_output", "call_id": id, "output": filler(i, 1_200)}),
+        );
+        let response = client()
+            .post(gw.url("/v1/responses"))
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("session-id", "019a0000-0000-7000-8000-00000000c0de")
+            .json(&json!({"model": "gpt-5", "input": input, "tools": tools, "store": false}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+    }
+    let seen: Vec<(u16, u64)> = upstream
+        .requests()
+        .iter()
+        .map(|r| (r.status, r.input_tokens))
+        .collect();
+    let recoveries = Metrics::get(&gw.gateway.metrics.overflow_recoveries);
+    assert!(
+        (1..=2).contains(&recoveries),
+        "{recoveries} recoveries over 24 requests: {seen:?}"
+    );
+    assert_eq!(Metrics::get(&gw.gateway.metrics.recoveries_refused), 0);
+}
