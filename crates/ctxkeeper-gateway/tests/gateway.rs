@@ -606,12 +606,14 @@ async fn an_unrecoverable_overflow_gives_up_with_the_providers_own_error() {
     assert!(text.contains("context_length_exceeded"), "{text}");
     assert!(events.wait_for("overflow_unrecovered").await);
     // The default policy allows 3 recovery attempts: at most 4 upstream calls per request.
+    // Here the user's own request is larger than the window, so the engine knows before any
+    // retry that nothing it may remove would make it fit: the first answer is final.
     let requests = upstream.requests();
     for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
         let attempts = requests.iter().filter(|r| r.path == path).count();
         assert!(
-            (2..=4).contains(&attempts),
-            "{path}: recovery was tried, within the policy's bound: {attempts} upstream calls"
+            (1..=4).contains(&attempts),
+            "{path}: at most the policy's bound of recoveries: {attempts} upstream calls"
         );
     }
 }
