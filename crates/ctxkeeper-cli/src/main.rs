@@ -3,6 +3,7 @@
 //! The binary is glue: it reads files, parses arguments and prints reports; every decision is
 //! made by the library crates.
 
+mod config_cmd;
 mod inspect;
 mod mcp;
 mod replay;
@@ -55,6 +56,8 @@ enum Command {
     /// through the gateway: a running one (--gateway) or one started for the agent's
     /// lifetime. Exits with the agent's exit code.
     Wrap(Box<wrap::WrapArgs>),
+    /// Show or validate the settings `serve` would run with (file, environment and flags).
+    Config(config_cmd::ConfigArgs),
 }
 
 /// Options shared by commands that read a trace.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Sessions(args) => sessions::run(&args),
         Command::Mcp(args) => mcp::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Config(args) => config_cmd::run(&args),
         Command::Wrap(args) => match wrap::run(&args) {
             Ok(code) => return code,
             Err(err) => Err(err),

@@ -60,7 +60,8 @@ pub struct ServeArgs {
     pub store: Option<String>,
 
     /// The archive for compacted content: a directory (default: workspace/ in the data
-    /// directory) or an archive URL (s3://…, postgres://…, memory://).
+    /// directory) or an archive URL (postgres://…, memory://; s3://…, gs://…, az://… in a
+    /// binary built with `--features cloud`).
     #[arg(long, value_name = "DIR", env = "CTXKEEPER_WORKSPACE")]
     pub workspace: Option<String>,
 

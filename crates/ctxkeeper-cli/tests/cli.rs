@@ -558,3 +558,75 @@ fn a_stored_replay_is_idempotent_and_refuses_another_conversation() {
         assert_eq!(stored_session(store, "demo")["log_entries"], 105);
     }
 }
+
+#[test]
+fn config_show_resolves_file_and_flags_without_printing_secrets_and_round_trips() {
+    let dir = tempfile::tempdir().expect("config test");
+    let file = dir.path().join("ctxkeeper.toml");
+    std::fs::write(
+        &file,
+        "[gateway]\nlisten = \"127.0.0.1:9911\"\nadmin_token = \"adm-s3cret\"\n\
+         [policy]\ntrigger_ratio = 0.65\n[models.\"my-model\"]\ncontext_window = 54000\n",
+    )
+    .expect("config test");
+    let output = bin()
+        .args(["config", "show", "--config"])
+        .arg(&file)
+        .args(["--store", "postgres://app:pg-s3cret@db.internal/ctx"])
+        .env_remove("CTXKEEPER_CONFIG")
+        .output()
+        .expect("config test");
+    assert!(output.status.success(), "{output:?}");
+    let shown = String::from_utf8(output.stdout).expect("config test");
+    assert!(!shown.contains("s3cret"), "a secret was printed:\n{shown}");
+    assert!(shown.contains("# admin_token: set"), "{shown}");
+    let parsed: toml::Table = toml::from_str(&shown).expect("config test");
+    assert_eq!(parsed["gateway"]["listen"].as_str(), Some("127.0.0.1:9911"));
+    assert_eq!(
+        parsed["gateway"]["store"].as_str(),
+        Some("postgres://app:***@db.internal/ctx"),
+        "the flag wins over the file and its password is redacted"
+    );
+    assert_eq!(parsed["policy"]["trigger_ratio"].as_float(), Some(0.65));
+    assert_eq!(
+        parsed["models"]["my-model"]["context_window"].as_integer(),
+        Some(54_000)
+    );
+
+    // What `show` prints is a valid configuration file itself.
+    let shown_file = dir.path().join("shown.toml");
+    std::fs::write(&shown_file, &shown).expect("config test");
+    let output = bin()
+        .args(["config", "validate", "--config"])
+        .arg(&shown_file)
+        .env_remove("CTXKEEPER_CONFIG")
+        .output()
+        .expect("config test");
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).starts_with("ok: "));
+}
+
+#[test]
+fn config_validate_names_the_offending_field() {
+    let dir = tempfile::tempdir().expect("config test");
+    for (text, expected) in [
+        ("[policy]\ntrigger_ratio = 1.5\n", "trigger_ratio"),
+        (
+            "[gateway]\nlisten = \"127.0.0.1:1\"\nbodylimit = 5\n",
+            "bodylimit",
+        ),
+        ("[policy\n", "ctxkeeper.toml"),
+    ] {
+        let file = dir.path().join("ctxkeeper.toml");
+        std::fs::write(&file, text).expect("config test");
+        let output = bin()
+            .args(["config", "validate", "--config"])
+            .arg(&file)
+            .env_remove("CTXKEEPER_CONFIG")
+            .output()
+            .expect("config test");
+        assert_eq!(output.status.code(), Some(2), "{text}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{text}: {stderr}");
+    }
+}

@@ -101,7 +101,7 @@ impl ObjectArchive {
                     if source.to_string().contains("not enabled") =>
                 {
                     StoreError::NotImplemented(format!(
-                        "{}: {source} (enable the `object-store-cloud` feature)",
+                        "{}: {source} (build with the `object-store-cloud` feature of ctxkeeper-store, `--features cloud` for the ctxkeeper binary)",
                         redact(url)
                     ))
                 }
