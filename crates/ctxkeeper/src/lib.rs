@@ -280,6 +280,15 @@ impl ContextManager {
     pub async fn ingest(&mut self, message: Message) -> Result<(), Error> {
         let budget = self.budget();
         let started = Instant::now();
+        // A message the policy pins is kept verbatim from the start: no ingest cap either.
+        if self.engine.pins(&self.state, &message) {
+            self.state.push(message);
+            if let Some(entry) = self.state.entries.last_mut() {
+                entry.meta.pinned = true;
+            }
+            self.clock.engine += started.elapsed();
+            return Ok(());
+        }
         let decision = self.engine.plan_ingest(&self.state, &budget, message);
         self.clock.engine += started.elapsed();
         match decision {

@@ -29,6 +29,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::capsule::CapsuleConfig;
+use crate::model::{Message, Role};
 use crate::summary::SummarySchema;
 
 /// A whole context policy.
@@ -84,6 +85,9 @@ pub struct PolicyConfig {
     /// The session capsule (the user's words, the files touched, the plan, the open problem),
     /// pinned after the instructions and kept across compactions; `None` leaves it out.
     pub capsule: Option<CapsuleConfig>,
+    /// Messages pinned as they arrive (never summarized, masked or trimmed); `[policy.pin]`.
+    #[serde(default)]
+    pub pin: PinRules,
     /// How the engine counts messages it has not counted yet.
     pub accounting: Accounting,
 }
@@ -123,8 +127,88 @@ impl Default for PolicyConfig {
             summary: SummaryConfig::default(),
             budget_notice: None,
             capsule: None,
+            pin: PinRules::default(),
             accounting: Accounting::Exact,
         }
+    }
+}
+
+/// Which arriving messages are pinned: kept verbatim through every compaction. Pinned
+/// content counts as what must stay, so a rule that pins much can leave a recovery no room
+/// (it then says so instead of dropping it).
+///
+/// ```toml
+/// [policy.pin]
+/// first_user_message = true          # the task as the user stated it
+/// tools = ["read_spec"]              # the results of these tools
+/// texts = ["IMPORTANT:"]             # any message containing one of these strings
+/// roles = ["developer"]              # every message of these roles
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PinRules {
+    /// The user's first request of the session (a user message that carries no tool result).
+    pub first_user_message: bool,
+    /// Every message of these roles.
+    pub roles: Vec<Role>,
+    /// The results of calls to these tools (by the name in the assistant's call).
+    pub tools: Vec<String>,
+    /// Any message whose text contains one of these strings (case-sensitive).
+    pub texts: Vec<String>,
+}
+
+impl PinRules {
+    /// Whether no rule is set.
+    pub fn is_empty(&self) -> bool {
+        !self.first_user_message
+            && self.roles.is_empty()
+            && self.tools.is_empty()
+            && self.texts.is_empty()
+    }
+
+    /// Whether `message`, arriving after `earlier`, is pinned. `tool_name` names the call a
+    /// tool result answers.
+    pub fn pins<'m>(
+        &self,
+        message: &Message,
+        mut earlier: impl Iterator<Item = &'m Message>,
+        tool_name: impl Fn(&str) -> Option<String>,
+    ) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        if self.roles.contains(&message.role) {
+            return true;
+        }
+        if !self.tools.is_empty()
+            && message
+                .tool_result_ids()
+                .any(|id| tool_name(id).is_some_and(|name| self.tools.contains(&name)))
+        {
+            return true;
+        }
+        if !self.texts.is_empty() {
+            let text = message.text();
+            if self.texts.iter().any(|t| text.contains(t.as_str())) {
+                return true;
+            }
+        }
+        self.first_user_message
+            && message.role == Role::User
+            && !message.has_tool_results()
+            && !earlier.any(|m| m.role == Role::User && !m.has_tool_results())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.texts.iter().any(|t| t.trim().is_empty()) {
+            return Err(ConfigError(
+                "pin.texts: an empty pattern would pin every message".into(),
+            ));
+        }
+        if self.tools.iter().any(|t| t.trim().is_empty()) {
+            return Err(ConfigError("pin.tools: a tool name cannot be empty".into()));
+        }
+        Ok(())
     }
 }
 
@@ -215,6 +299,7 @@ impl PolicyConfig {
                 "hysteresis must be in (0, 1), got {ratio}"
             )));
         }
+        self.pin.validate()?;
         if let Some(capsule) = &self.capsule {
             capsule.validate().map_err(ConfigError)?;
         }

@@ -47,8 +47,8 @@ mod stages;
 mod state;
 
 pub use config::{
-    Accounting, BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PolicyConfig,
-    ReactiveConfig, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+    Accounting, BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PinRules,
+    PolicyConfig, ReactiveConfig, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 pub use events::{CompactionReason, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
@@ -746,6 +746,15 @@ impl Engine {
             },
             max_output_tokens: self.config.summary.max_summary_tokens,
         }
+    }
+}
+
+impl Engine {
+    /// Whether the policy's `[pin]` rules pin `message`, arriving at the end of `state`.
+    pub fn pins(&self, state: &ContextState, message: &Message) -> bool {
+        self.config.pin.pins(message, state.messages(), |call_id| {
+            tool_name_for(state, call_id)
+        })
     }
 }
 
