@@ -46,6 +46,24 @@ use xxhash_rust::xxh3::Xxh3;
 pub const SESSION_HEADER: &str = "x-ctxkeeper-session";
 /// Header naming the tenant.
 pub const TENANT_HEADER: &str = "x-ctxkeeper-tenant";
+/// `x-ctxkeeper-pin: latest` pins the newest user message of the request: it stays verbatim
+/// through every compaction of the session.
+pub const PIN_HEADER: &str = "x-ctxkeeper-pin";
+
+/// Whether the request asks to pin its newest user message; any other value is an error
+/// (a typo must not silently pin nothing).
+pub fn pin_header(headers: &HeaderMap) -> Result<bool, String> {
+    let Some(value) = headers.get(PIN_HEADER) else {
+        return Ok(false);
+    };
+    match value.to_str().map(str::trim) {
+        Ok(v) if v.eq_ignore_ascii_case("latest") => Ok(true),
+        Ok(v) if v.eq_ignore_ascii_case("none") || v.is_empty() => Ok(false),
+        _ => Err(format!(
+            "{PIN_HEADER} must be `latest` (pin the newest user message) or `none`"
+        )),
+    }
+}
 /// The tenant of requests without a tenant header or an API key.
 pub const DEFAULT_TENANT: &str = "default";
 

@@ -223,6 +223,8 @@ async fn proxy(
         .resolve(&parts.headers)
         .map_err(|e| ApiError::tenant(flavor, e))?;
     let header_session = identity::session_header(&parts.headers).map_err(bad_id)?;
+    let pin_latest_user = identity::pin_header(&parts.headers)
+        .map_err(|message| ApiError::invalid_request(flavor, message))?;
 
     let headers = forward_headers(&parts.headers);
     let url = endpoint.upstream_url(gw, parts.uri.query());
@@ -261,7 +263,8 @@ async fn proxy(
     let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, session)
         .map_err(bad_id)?;
     let incoming = Incoming::new(model.clone(), messages, &tools)
-        .with_requested_output(requested_output(&extra));
+        .with_requested_output(requested_output(&extra))
+        .with_pin_latest_user(pin_latest_user);
     let step = gw
         .sessions
         .begin(&key, &incoming, &tools)

@@ -394,3 +394,78 @@ async fn a_responses_overflow_without_a_stated_window_is_learned_once() {
     );
     assert_eq!(Metrics::get(&gw.gateway.metrics.recoveries_refused), 0);
 }
+
+/// A Claude Code-like conversation of `steps` tool rounds whose task is stated first and a
+/// later instruction opens the current turn (so the task is an old message, compactable).
+fn pinned_body(steps: usize) -> Value {
+    let mut body = claude_code_body(0, 0, 1_000);
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.clear();
+    messages.push(json!({"role": "user", "content": PINNED_TASK}));
+    for i in 0..steps {
+        if i == 3 {
+            messages.push(json!({"role": "assistant", "content": "Done with the first part."}));
+            messages.push(json!({"role": "user", "content": "Now also update the changelog."}));
+        }
+        let id = format!("toolu_{i:04}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": format!("cat src/f{i}.rs")}}]}));
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": filler(i, 6_000)}]}));
+    }
+    body
+}
+
+const PINNED_TASK: &str = "Fix the failing invoice test without touching the migrations.";
+
+/// Whether the request carries the task word for word as a text of its own (consecutive
+/// user messages are merged into one Anthropic message, each its own text block), not only
+/// quoted inside the capsule.
+fn task_as_own_message(body: &Value) -> bool {
+    body["messages"].as_array().unwrap().iter().any(|m| {
+        m["role"] == "user"
+            && (m["content"] == PINNED_TASK
+                || m["content"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["text"] == PINNED_TASK)))
+    })
+}
+
+#[tokio::test]
+async fn the_pin_header_keeps_the_newest_user_message_through_every_compaction() {
+    for pin in [true, false] {
+        let upstream = mock(20_000).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(&dir, &upstream.anthropic_base_url());
+        cfg.profiles = profile(20_000);
+        let gw = common::start(cfg).await;
+        let headers: &[(&str, &str)] = if pin {
+            &[
+                ("x-ctxkeeper-session", "pinned"),
+                ("x-ctxkeeper-pin", "latest"),
+            ]
+        } else {
+            &[("x-ctxkeeper-session", "pinned")]
+        };
+        for step in 1..=40 {
+            let response = send_messages(&gw, &pinned_body(step), headers).await;
+            assert_eq!(response.status(), 200, "step {step}");
+        }
+        let compacted = Metrics::get(&gw.gateway.metrics.compactions);
+        assert!(compacted >= 1, "the session must compact: {compacted}");
+        let last = upstream.requests().last().unwrap().body.clone();
+        assert_eq!(
+            task_as_own_message(&last),
+            pin,
+            "pinned: {pin}; the task as its own message in the last request"
+        );
+    }
+
+    // A misspelt value is refused, not ignored.
+    let upstream = mock(20_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let response = send_messages(&gw, &pinned_body(1), &[("x-ctxkeeper-pin", "lastest")]).await;
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("x-ctxkeeper-pin"));
+}

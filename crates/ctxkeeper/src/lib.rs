@@ -276,16 +276,22 @@ impl ContextManager {
         }
     }
 
+    /// Appends a message pinned: it stays verbatim through every compaction (the policy's
+    /// `[pin]` rules pin messages the same way without the caller asking).
+    pub fn ingest_pinned(&mut self, message: Message) {
+        self.state.push(message);
+        if let Some(entry) = self.state.entries.last_mut() {
+            entry.meta.pinned = true;
+        }
+    }
+
     /// Appends a message to the context, capping oversized tool results first.
     pub async fn ingest(&mut self, message: Message) -> Result<(), Error> {
         let budget = self.budget();
         let started = Instant::now();
         // A message the policy pins is kept verbatim from the start: no ingest cap either.
         if self.engine.pins(&self.state, &message) {
-            self.state.push(message);
-            if let Some(entry) = self.state.entries.last_mut() {
-                entry.meta.pinned = true;
-            }
+            self.ingest_pinned(message);
             self.clock.engine += started.elapsed();
             return Ok(());
         }

@@ -2,7 +2,7 @@
 //! departure from the stored conversation forks, a replaced newest message is swapped in.
 
 use ctxkeeper_core::engine::{ContextState, Event};
-use ctxkeeper_core::model::ToolSpec;
+use ctxkeeper_core::model::{Role, ToolSpec};
 use ctxkeeper_store::SessionKey;
 use tokio::sync::broadcast;
 
@@ -97,8 +97,22 @@ impl Sessions {
         let Some(live) = slot.live.as_mut() else {
             return Err(SessionError::Corrupt("no context manager".into()));
         };
-        for message in &incoming.messages[start..] {
-            live.manager.ingest(message.clone()).await?;
+        let pinned = incoming
+            .pin_latest_user
+            .then(|| {
+                incoming
+                    .messages
+                    .iter()
+                    .rposition(|m| m.role == Role::User && !m.has_tool_results())
+            })
+            .flatten()
+            .filter(|index| *index >= start);
+        for (index, message) in incoming.messages.iter().enumerate().skip(start) {
+            if Some(index) == pinned {
+                live.manager.ingest_pinned(message.clone());
+            } else {
+                live.manager.ingest(message.clone()).await?;
+            }
         }
         let prepared = live.manager.prepare().await?;
         let changed = Self::drain(live, outbox);

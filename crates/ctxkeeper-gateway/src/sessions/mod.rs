@@ -171,6 +171,9 @@ pub struct Incoming {
     /// `max_completion_tokens`): providers refuse input + output over the window, so the
     /// context is budgeted to the window minus this.
     pub requested_output: Option<u64>,
+    /// The client asked (`x-ctxkeeper-pin: latest`) to pin the newest user message of this
+    /// request, when it is new to the session.
+    pub pin_latest_user: bool,
 }
 
 impl Incoming {
@@ -184,7 +187,14 @@ impl Incoming {
             hashes,
             tools_hash: identity::tools_hash(tools),
             requested_output: None,
+            pin_latest_user: false,
         }
+    }
+
+    /// Pins the newest user message of the request (see [`Incoming::pin_latest_user`]).
+    pub fn with_pin_latest_user(mut self, pin: bool) -> Incoming {
+        self.pin_latest_user = pin;
+        self
     }
 
     /// States the request's output budget.
