@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use ctxkeeper_core::ParseError;
 use ctxkeeper_core::import::{self, Session, Trace, TraceFormat};
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use ctxkeeper_gateway::config::ConfigFile;
 
 use crate::TraceArgs;
 
@@ -173,7 +174,9 @@ pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
     })
 }
 
-/// Reads the configuration file: `[models."NAME"]` profile overrides and a `[policy]` table.
+/// Reads the configuration file with the same parser as `serve` (one `CTXKEEPER_CONFIG` serves
+/// every command): `[models."NAME"]` profile overrides and a `[policy]` table apply here; a
+/// `[gateway]` section is checked but only `serve` uses it.
 fn load_config(config: Option<&Path>) -> Result<(Profiles, Option<String>), InputError> {
     let Some(path) = config else {
         return Ok((Profiles::builtin(), None));
@@ -183,29 +186,12 @@ fn load_config(config: Option<&Path>) -> Result<(Profiles, Option<String>), Inpu
         path: path.to_path_buf(),
         message,
     };
-    let mut table: toml::Table =
-        toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
-    let policy = table.remove("policy");
-    let models = table.remove("models");
-    if let Some(unknown) = table.keys().next() {
-        return Err(bad(format!(
-            "unknown section {unknown:?} (expected [models.\"NAME\"] or [policy])"
-        )));
-    }
-    let profiles = match models {
-        Some(models) => {
-            let mut wrapper = toml::Table::new();
-            wrapper.insert("models".into(), models);
-            Profiles::from_toml_str(&wrapper.to_string()).map_err(|e| bad(e.to_string()))?
-        }
+    let file = ConfigFile::parse(&text).map_err(|e| bad(e.to_string()))?;
+    let profiles = match &file.models {
+        Some(models) => Profiles::from_toml_str(models).map_err(|e| bad(e.to_string()))?,
         None => Profiles::builtin(),
     };
-    let policy = match policy {
-        Some(toml::Value::Table(policy)) => Some(policy.to_string()),
-        Some(_) => return Err(bad("[policy] must be a table".into())),
-        None => None,
-    };
-    Ok((profiles, policy))
+    Ok((profiles, file.policy))
 }
 
 /// The sub-agent transcripts Claude Code 2.x keeps beside a session file

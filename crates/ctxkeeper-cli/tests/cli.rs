@@ -630,3 +630,53 @@ fn config_validate_names_the_offending_field() {
         assert!(stderr.contains(expected), "{text}: {stderr}");
     }
 }
+
+#[test]
+fn one_config_file_serves_replay_and_serve() {
+    // Regression: replay's own parser refused the `[gateway]` section that `serve` needs, so
+    // one CTXKEEPER_CONFIG could not serve both commands.
+    let Some(dir) = traces_dir() else {
+        return;
+    };
+    let trace = dir.join("swe-agent/pydicom__pydicom-1458.traj");
+    let trace = trace.to_str().expect("utf-8 path");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let replay_with = |policy: &str| {
+        let file = tmp.path().join("ctxkeeper.toml");
+        std::fs::write(
+            &file,
+            format!("[gateway]\nlisten = \"127.0.0.1:9912\"\n[policy]\n{policy}\n"),
+        )
+        .expect("write config");
+        json_of(&run(&[
+            "replay",
+            trace,
+            "--policy",
+            "default",
+            "--window",
+            "16000",
+            "--json",
+            "--config",
+            file.to_str().expect("utf-8 path"),
+        ]))
+    };
+    let usual = replay_with("keep_recent_rounds = 2");
+    let early = replay_with("trigger_ratio = 0.3");
+    assert!(
+        early["compactions"].as_u64() > usual["compactions"].as_u64(),
+        "the file's [policy] applies: {} vs {} compactions",
+        early["compactions"],
+        usual["compactions"]
+    );
+    // A typo in [gateway] is still an error for every command.
+    let file = tmp.path().join("typo.toml");
+    std::fs::write(&file, "[gateway]\nlisen = \"127.0.0.1:1\"\n").expect("write config");
+    let output = run(&[
+        "replay",
+        trace,
+        "--config",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("lisen"));
+}
