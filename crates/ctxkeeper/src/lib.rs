@@ -424,13 +424,25 @@ impl ContextManager {
             .min(failed_tokens.saturating_sub(1))
             .max(1);
         let target = ((ceiling as f64) * shrink) as u64;
-        let request = PlanRequest {
+        let mut request = PlanRequest {
             force: Some(CompactionReason::Overflow),
             target_tokens: Some(target),
+            attempt,
             ..PlanRequest::default()
         };
         let started = Instant::now();
-        let plan = self.engine.plan(&mut self.state, &budget, &request);
+        let mut plan = self.engine.plan(&mut self.state, &budget, &request);
+        // Before the attempt that may clear, what the other stages leave is kept when it fits;
+        // when it does not, clearing now beats sending a request known to fail.
+        let clear_from = self.engine.config().overflow.clear_from_attempt;
+        if attempt < clear_from
+            && plan
+                .as_ref()
+                .is_none_or(|plan| plan.estimated_tokens_after > ceiling)
+        {
+            request.attempt = clear_from;
+            plan = self.engine.plan(&mut self.state, &budget, &request);
+        }
         self.clock.engine += started.elapsed();
         let Some(plan) = plan else {
             // Nothing left to compact: what remains is what must stay.

@@ -195,3 +195,82 @@ async fn a_recovery_that_cannot_fit_is_an_error_not_an_empty_conversation() {
     }
     assert_eq!(context.state().to_messages(), before, "nothing was removed");
 }
+
+/// CowAgent's overflow recovery as its document describes it: trim to at most 5 turns (and cap
+/// long results), and clear the context only if that is still too long.
+#[tokio::test]
+async fn cowagent_recovery_keeps_five_turns_when_they_fit_and_clears_only_when_they_do_not() {
+    async fn session(turns: usize, window: u64) -> ContextManager {
+        let settings = Settings {
+            policy: presets::preset("cowagent").unwrap(),
+            model: model(),
+            window,
+            fixed_tokens: 0,
+        };
+        let mut context = ContextManager::new(
+            settings,
+            "cow",
+            Arc::new(ObjectArchive::memory()),
+            Arc::new(ExtractiveSummarizer::default()),
+        );
+        for turn in 0..turns {
+            context
+                .ingest(Message::user(format!(
+                    "question {turn}: {}",
+                    output(turn, 450)
+                )))
+                .await
+                .unwrap();
+            context
+                .ingest(Message::assistant(format!(
+                    "answer {turn}: {}",
+                    output(turn, 450)
+                )))
+                .await
+                .unwrap();
+        }
+        context
+    }
+    let questions = |messages: &[Message]| {
+        messages
+            .iter()
+            .filter(|m| m.text().starts_with("question "))
+            .count()
+    };
+
+    // Five turns (about 4k tokens) fit a 7k limit: kept, not cleared to one.
+    let mut context = session(12, 100_000).await;
+    let failed = context.prepare().await.unwrap().input_tokens;
+    let recovered = context
+        .handle_overflow(1, failed, Some(7_000))
+        .await
+        .unwrap();
+    assert!(
+        recovered.input_tokens <= 7_000,
+        "{}",
+        recovered.input_tokens
+    );
+    assert_eq!(
+        questions(&recovered.messages),
+        5,
+        "the newest five turns stay"
+    );
+
+    // In a 3k window five turns cannot fit: the clear runs in the same attempt, instead of
+    // sending a request known to fail.
+    let mut context = session(12, 3_000).await;
+    let recovered = context
+        .handle_overflow(1, failed, Some(3_000))
+        .await
+        .unwrap();
+    assert!(
+        recovered.input_tokens <= 3_000,
+        "{}",
+        recovered.input_tokens
+    );
+    assert_eq!(
+        questions(&recovered.messages),
+        1,
+        "only the newest turn is left"
+    );
+}

@@ -323,6 +323,11 @@ impl PolicyConfig {
             self.overflow.shrink_factor,
             Range::ABOVE_ZERO_BELOW_ONE,
         )?;
+        if self.overflow.clear_from_attempt == 0 {
+            return Err(ConfigError(
+                "overflow.clear_from_attempt must be at least 1 (attempts count from 1)".into(),
+            ));
+        }
         if let Some(notice) = &self.budget_notice {
             share(
                 "budget_notice.nudge_at",
@@ -337,11 +342,9 @@ impl PolicyConfig {
             for (index, stage) in stages.iter().enumerate() {
                 let field = |name: &str| format!("{list}[{index}] ({}).{name}", stage.kind());
                 match stage {
-                    Stage::TrimTurns { drop_fraction, .. } => share(
-                        &field("drop_fraction"),
-                        *drop_fraction,
-                        Range::ABOVE_ZERO_TO_ONE,
-                    )?,
+                    Stage::TrimTurns { drop_fraction, .. } => {
+                        share(&field("drop_fraction"), *drop_fraction, Range::ZERO_TO_ONE)?
+                    }
                     Stage::Summarize {
                         keep_ratio,
                         min_ratio,
@@ -518,8 +521,9 @@ pub enum Stage {
         #[serde(default)]
         always: bool,
     },
-    /// Drop the oldest `drop_fraction` of whole turns when there are more than `max_turns`
-    /// (CowAgent); the dropped turns are summarized.
+    /// Drop the oldest `drop_fraction` of whole turns when there are more than `max_turns`,
+    /// and at least down to `max_turns` (CowAgent; 0 trims to exactly `max_turns`); the
+    /// dropped turns are summarized.
     TrimTurns {
         #[serde(alias = "agent_max_context_turns")]
         max_turns: usize,
@@ -647,6 +651,11 @@ pub struct OverflowConfig {
     /// The stages of an emergency compaction; empty means the policy's own stages followed by
     /// a hard clear.
     pub stages: Vec<Stage>,
+    /// The first attempt whose compaction may run `clear` stages. Before it, a recovery keeps
+    /// what its other stages leave when that fits the limit (CowAgent: trim to 5 turns and cap
+    /// the results, and clear only if that is still too long); when it does not fit, the
+    /// clear runs at once rather than sending a request known to fail.
+    pub clear_from_attempt: u32,
 }
 
 impl Default for OverflowConfig {
@@ -655,6 +664,7 @@ impl Default for OverflowConfig {
             max_attempts: 3,
             shrink_factor: 0.6,
             stages: Vec::new(),
+            clear_from_attempt: 1,
         }
     }
 }
@@ -805,7 +815,7 @@ mod tests {
                 "reactive.full_trigger_pct",
             ),
             (
-                "[[stages]]\nkind = \"trim_turns\"\nmax_turns = 4\ndrop_fraction = 0.0",
+                "[[stages]]\nkind = \"trim_turns\"\nmax_turns = 4\ndrop_fraction = -0.1",
                 "stages[0] (trim_turns).drop_fraction",
             ),
             (

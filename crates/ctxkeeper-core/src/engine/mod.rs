@@ -82,6 +82,9 @@ pub struct PlanRequest {
     pub target_tokens: Option<u64>,
     /// Focus instructions for the summarizer.
     pub focus: Option<String>,
+    /// The overflow recovery attempt this plan serves (from 1); 0 when not stated, which lets
+    /// every stage run. Gates `clear` stages (see [`OverflowConfig::clear_from_attempt`]).
+    pub attempt: u32,
 }
 
 /// Content that must be archived before a plan can be applied.

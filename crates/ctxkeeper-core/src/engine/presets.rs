@@ -318,9 +318,10 @@ fn cowagent() -> PolicyConfig {
             max_attempts: 2,
             shrink_factor: 0.6,
             stages: vec![
+                // At most 5 turns (a fraction of 1.0 here emptied the context to one turn).
                 Stage::TrimTurns {
                     max_turns: 5,
-                    drop_fraction: 1.0,
+                    drop_fraction: 0.0,
                 },
                 Stage::CapResults {
                     max_chars: 10_000,
@@ -330,6 +331,8 @@ fn cowagent() -> PolicyConfig {
                 },
                 Stage::Clear { keep_turns: 1 },
             ],
+            // "Still too long" after the trim to 5 turns: only then is the context cleared.
+            clear_from_attempt: 2,
         },
         ..PolicyConfig::default()
     }

@@ -34,6 +34,8 @@ impl AsRef<Message> for Entry {
 /// A context being rewritten by the stages of one plan.
 pub(super) struct Draft<'a> {
     engine: &'a Engine,
+    /// The overflow recovery attempt (0: not stated).
+    attempt: u32,
     entries: Vec<Entry>,
     previous_summary: Option<Summary>,
     fixed_tokens: u64,
@@ -97,6 +99,7 @@ impl<'a> Draft<'a> {
         };
         let growth = state.step_growth();
         let mut draft = Draft {
+            attempt: request.attempt,
             keep_rounds_override: None,
             capsule,
             capsule_reserve,
@@ -195,12 +198,17 @@ impl<'a> Draft<'a> {
                 keep_ratio: None,
                 min_ratio: None,
             }],
-            CompactionReason::Overflow if !config.overflow.stages.is_empty() => {
-                config.overflow.stages.clone()
-            }
             CompactionReason::Overflow => {
-                let mut stages = config.stages.clone();
-                stages.push(Stage::Clear { keep_turns: 1 });
+                let mut stages = if config.overflow.stages.is_empty() {
+                    let mut stages = config.stages.clone();
+                    stages.push(Stage::Clear { keep_turns: 1 });
+                    stages
+                } else {
+                    config.overflow.stages.clone()
+                };
+                if self.attempt > 0 && self.attempt < config.overflow.clear_from_attempt {
+                    stages.retain(|stage| !matches!(stage, Stage::Clear { .. }));
+                }
                 stages
             }
             CompactionReason::Maintenance => config
@@ -257,7 +265,10 @@ impl<'a> Draft<'a> {
                 if count <= *max_turns {
                     return false;
                 }
-                let drop = ((count as f64 * drop_fraction).floor() as usize).max(1);
+                // The oldest `drop_fraction` of the turns, and at least what brings the count
+                // down to `max_turns` (a fraction of 0 trims to exactly `max_turns`).
+                let fraction = (count as f64 * drop_fraction).floor() as usize;
+                let drop = fraction.max(count - *max_turns).max(1);
                 self.drop_turns(drop)
             }
             Stage::CompressTurns { min_turns_for_drop } => {
