@@ -36,6 +36,7 @@ use ctxkeeper_core::tokens::Profiles;
 use serde::Deserialize;
 
 use crate::identity::TenantRule;
+use crate::summarize::SummarizerChoice;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -93,6 +94,11 @@ pub struct GatewayConfig {
     /// Who chooses a request's tenant: the API key, tenant tokens, and whether
     /// `x-ctxkeeper-tenant` is trusted.
     pub tenants: TenantRule,
+    /// Who writes compaction summaries: the request's own upstream (the default), the
+    /// extractive summarizer, or a configured model ([`crate::summarize`]).
+    pub summarizer: SummarizerChoice,
+    /// Time allowed for one summary call; past it the extractive summary stands in.
+    pub summary_timeout: Duration,
 }
 
 impl GatewayConfig {
@@ -119,6 +125,8 @@ impl GatewayConfig {
             max_consecutive_recoveries: crate::sessions::DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             session_cache: 10_000,
             tenants: TenantRule::default(),
+            summarizer: SummarizerChoice::Upstream { model: None },
+            summary_timeout: Duration::from_secs(120),
         }
     }
 
@@ -225,6 +233,13 @@ pub struct GatewaySection {
     pub trust_tenant_header: Option<bool>,
     /// Tenant-scoped tokens: `tenant = "token"`.
     pub tenant_tokens: Option<std::collections::BTreeMap<String, String>>,
+    /// `upstream` (default), `extractive`, `openai` or `anthropic`.
+    pub summarizer: Option<String>,
+    /// The summary model (for `upstream`: instead of the request's model).
+    pub summarizer_model: Option<String>,
+    /// The base URL of an `openai` or `anthropic` summarizer.
+    pub summarizer_url: Option<String>,
+    pub summary_timeout_secs: Option<u64>,
 }
 
 /// A parsed configuration file: `[gateway]`, `[models."NAME"]` and `[policy]`.
@@ -340,6 +355,18 @@ impl ConfigFile {
                 .with_token(tenant, token)
                 .map_err(|e| ConfigError(format!("[gateway] tenant_tokens: {e}")))?;
         }
+        if g.summarizer.is_some() || g.summarizer_model.is_some() || g.summarizer_url.is_some() {
+            let kind = g.summarizer.as_deref().unwrap_or("upstream");
+            base.summarizer = SummarizerChoice::parse(
+                kind,
+                g.summarizer_url.as_deref(),
+                g.summarizer_model.as_deref(),
+            )
+            .map_err(|e| ConfigError(format!("[gateway] summarizer: {e}")))?;
+        }
+        if let Some(secs) = g.summary_timeout_secs {
+            base.summary_timeout = Duration::from_secs(secs);
+        }
         if let Some(models) = &self.models {
             base.profiles = Profiles::from_toml_str(models)
                 .map_err(|e| ConfigError(format!("[models]: {e}")))?;
@@ -381,6 +408,29 @@ mod tests {
         let file = ConfigFile::parse("[policy]\ntrigger_ratio = 0.99").unwrap();
         let err = file.into_config(GatewayConfig::new("/tmp/x")).unwrap_err();
         assert!(err.0.contains("trigger_ratio"), "{err}");
+    }
+
+    #[test]
+    fn the_summarizer_is_chosen_in_the_file() {
+        let config = GatewayConfig::new("/tmp/x");
+        assert_eq!(config.summarizer.name(), "upstream");
+        let file =
+            ConfigFile::parse("[gateway]\nsummarizer = \"upstream\"\nsummarizer_model = \"small\"")
+                .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert_eq!(config.summarizer.name(), "upstream:small");
+        let file = ConfigFile::parse("[gateway]\nsummarizer = \"extractive\"").expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert_eq!(config.summarizer.name(), "extractive");
+        let file = ConfigFile::parse("[gateway]\nsummarizer = \"gpt\"").expect("parses");
+        let err = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect_err("unknown summarizer");
+        assert!(err.0.contains("summarizer"), "{err}");
     }
 
     #[test]

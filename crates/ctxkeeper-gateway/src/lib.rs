@@ -35,6 +35,7 @@ pub mod proxy;
 pub mod router;
 pub mod sessions;
 pub mod streaming;
+pub mod summarize;
 
 use std::sync::Arc;
 
@@ -90,6 +91,7 @@ impl Gateway {
         )
         .with_idle_ttl(config.session_idle)
         .with_max_consecutive_recoveries(config.max_consecutive_recoveries)
+        .with_summarizer_choice(config.summarizer.clone())
         .with_metrics(metrics.clone())
         .with_event_bus(bus);
         Gateway::with_sessions(config, sessions, metrics)

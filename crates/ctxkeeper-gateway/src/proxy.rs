@@ -41,6 +41,7 @@ use crate::metrics::Metrics;
 use crate::sessions::events::GatewayEvent;
 use crate::sessions::{Incoming, Ticket};
 use crate::streaming::{Opening, SseUsage, StreamHead, input_tokens};
+use crate::summarize::UpstreamRoute;
 
 /// The model endpoints the gateway manages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +134,10 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request<Body>) -> Res
     );
     response
 }
+
+/// Above this share of the window used, a session keeps its last forwarded body for the
+/// summary call (see [`crate::summarize`]).
+const FORWARDED_KEPT_ABOVE_PCT: f64 = 40.0;
 
 /// What the gateway reports on a managed answer.
 #[derive(Debug, Clone)]
@@ -262,9 +267,22 @@ async fn proxy(
         .unwrap_or_else(|| identity::derived_session(model.as_deref(), &messages));
     let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, session)
         .map_err(bad_id)?;
+    // Summaries written upstream go there as this caller, with this request's headers.
+    let route = gw.sessions.summarizes_upstream().then(|| {
+        Arc::new(UpstreamRoute {
+            client: gw.client.clone(),
+            url: url.clone(),
+            headers: headers.clone(),
+            wire,
+            model: model.clone(),
+            tools: tools.clone(),
+            timeout: gw.config.summary_timeout,
+        })
+    });
     let incoming = Incoming::new(model.clone(), messages, &tools)
         .with_requested_output(requested_output(&extra))
-        .with_pin_latest_user(pin_latest_user);
+        .with_pin_latest_user(pin_latest_user)
+        .with_route(route);
     let step = gw
         .sessions
         .begin(&key, &incoming, &tools)
@@ -295,6 +313,11 @@ async fn proxy(
     } else {
         emit(&mut managed, step.prepared.messages)
     };
+    // Kept (shared, not copied) for the next summary call's cached prefix once the context
+    // nears its trigger; below that no compaction is near.
+    if gw.sessions.summarizes_upstream() && report.budget_used_pct >= FORWARDED_KEPT_ABOVE_PCT {
+        managed.incoming.forwarded = Some(body.clone());
+    }
     forward(
         gw,
         flavor,

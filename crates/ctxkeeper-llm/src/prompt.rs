@@ -47,6 +47,42 @@ pub const TOOL_DESCRIPTION: &str = include_str!("../prompts/tool_description.md"
 /// The memory-flush prompt: extract durable facts before compaction, or answer `NONE`.
 pub const MEMORY_FLUSH: &str = include_str!("../prompts/memory_flush.md");
 
+/// The closing instruction of a summary asked in the conversation's own request (the
+/// conversation as the model last saw it, plus this), so the provider serves the conversation
+/// from its prompt cache.
+pub const IN_CONTEXT: &str = include_str!("../prompts/in_context.md");
+
+/// The instruction that closes an in-context summary request: summarize the conversation
+/// above through message `message_count` (which begins with `last_excerpt`), in `schema`'s
+/// fields, as one JSON object.
+pub fn in_context_instruction(
+    schema: &SummarySchema,
+    message_count: usize,
+    last_excerpt: &str,
+    focus: Option<&str>,
+    max_output_tokens: u32,
+) -> String {
+    let max_words = (u64::from(max_output_tokens) * 3 / 4).max(50).to_string();
+    let focus = match focus {
+        Some(text) if !text.trim().is_empty() => fill(FOCUS, &[("focus", text.trim())]),
+        _ => String::new(),
+    };
+    // The opening words name the message; line breaks would break the quote.
+    let words: Vec<&str> = last_excerpt.split_whitespace().collect();
+    let excerpt: String = words.join(" ").chars().take(100).collect();
+    fill(
+        IN_CONTEXT,
+        &[
+            ("message_count", &message_count.to_string()),
+            ("last_excerpt", &excerpt),
+            ("max_words", &max_words),
+            ("fields", &describe_fields(schema)),
+            ("keys", &field_keys(schema)),
+            ("focus", &focus),
+        ],
+    )
+}
+
 /// The name of the tool a model calls to record its summary.
 pub const SUMMARY_TOOL: &str = "record_summary";
 

@@ -62,8 +62,15 @@ impl Reply {
     }
 }
 
+/// The opening of a gateway's summary instruction: a model asked this answers with the
+/// summary object whatever tools the request declares.
+const SUMMARY_REQUEST: &str = "[ctxkeeper summary request]";
+
 /// Decides the answer to an accepted request body.
 pub(crate) fn answer(api: Api, body: &Map<String, Value>) -> Answer {
+    if let Some(summary) = summary_answer(api, body) {
+        return Answer::Text(summary);
+    }
     if let Some(name) = chosen_tool(api, body) {
         let step = tool_results(api, body);
         return Answer::ToolCall {
@@ -116,6 +123,45 @@ fn chosen_tool(api: Api, body: &Map<String, Value>) -> Option<String> {
         };
         name.and_then(Value::as_str).map(str::to_owned)
     })
+}
+
+/// The answer to a summary instruction in the request's last user turn: a JSON object with
+/// the keys it names (`Its keys are exactly "a", "b" and "c"`), each saying what it covered.
+fn summary_answer(api: Api, body: &Map<String, Value>) -> Option<String> {
+    let field = if api == Api::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    let last = items(body, field).last()?;
+    let text = match &last["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => return None,
+    };
+    let at = text.find(SUMMARY_REQUEST)?;
+    let instruction = &text[at..];
+    let keys_at = instruction.find("Its keys are exactly ")?;
+    let list = &instruction[keys_at..];
+    let list = &list[..list.find(';').unwrap_or(list.len())];
+    let keys: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+    let messages = conversation_length(api, body);
+    let object: Map<String, Value> = keys
+        .iter()
+        .map(|key| {
+            (
+                (*key).to_owned(),
+                Value::String(format!(
+                    "mock summary of the {messages} messages above ({key})"
+                )),
+            )
+        })
+        .collect();
+    Some(Value::Object(object).to_string())
 }
 
 /// How many tool results the request carries.

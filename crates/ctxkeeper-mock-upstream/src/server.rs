@@ -70,6 +70,7 @@ struct Outcome {
     response: Response,
     status: StatusCode,
     input_tokens: u64,
+    cached_tokens: u64,
 }
 
 impl Outcome {
@@ -81,6 +82,7 @@ impl Outcome {
             response: json_response(status, &error.body, flavor, &request_id),
             status,
             input_tokens: 0,
+            cached_tokens: 0,
         }
     }
 }
@@ -119,6 +121,7 @@ async fn serve(
             body,
             status: outcome.status.as_u16(),
             input_tokens: outcome.input_tokens,
+            cached_tokens: outcome.cached_tokens,
         });
     }
     outcome.response
@@ -201,6 +204,7 @@ fn answer(
                 response: sse_response(events, &request_id, flavor),
                 status: StatusCode::OK,
                 input_tokens: counted.input,
+                cached_tokens: 0,
             };
         }
         let mut outcome = Outcome::error(error, number, flavor);
@@ -254,6 +258,7 @@ fn answer(
         response,
         status: StatusCode::OK,
         input_tokens: counted.input,
+        cached_tokens: counted.cached,
     }
 }
 

@@ -42,6 +42,9 @@ pub struct RecordedRequest {
     pub status: u16,
     /// The input tokens the mock counted (0 when it rejected the request before counting).
     pub input_tokens: u64,
+    /// The part of `input_tokens` its simulated prompt cache served (0 for a refused request).
+    #[serde(default)]
+    pub cached_tokens: u64,
 }
 
 impl RecordedRequest {

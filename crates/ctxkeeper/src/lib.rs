@@ -44,6 +44,7 @@
 mod assembly;
 pub mod replay;
 pub mod snapshot;
+pub mod summarizers;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -510,7 +511,7 @@ impl ContextManager {
     /// reached its share of the trigger.
     fn budget_notice(&self, tokens: u64, budget: &Budget) -> Option<String> {
         let config = self.engine.config().budget_notice.as_ref()?;
-        let trigger = self.engine.trigger_tokens(budget)?;
+        let (trigger, _) = self.engine.active_trigger(&self.state, budget)?;
         if (tokens as f64) < config.nudge_at * trigger as f64 {
             return None;
         }
@@ -530,7 +531,7 @@ impl ContextManager {
     /// next steps do not recompact (and re-break the prompt cache) for a few tokens each.
     fn stop_compaction_loop(&mut self) {
         let budget = self.budget();
-        let Some(trigger) = self.engine.trigger_tokens(&budget) else {
+        let Some((trigger, _)) = self.engine.active_trigger(&self.state, &budget) else {
             return;
         };
         let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
@@ -577,8 +578,16 @@ impl ContextManager {
         for request in &plan.summaries {
             let summary = match self.summarizer.summarize(request).await {
                 Ok(summary) => summary,
-                // A failed summary never kills the turn: fall back, marked degraded.
-                Err(_) => ctxkeeper_llm::fallback_truncation(request),
+                // A failed summary never kills the turn: the extractive summary (no model, it
+                // cannot fail) stands in, marked degraded, and the cause is reported.
+                Err(err) => {
+                    let cause = err.to_string();
+                    self.emit(vec![Event::SummaryFailed {
+                        summarizer: self.summarizer.name().to_string(),
+                        cause,
+                    }]);
+                    degraded_extractive(request).await
+                }
             };
             summaries.push(summary);
         }
@@ -595,6 +604,12 @@ impl ContextManager {
         self.emit(events);
         self.stop_compaction_loop();
         Ok(())
+    }
+
+    /// Summarizes with `summarizer` from now on (a host that changes summarizers per request,
+    /// like the gateway summarizing on each caller's own upstream, sets it before preparing).
+    pub fn set_summarizer(&mut self, summarizer: Arc<dyn Summarizer>) {
+        self.summarizer = summarizer;
     }
 
     /// Appends facts to today's memory file; a failure is reported, never fatal (the
@@ -659,4 +674,18 @@ fn attach_notice(messages: &mut [Message], notice: &str) {
         return;
     }
     last.parts.push(Part::text(notice));
+}
+
+/// The extractive summary of `request`, marked degraded: what stands in for a failed model
+/// summary.
+async fn degraded_extractive(
+    request: &ctxkeeper_core::summary::SummaryRequest,
+) -> ctxkeeper_core::summary::Summary {
+    let extractive = ctxkeeper_llm::ExtractiveSummarizer::default();
+    let mut summary = match extractive.summarize(request).await {
+        Ok(summary) => summary,
+        Err(_) => ctxkeeper_llm::fallback_truncation(request),
+    };
+    summary.degraded = true;
+    summary
 }

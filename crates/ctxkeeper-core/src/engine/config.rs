@@ -90,6 +90,82 @@ pub struct PolicyConfig {
     pub pin: PinRules,
     /// How the engine counts messages it has not counted yet.
     pub accounting: Accounting,
+    /// Compact when it pays on billed input rather than at a fixed share of the window
+    /// (`[policy.cost]`; `None`: the token trigger is the fixed `trigger_ratio` /
+    /// `trigger_tokens`).
+    #[serde(default)]
+    pub cost: Option<CostRule>,
+}
+
+/// The economic trigger: compact when the tokens a compaction sheds pay for the prompt cache it
+/// breaks.
+///
+/// Every compaction rewrites what follows the stable prefix (tool schemas and system prompt),
+/// and the provider bills that rewrite as a cache write; between compactions each step re-reads
+/// the whole context at the cache-read price. Carrying `x` more tokens costs `x × cache_read`
+/// per step, one compaction costs `rewrite` = (tokens after it − stable prefix) × `cache_write`
+/// (+ the summary call), and the context grows `g` tokens per step, so the billed input per step
+/// is lowest when each compaction cycle spans `sqrt(2 × rewrite × g / cache_read)` tokens (the
+/// economic-order-quantity rule). The trigger is placed there, between `min_trigger_ratio` of the
+/// window and the window's ceiling: a compaction that would not repay its rewrite is skipped
+/// until it does (or the window forces it); a context that grows fast compacts earlier than a
+/// fixed ratio would. Until the growth per step is known the fixed trigger applies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CostRule {
+    /// Price of a cached input token, as a share of an uncached one (0.1 at Anthropic and
+    /// OpenAI).
+    pub cache_read: f64,
+    /// Price of an input token written to the cache (1.25 at Anthropic for the 5-minute cache;
+    /// 1.0 where writing is not billed extra).
+    pub cache_write: f64,
+    /// The trigger never goes below this share of the window.
+    pub min_trigger_ratio: f64,
+    /// What the summary call costs per token of the context it reads, in uncached-token
+    /// equivalents: 0 for the extractive summarizer, about `cache_read` for a model summary
+    /// built on the conversation's cached prefix.
+    pub summary_call: f64,
+}
+
+impl Default for CostRule {
+    fn default() -> CostRule {
+        CostRule {
+            cache_read: 0.1,
+            cache_write: 1.25,
+            min_trigger_ratio: 0.3,
+            summary_call: 0.0,
+        }
+    }
+}
+
+impl CostRule {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.cache_read > 0.0 && self.cache_read <= 1.0) {
+            return Err(ConfigError(format!(
+                "cost.cache_read must be in (0, 1], got {}",
+                self.cache_read
+            )));
+        }
+        if !(self.cache_write >= 0.0 && self.cache_write <= 10.0) {
+            return Err(ConfigError(format!(
+                "cost.cache_write must be in [0, 10], got {}",
+                self.cache_write
+            )));
+        }
+        if !(self.min_trigger_ratio > 0.0 && self.min_trigger_ratio <= 0.9) {
+            return Err(ConfigError(format!(
+                "cost.min_trigger_ratio must be in (0, 0.9], got {}",
+                self.min_trigger_ratio
+            )));
+        }
+        if !(self.summary_call >= 0.0 && self.summary_call <= 10.0) {
+            return Err(ConfigError(format!(
+                "cost.summary_call must be in [0, 10], got {}",
+                self.summary_call
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// How token counts are obtained for decisions.
@@ -128,6 +204,7 @@ impl Default for PolicyConfig {
             budget_notice: None,
             capsule: None,
             pin: PinRules::default(),
+            cost: None,
             accounting: Accounting::Exact,
         }
     }
@@ -300,6 +377,9 @@ impl PolicyConfig {
             )));
         }
         self.pin.validate()?;
+        if let Some(cost) = &self.cost {
+            cost.validate()?;
+        }
         if let Some(capsule) = &self.capsule {
             capsule.validate().map_err(ConfigError)?;
         }

@@ -40,6 +40,31 @@ impl CompactionReason {
     }
 }
 
+/// The arithmetic of the economic trigger (see [`crate::engine::CostRule`]), in tokens and
+/// uncached-token equivalents.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Economics {
+    /// Mean growth of the request per step.
+    pub growth_per_step: u64,
+    /// The stable prefix a compaction does not rewrite (tool schemas, system prompt).
+    pub stable_prefix: u64,
+    /// Expected request size after a compaction (the last one's, else the policy's target).
+    pub expected_after: u64,
+    /// What one compaction costs: the rewritten context at the cache-write price plus the
+    /// summary call.
+    pub rewrite_cost: u64,
+    /// The tokens a compaction cycle should span for the lowest billed input per step.
+    pub cycle_tokens: u64,
+    /// The fixed trigger the policy would have used.
+    pub configured_trigger: u64,
+    /// The trigger used.
+    pub trigger: u64,
+    /// Billed input per step (uncached-token equivalents) at the chosen trigger and at the
+    /// configured one, over a steady cycle.
+    pub billed_per_step: f64,
+    pub billed_per_step_configured: f64,
+}
+
 /// Something the engine did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -69,6 +94,9 @@ pub enum Event {
         /// so far (`None` until two steps were seen).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expected_steps_until_next: Option<u64>,
+        /// Why the token trigger was where it was, under a cost rule (`[policy.cost]`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        economics: Option<Economics>,
     },
     /// A compaction was considered and not run.
     CompactionSkipped { reason: String, tokens: u64 },
@@ -101,6 +129,9 @@ pub enum Event {
     },
     /// Budget use before a model call.
     BudgetUsed { tokens: u64, window: u64, pct: f64 },
+    /// The summarizer failed (`cause`, never holding a key); the extractive summary stood in,
+    /// marked degraded.
+    SummaryFailed { summarizer: String, cause: String },
     /// Facts were written to long-term memory before a compaction (`path`), or nothing was
     /// worth keeping (`None`), or the write failed (`error`).
     MemoryFlushed {
@@ -122,6 +153,7 @@ impl Event {
             Event::OverflowRecovered { .. } => "overflow_recovered",
             Event::BudgetUsed { .. } => "budget_used",
             Event::MemoryFlushed { .. } => "memory_flushed",
+            Event::SummaryFailed { .. } => "summary_failed",
         }
     }
 }

@@ -47,10 +47,10 @@ mod stages;
 mod state;
 
 pub use config::{
-    Accounting, BudgetNoticeConfig, ConfigError, IngestConfig, OverflowConfig, PinRules,
+    Accounting, BudgetNoticeConfig, ConfigError, CostRule, IngestConfig, OverflowConfig, PinRules,
     PolicyConfig, ReactiveConfig, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
-pub use events::{CompactionReason, Event};
+pub use events::{CompactionReason, Economics, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
 pub use stages::CLEARED_PREFIX;
 pub use state::{ContextState, Entry, EntryMeta};
@@ -162,6 +162,8 @@ pub struct Plan {
     pub archive: Vec<ArchiveItem>,
     /// Summarize these, in order, and pass the summaries to [`Engine::apply`].
     pub summaries: Vec<SummaryRequest>,
+    /// The economic trigger's arithmetic when a cost rule placed the trigger.
+    pub economics: Option<Economics>,
     draft: Vec<Entry>,
     fixed_tokens: u64,
     window: u64,
@@ -299,6 +301,54 @@ impl Engine {
             .map(|trigger| (trigger as f64 * share) as u64)
     }
 
+    /// The token level the trigger fires at now: the fixed trigger, or under a cost rule
+    /// (`[policy.cost]`, see [`CostRule`]) the economic one, with its arithmetic. `None` when
+    /// the policy has no token trigger.
+    pub fn active_trigger(
+        &self,
+        state: &ContextState,
+        budget: &Budget,
+    ) -> Option<(u64, Option<Economics>)> {
+        let configured = self.trigger_tokens(budget)?;
+        let (Some(rule), Some(growth)) = (&self.config.cost, state.step_growth()) else {
+            return Some((configured, None));
+        };
+        if growth == 0 || budget.window == 0 {
+            return Some((configured, None));
+        }
+        let stable = budget.fixed_tokens + state.leading_system_tokens();
+        let after = state
+            .last_compaction_after()
+            .unwrap_or_else(|| self.target_tokens(budget))
+            .max(stable);
+        let rewrite =
+            (after - stable) as f64 * rule.cache_write + configured as f64 * rule.summary_call;
+        let cycle = (2.0 * rewrite * growth as f64 / rule.cache_read).sqrt();
+        let ceiling = hold_ceiling(budget.window);
+        let floor = ((budget.window as f64 * rule.min_trigger_ratio) as u64).min(ceiling);
+        let trigger = (after + cycle as u64).clamp(floor, ceiling);
+        // Over a steady cycle from `after` to `level`: the mean context re-read at the
+        // cache-read price, plus one rewrite per cycle of `level - after` tokens.
+        let per_step = |level: u64| {
+            let span = level.saturating_sub(after).max(growth) as f64;
+            (level + after) as f64 / 2.0 * rule.cache_read + rewrite * growth as f64 / span
+        };
+        Some((
+            trigger,
+            Some(Economics {
+                growth_per_step: growth,
+                stable_prefix: stable,
+                expected_after: after,
+                rewrite_cost: rewrite as u64,
+                cycle_tokens: cycle as u64,
+                configured_trigger: configured,
+                trigger,
+                billed_per_step: per_step(trigger),
+                billed_per_step_configured: per_step(configured),
+            }),
+        ))
+    }
+
     /// Which trigger fires now, if any. Cheap: O(new messages) unless a turn trigger is set.
     pub fn triggered(
         &self,
@@ -320,7 +370,7 @@ impl Engine {
                 return Some(CompactionReason::ReactiveMicro);
             }
         }
-        if let Some(trigger) = self.trigger_tokens(budget) {
+        if let Some((trigger, _)) = self.active_trigger(state, budget) {
             // The estimate (exact counts where known, the session's own bytes-per-token ratio
             // plus a margin elsewhere) decides; exact counting happens while compacting, so a
             // step that does not compact never runs the tokenizer. Anchored on the provider's
@@ -374,6 +424,15 @@ impl Engine {
         };
         let tokens_before = self.accounted_tokens(state, budget);
         let mut target = self.target_tokens(budget);
+        let economics = match reason {
+            CompactionReason::Tokens => self.active_trigger(state, budget).and_then(|(_, e)| e),
+            _ => None,
+        };
+        if let Some(economics) = &economics {
+            // An economic trigger below the fixed one still compacts to below itself.
+            let share = self.config.hysteresis.unwrap_or(0.9);
+            target = target.min((economics.trigger as f64 * share) as u64);
+        }
         if let Some(limit) = request.target_tokens {
             target = match reason {
                 // A recovery compacts to what the stated limit allows, never deeper than the
@@ -385,7 +444,8 @@ impl Engine {
         }
         let mut draft = stages::Draft::new(self, state, budget, target, reason, request);
         draft.run();
-        let plan = draft.finish(tokens_before);
+        let mut plan = draft.finish(tokens_before);
+        plan.economics = economics;
         let must_shrink = tokens_before > budget.window
             || matches!(
                 reason,
@@ -420,6 +480,7 @@ impl Engine {
             mut draft,
             fixed_tokens,
             window,
+            economics,
             ..
         } = plan;
         let refs: Vec<String> = (0..archive.len())
@@ -535,6 +596,7 @@ impl Engine {
             },
         );
         let messages_after = state.entries.len();
+        state.set_last_compaction_after(tokens_after);
         let expected_steps_until_next =
             self.hold_after_compaction(state, tokens_after, window, fixed_tokens);
 
@@ -567,6 +629,7 @@ impl Engine {
             archive_refs: refs,
             summary_degraded: degraded,
             expected_steps_until_next,
+            economics,
         });
         events
     }
@@ -586,7 +649,7 @@ impl Engine {
             window,
             fixed_tokens,
         };
-        let trigger = self.trigger_tokens(&budget)?;
+        let (trigger, _) = self.active_trigger(state, &budget)?;
         let mut next = trigger;
         if let Some(level) = self.hysteresis_level(&budget)
             && tokens_after > level

@@ -929,6 +929,7 @@ impl<'a> Draft<'a> {
             messages_after: self.entries.len(),
             archive: std::mem::take(&mut self.archive),
             summaries: std::mem::take(&mut self.summaries),
+            economics: None,
             draft: std::mem::take(&mut self.entries),
             fixed_tokens: self.fixed_tokens,
             window: self.window,

@@ -132,6 +132,9 @@ pub struct ContextState {
     last_step_tokens: Option<u64>,
     #[serde(skip)]
     step_growth: Option<u64>,
+    /// The request size the last compaction left (drives the economic trigger).
+    #[serde(skip)]
+    last_compaction_after: Option<u64>,
 }
 
 /// What the provider reported for a request: the exact tokens of `entries[..len]`.
@@ -322,6 +325,26 @@ impl ContextState {
             });
         }
         self.last_step_tokens = Some(tokens);
+    }
+
+    /// The request size the last compaction left, if one ran since the state was loaded.
+    pub fn last_compaction_after(&self) -> Option<u64> {
+        self.last_compaction_after
+    }
+
+    /// Records the request size a compaction left.
+    pub fn set_last_compaction_after(&mut self, tokens: u64) {
+        self.last_compaction_after = Some(tokens);
+    }
+
+    /// Tokens of the leading system messages: the part of the context every compaction keeps
+    /// byte for byte (estimated where not counted).
+    pub fn leading_system_tokens(&self) -> u64 {
+        self.entries
+            .iter()
+            .take_while(|entry| entry.message.role == crate::model::Role::System)
+            .map(|entry| self.estimate_entry(entry))
+            .sum()
     }
 
     /// The mean growth of the request per step seen so far.

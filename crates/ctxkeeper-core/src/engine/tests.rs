@@ -820,3 +820,115 @@ fn references_reused_by_later_plans_are_the_archived_ones() {
         }
     }
 }
+
+fn with_cost_rule(name: &str) -> Engine {
+    let mut config = presets::preset(name).unwrap_or_default();
+    config.cost = Some(CostRule::default());
+    Engine::new(config, model())
+}
+
+/// A state whose growth per step is `growth` and whose last compaction left `after` tokens.
+fn growing_state(growth: u64, after: u64) -> ContextState {
+    let mut state = agent_session(2, 20);
+    for step in 0..6 {
+        state.observe_step(10_000 + step * growth);
+    }
+    state.set_last_compaction_after(after);
+    state
+}
+
+#[test]
+fn the_economic_trigger_follows_growth_and_rewrite_cost() {
+    let engine = with_cost_rule("default");
+    let budget = Budget {
+        window: 100_000,
+        fixed_tokens: 2_000,
+    };
+    let configured = engine
+        .trigger_tokens(&budget)
+        .expect("default has a trigger");
+    // Slow growth: a cycle to the fixed trigger would carry a large context for many steps
+    // to save one rewrite; shorter cycles bill less.
+    let (slow, economics) = engine
+        .active_trigger(&growing_state(200, 20_000), &budget)
+        .expect("a trigger");
+    let economics = economics.expect("growth known: the cost rule places the trigger");
+    assert!(slow < configured, "{slow} vs {configured}");
+    assert_eq!(economics.trigger, slow);
+    assert_eq!(economics.expected_after, 20_000);
+    assert!(economics.stable_prefix >= 2_000);
+    // Fast growth: frequent compactions would each rewrite the context; the cycle widens
+    // past the fixed trigger, up to the window's ceiling.
+    let (fast, _) = engine
+        .active_trigger(&growing_state(20_000, 20_000), &budget)
+        .expect("a trigger");
+    assert!(fast > configured, "{fast} vs {configured}");
+    assert!(fast <= hold_ceiling(budget.window));
+    // Whatever it picks, the chosen level bills no more per step than the fixed one.
+    for growth in [50, 200, 1_000, 3_000, 9_000] {
+        for after in [5_000, 20_000, 60_000] {
+            let (_, economics) = engine
+                .active_trigger(&growing_state(growth, after), &budget)
+                .expect("a trigger");
+            let e = economics.expect("cost rule active");
+            assert!(
+                e.billed_per_step <= e.billed_per_step_configured + 1e-9,
+                "growth {growth}, after {after}: {e:?}"
+            );
+            assert!(e.trigger >= budget.window * 3 / 10);
+        }
+    }
+    // Until the growth is known, the fixed trigger applies.
+    let fresh = agent_session(2, 20);
+    assert_eq!(
+        engine.active_trigger(&fresh, &budget),
+        Some((configured, None))
+    );
+}
+
+#[test]
+fn a_cost_rule_compaction_reports_its_arithmetic() {
+    let engine = with_cost_rule("default");
+    let budget = Budget {
+        window: 12_000,
+        fixed_tokens: 0,
+    };
+    let mut state = ContextState::default();
+    state.push(Message::system("You are a careful agent."));
+    state.push(Message::user("Please investigate the failing build."));
+    let mut compactions = Vec::new();
+    for i in 0..80 {
+        round(
+            &mut state,
+            &format!("c{i}"),
+            "read",
+            &"log line ".repeat(60),
+        );
+        if let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) {
+            let (events, _, _) = execute(&engine, &mut state, plan);
+            for event in events {
+                if let Event::ContextCompactionEnd {
+                    tokens_before,
+                    economics,
+                    ..
+                } = event
+                {
+                    compactions.push((tokens_before, economics));
+                }
+            }
+        }
+        assert!(state.sync_tokens(engine.model()) <= budget.window);
+    }
+    assert!(compactions.len() >= 2, "{compactions:?}");
+    let with_arithmetic: Vec<_> = compactions.iter().filter_map(|(_, e)| *e).collect();
+    assert!(!with_arithmetic.is_empty(), "{compactions:?}");
+    for (before, economics) in &compactions {
+        if let Some(e) = economics {
+            // Fired at its own trigger (the estimate fires within a few percent of it).
+            assert!(*before * 100 >= e.trigger * 90, "{before} vs {e:?}");
+            assert!(e.growth_per_step > 0 && e.cycle_tokens > 0);
+        }
+    }
+    let config = PolicyConfig::from_toml_str("[cost]\ncache_read = 0.0\n").expect_err("bad");
+    assert!(config.0.contains("cost.cache_read"), "{config}");
+}

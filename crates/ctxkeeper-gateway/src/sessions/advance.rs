@@ -94,6 +94,7 @@ impl Sessions {
         }
         self.ensure_live(key, slot, incoming, tools)?;
         let start = slot.client.hashes.len();
+        let summarizer = self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone());
         let Some(live) = slot.live.as_mut() else {
             return Err(SessionError::Corrupt("no context manager".into()));
         };
@@ -114,7 +115,11 @@ impl Sessions {
                 live.manager.ingest(message.clone()).await?;
             }
         }
-        let prepared = live.manager.prepare().await?;
+        live.manager.set_summarizer(summarizer);
+        let prepared = live.manager.prepare().await;
+        // The caller's credentials stay only as long as its request.
+        live.manager.set_summarizer(self.summarizer.clone());
+        let prepared = prepared?;
         let changed = Self::drain(live, outbox);
         slot.client.hashes.clone_from(&incoming.hashes);
         if changed || prepared.compacted {

@@ -61,7 +61,9 @@ use ctxkeeper_store::{SessionKey, SessionStore, StoreError};
 
 use crate::identity::{self, common_prefix};
 use crate::metrics::Metrics;
+use crate::summarize::{SummarizerChoice, UpstreamRoute, UpstreamSummarizer};
 use advance::{Advance, MAX_FORK_DEPTH};
+use bytes::Bytes;
 use events::{Events, GatewayEvent};
 use slot::{Outbox, Pending, Slot, WarmSlots};
 
@@ -174,6 +176,10 @@ pub struct Incoming {
     /// The client asked (`x-ctxkeeper-pin: latest`) to pin the newest user message of this
     /// request, when it is new to the session.
     pub pin_latest_user: bool,
+    /// How this request reaches its upstream (for summaries written there).
+    pub route: Option<Arc<UpstreamRoute>>,
+    /// The body forwarded for this step, kept for the next summary call's cached prefix.
+    pub forwarded: Option<Bytes>,
 }
 
 impl Incoming {
@@ -188,12 +194,20 @@ impl Incoming {
             tools_hash: identity::tools_hash(tools),
             requested_output: None,
             pin_latest_user: false,
+            route: None,
+            forwarded: None,
         }
     }
 
     /// Pins the newest user message of the request (see [`Incoming::pin_latest_user`]).
     pub fn with_pin_latest_user(mut self, pin: bool) -> Incoming {
         self.pin_latest_user = pin;
+        self
+    }
+
+    /// Names how the request reaches its upstream (see [`Incoming::route`]).
+    pub fn with_route(mut self, route: Option<Arc<UpstreamRoute>>) -> Incoming {
+        self.route = route;
         self
     }
 
@@ -243,6 +257,10 @@ pub struct Sessions {
     idle_ttl: Duration,
     max_consecutive_recoveries: u32,
     metrics: Arc<Metrics>,
+    /// Summaries are asked of each request's own upstream (`Some`, with the model that
+    /// replaces the request's, if any); `self.summarizer` then serves only requests without
+    /// a route.
+    upstream_summaries: Option<Option<String>>,
 }
 
 impl Sessions {
@@ -270,6 +288,7 @@ impl Sessions {
             idle_ttl: DEFAULT_IDLE_TTL,
             max_consecutive_recoveries: DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             metrics: Arc::new(Metrics::default()),
+            upstream_summaries: None,
         }
     }
 
@@ -305,7 +324,49 @@ impl Sessions {
     /// Summarizes with this summarizer instead of the extractive one.
     pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Sessions {
         self.summarizer = summarizer;
+        self.upstream_summaries = None;
         self
+    }
+
+    /// Summarizes as `choice` says: on each request's own upstream, or with a fixed
+    /// summarizer. A model summary costs a call, which a cost rule weighs (at the cache-read
+    /// price of the context it reads, since the call shares the conversation's cached prefix).
+    pub fn with_summarizer_choice(mut self, choice: SummarizerChoice) -> Sessions {
+        match choice {
+            SummarizerChoice::Upstream { model } => {
+                self.upstream_summaries = Some(model);
+                if let Some(cost) = self.policy.cost.as_mut()
+                    && cost.summary_call == 0.0
+                {
+                    cost.summary_call = cost.cache_read;
+                }
+            }
+            SummarizerChoice::Fixed(summarizer) => {
+                self = self.with_summarizer(summarizer);
+            }
+        }
+        self
+    }
+
+    /// The summarizer of a step that reaches the upstream by `route`.
+    pub(super) fn step_summarizer(
+        &self,
+        route: Option<&Arc<UpstreamRoute>>,
+        prefix: Option<Bytes>,
+    ) -> Arc<dyn Summarizer> {
+        match (&self.upstream_summaries, route) {
+            (Some(model), Some(route)) => Arc::new(UpstreamSummarizer::new(
+                route.clone(),
+                prefix,
+                model.clone(),
+            )),
+            _ => self.summarizer.clone(),
+        }
+    }
+
+    /// Whether summaries are asked of each request's upstream.
+    pub fn summarizes_upstream(&self) -> bool {
+        self.upstream_summaries.is_some()
     }
 
     /// The store.
@@ -438,6 +499,7 @@ impl Sessions {
                 }
                 slot.unsaved = false;
                 slot.stored_hashes.clone_from(&slot.client.hashes);
+                slot.last_forwarded.clone_from(&incoming.forwarded);
                 self.release(key, outbox);
                 return Ok(());
             }
@@ -575,7 +637,12 @@ impl Sessions {
             .max_input_tokens()
             .filter(|l| *l > 0)
             .or_else(|| Some(input_window(learned, incoming.requested_output)));
+        // The request that overflowed cannot be the summary call's prefix: it is too long.
+        live.manager
+            .set_summarizer(self.step_summarizer(incoming.route.as_ref(), None));
         let outcome = live.manager.handle_overflow(attempt, failed, limit).await;
+        // The caller's credentials stay only as long as its request.
+        live.manager.set_summarizer(self.summarizer.clone());
         Self::drain(live, &mut outbox);
         slot.client.verbatim = false;
         slot.unsaved = true;

@@ -96,6 +96,9 @@ pub(super) struct Slot {
     pub(super) pending: Option<Pending>,
     /// Consecutive committed or abandoned requests that met a context overflow.
     pub(super) overflow_streak: u32,
+    /// The body of the last forwarded request, when the gateway summarizes upstream: the
+    /// next summary call repeats it, so the provider serves it from its prompt cache.
+    pub(super) last_forwarded: Option<bytes::Bytes>,
 }
 
 impl Slot {

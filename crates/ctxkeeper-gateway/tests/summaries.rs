@@ -1,0 +1,142 @@
+//! Summaries written on the request's own upstream: the summary call repeats the last
+//! forwarded request (so the provider's prompt cache serves it), its answer becomes the
+//! session's summary, and a summarizer that fails never fails the agent's request.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, config, filler, mock};
+use ctxkeeper_core::tokens::Profiles;
+use ctxkeeper_gateway::summarize::{SUMMARY_REQUEST_MARK, SummarizerChoice};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-ant-summaries-0123456789";
+
+/// An Anthropic conversation of `turns` user/assistant exchanges with long assistant texts:
+/// nothing for a tool-output stage to clear, so compaction must summarize.
+fn conversation(turns: usize) -> Value {
+    let mut messages = Vec::new();
+    for i in 0..turns {
+        messages.push(json!({"role": "user", "content": format!("Step {i}: keep going with the invoice fix.")}));
+        messages.push(json!({"role": "assistant", "content": filler(i, 1_800)}));
+    }
+    messages.push(json!({"role": "user", "content": "Continue."}));
+    json!({
+        "model": "sum-model",
+        "max_tokens": 256,
+        "system": [{"type": "text", "text": "You are a careful agent.", "cache_control": {"type": "ephemeral"}}],
+        "messages": messages,
+    })
+}
+
+fn summarizing_config(
+    dir: &tempfile::TempDir,
+    upstream: &str,
+) -> ctxkeeper_gateway::config::GatewayConfig {
+    let mut cfg = config(dir, upstream);
+    cfg.profiles = Profiles::from_toml_str(
+        "[models.\"sum-model\"]\ncontext_window = 6000\ntokenizer = \"o200k_base\"\n",
+    )
+    .unwrap();
+    cfg.policy = cfg
+        .policy
+        .with_overrides("stages = [{ kind = \"summarize\" }]")
+        .unwrap();
+    cfg
+}
+
+async fn send(gw: &common::Running, body: &Value) -> reqwest::Response {
+    client()
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn is_summary_call(body: &Value) -> bool {
+    body.to_string().contains(SUMMARY_REQUEST_MARK)
+}
+
+#[tokio::test]
+async fn the_summary_call_reads_the_conversation_from_the_prompt_cache() {
+    let upstream = mock(60_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    assert_eq!(cfg.summarizer.name(), "upstream", "the default of serve");
+    let gw = common::start(cfg).await;
+    for turns in 1..14 {
+        let response = send(&gw, &conversation(turns)).await;
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    }
+    let requests = upstream.requests();
+    let summary_calls: Vec<_> = requests
+        .iter()
+        .filter(|r| is_summary_call(&r.body))
+        .collect();
+    assert!(!summary_calls.is_empty(), "the window forced a summary");
+    for call in &summary_calls {
+        assert_eq!(call.status, 200);
+        // The caller's own credentials, the request's model.
+        assert_eq!(call.header("x-api-key"), Some(KEY));
+        assert_eq!(call.body["model"], "sum-model");
+        let share = call.cached_tokens as f64 / call.input_tokens as f64;
+        assert!(
+            share >= 0.85,
+            "{} of {} input tokens cached",
+            call.cached_tokens,
+            call.input_tokens
+        );
+    }
+    // The model's summary is what the session carries on.
+    let agent_calls: Vec<_> = requests
+        .iter()
+        .filter(|r| !is_summary_call(&r.body))
+        .collect();
+    let last = agent_calls.last().unwrap().body.to_string();
+    assert!(last.contains("mock summary of the"), "{last}");
+    assert!(!last.contains(SUMMARY_REQUEST_MARK));
+}
+
+#[tokio::test]
+async fn a_summarizer_that_times_out_never_fails_the_agents_request() {
+    let upstream = mock(60_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    cfg.summary_timeout = Duration::from_nanos(1);
+    let gw = common::start(cfg).await;
+    for turns in 1..14 {
+        let response = send(&gw, &conversation(turns)).await;
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    }
+    let requests = upstream.requests();
+    let last = requests
+        .iter()
+        .rev()
+        .find(|r| !is_summary_call(&r.body))
+        .unwrap()
+        .body
+        .to_string();
+    // The extractive summary stood in.
+    assert!(last.contains("without a language model"), "{last}");
+    assert!(!last.contains("mock summary of the"));
+}
+
+#[tokio::test]
+async fn a_fixed_summarizer_makes_no_upstream_call() {
+    let upstream = mock(60_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    cfg.summarizer = SummarizerChoice::parse("extractive", None, None).unwrap();
+    let gw = common::start(cfg).await;
+    for turns in 1..14 {
+        let response = send(&gw, &conversation(turns)).await;
+        assert_eq!(response.status(), 200);
+    }
+    assert!(!upstream.requests().iter().any(|r| is_summary_call(&r.body)));
+}
