@@ -97,6 +97,16 @@ fn render(config: &GatewayConfig) -> Result<String> {
         "max_consecutive_recoveries",
         Value::Integer(config.max_consecutive_recoveries.into()),
     );
+    // `upstream[:MODEL]`, `extractive`, `openai:MODEL`, `anthropic:MODEL`.
+    let summarizer = config.summarizer.name();
+    let (kind, model) = summarizer
+        .split_once(':')
+        .map_or((summarizer.as_str(), None), |(k, m)| (k, Some(m)));
+    put("summarizer", Value::String(kind.to_string()));
+    if let Some(model) = model {
+        put("summarizer_model", Value::String(model.to_string()));
+    }
+    put("summary_timeout_secs", seconds(config.summary_timeout));
 
     let policy = Value::try_from(&config.policy)
         .map_err(|e| InputError::BadOption(format!("cannot render the policy: {e}")))?;

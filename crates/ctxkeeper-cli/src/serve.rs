@@ -11,6 +11,7 @@ use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, policy_preset};
 use ctxkeeper_gateway::identity::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_gateway::router::Server;
+use ctxkeeper_gateway::summarize::SummarizerChoice;
 use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal, TenantResolver};
 
 use crate::trace_input::InputError;
@@ -134,6 +135,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub max_consecutive_recoveries: Option<u32>,
 
+    /// Who writes compaction summaries: `upstream` (default: the request's own upstream and
+    /// model, as the caller, on its prompt cache), `extractive` (no model), `openai` or
+    /// `anthropic` (a fixed summarizer; key from CTXKEEPER_SUMMARIZER_API_KEY, else
+    /// OPENAI_API_KEY / ANTHROPIC_API_KEY). A failed summary falls back to the extractive one.
+    #[arg(long, value_name = "KIND")]
+    pub summarizer: Option<String>,
+
+    /// The summary model (with `upstream`: instead of the request's own model).
+    #[arg(long, value_name = "MODEL")]
+    pub summarizer_model: Option<String>,
+
+    /// The base URL of an `openai` or `anthropic` summarizer.
+    #[arg(long, value_name = "URL")]
+    pub summarizer_url: Option<String>,
+
     /// Do not mount the MCP server at /mcp.
     #[arg(long)]
     pub no_mcp: bool,
@@ -241,6 +257,16 @@ pub(crate) fn config(args: &ServeArgs) -> Result<GatewayConfig> {
     }
     if let Some(n) = args.max_consecutive_recoveries {
         config.max_consecutive_recoveries = n;
+    }
+    if args.summarizer.is_some() || args.summarizer_model.is_some() || args.summarizer_url.is_some()
+    {
+        let kind = args.summarizer.as_deref().unwrap_or("upstream");
+        config.summarizer = SummarizerChoice::parse(
+            kind,
+            args.summarizer_url.as_deref(),
+            args.summarizer_model.as_deref(),
+        )
+        .map_err(|e| InputError::BadOption(format!("--summarizer: {e}")))?;
     }
     config
         .validate()

@@ -193,9 +193,16 @@ async fn proxy(
     let stream = value.get("stream").and_then(Value::as_bool) == Some(true);
     // Responses continuing a stored response: the upstream holds the history, so there is no
     // context here to manage; forward as it is.
-    let unmanaged = endpoint == Endpoint::Responses
+    let unmanaged = (endpoint == Endpoint::Responses
         && value
             .get("previous_response_id")
+            .is_some_and(|v| !v.is_null()))
+        // The client asked the provider to manage the context (Anthropic context editing and
+        // compaction, OpenAI Responses server-side compaction): managing it here too would
+        // compact one context twice and rewrite what the provider's compaction items stand
+        // for. Forwarded untouched.
+        || value
+            .get("context_management")
             .is_some_and(|v| !v.is_null());
     let request = wire.parse_request_owned(value).map_err(|e| {
         let param = match &e.position {

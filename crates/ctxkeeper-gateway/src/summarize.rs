@@ -141,10 +141,12 @@ impl UpstreamSummarizer {
     /// The summary request's body: the last forwarded request (else one built from the
     /// messages to summarize) with the closing instruction appended.
     pub fn body(&self, request: &SummaryRequest) -> Map<String, Value> {
+        self.body_over(request, self.prefix.as_ref())
+    }
+
+    fn body_over(&self, request: &SummaryRequest, prefix: Option<&Bytes>) -> Map<String, Value> {
         let wire = self.route.wire;
-        let mut body = self
-            .prefix
-            .as_ref()
+        let mut body = prefix
             .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(bytes).ok())
             .unwrap_or_else(|| {
                 let built = WireRequest {
@@ -185,7 +187,31 @@ impl UpstreamSummarizer {
 #[async_trait]
 impl Summarizer for UpstreamSummarizer {
     async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
-        let body = self.body(request);
+        match self.call(request, self.prefix.as_ref()).await {
+            // The conversation near its window plus the summary's output can exceed the
+            // window: ask again with only the messages to summarize.
+            Err(LlmError::Status { status, body, .. })
+                if self.prefix.is_some()
+                    && ctxkeeper_core::overflow::classify(status, &body).is_some() =>
+            {
+                self.call(request, None).await
+            }
+            other => other,
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl UpstreamSummarizer {
+    async fn call(
+        &self,
+        request: &SummaryRequest,
+        prefix: Option<&Bytes>,
+    ) -> Result<Summary, LlmError> {
+        let body = self.body_over(request, prefix);
         let answer = self
             .route
             .client
@@ -229,10 +255,6 @@ impl Summarizer for UpstreamSummarizer {
                 problem,
             }
         })
-    }
-
-    fn name(&self) -> &str {
-        &self.name
     }
 }
 

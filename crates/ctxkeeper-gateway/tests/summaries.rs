@@ -105,10 +105,17 @@ async fn the_summary_call_reads_the_conversation_from_the_prompt_cache() {
 
 #[tokio::test]
 async fn a_summarizer_that_times_out_never_fails_the_agents_request() {
-    let upstream = mock(60_000).await;
+    // Every answer takes 150 ms; the summary call has 50.
+    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+        window: 60_000,
+        delay: Duration::from_millis(150),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
-    cfg.summary_timeout = Duration::from_nanos(1);
+    cfg.summary_timeout = Duration::from_millis(50);
     let gw = common::start(cfg).await;
     for turns in 1..14 {
         let response = send(&gw, &conversation(turns)).await;
@@ -122,7 +129,8 @@ async fn a_summarizer_that_times_out_never_fails_the_agents_request() {
         .unwrap()
         .body
         .to_string();
-    // The extractive summary stood in.
+    // The summary call timed out (the mock drops a request whose client left before it
+    // answered, so it is not among the recorded ones); the extractive summary stood in.
     assert!(last.contains("without a language model"), "{last}");
     assert!(!last.contains("mock summary of the"));
 }
@@ -139,4 +147,25 @@ async fn a_fixed_summarizer_makes_no_upstream_call() {
         assert_eq!(response.status(), 200);
     }
     assert!(!upstream.requests().iter().any(|r| is_summary_call(&r.body)));
+}
+
+#[tokio::test]
+async fn a_request_the_provider_manages_is_forwarded_untouched() {
+    let upstream = mock(60_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(summarizing_config(&dir, &upstream.anthropic_base_url())).await;
+    // Far over the 6,000-token window the gateway would manage: the provider's own context
+    // management (and its compaction blocks) decide instead.
+    let mut body = conversation(13);
+    body["context_management"] = json!({"edits": [{"type": "compact_20260112"}]});
+    let mut messages = body["messages"].as_array().unwrap().clone();
+    messages.insert(
+        1,
+        json!({"role": "assistant", "content": [{"type": "compaction", "content": "earlier work, compacted by the provider"}]}),
+    );
+    body["messages"] = Value::Array(messages);
+    let response = send(&gw, &body).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let forwarded = upstream.requests().last().unwrap().body.clone();
+    assert_eq!(forwarded, body);
 }
