@@ -22,8 +22,8 @@ import httpx
 import openai
 import pytest
 
-from conftest import REPO, start_mock_upstream, target_dir
-from gateway_support import TOOLS, WORDS, start_gateway, write_config
+from conftest import LISTENING, REPO, start_mock_upstream, start_process, target_dir
+from gateway_support import TOOLS, WORDS, gateway_binary, start_gateway, write_config
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.chrome.options import Options  # noqa: E402
@@ -295,6 +295,42 @@ def test_console_in_a_real_browser(tmp_path, browser):
         assert gateway.stop() == 0, gateway.logs()
         mock.process.stop()
     assert ALPHA_TOKEN not in gateway.logs() and BETA_TOKEN not in gateway.logs()
+
+    # `ctxkeeper ui` serves the same pages over the store and archive the gateway left.
+    console = start_process(
+        [
+            gateway_binary(),
+            "ui",
+            "--store",
+            f"sqlite://{tmp_path / 'sessions.db'}",
+            "--workspace",
+            str(tmp_path / "workspace"),
+            "--listen",
+            "127.0.0.1:0",
+            "--tenant-token",
+            f"alpha={ALPHA_TOKEN}",
+            "--tenant-token",
+            f"beta={BETA_TOKEN}",
+        ],
+        LISTENING,
+    )
+    try:
+        page = httpx.get(
+            f"{console.url}/ui/t/alpha/sessions/{SESSION}",
+            headers={"authorization": f"Bearer {ALPHA_TOKEN}"},
+            timeout=10,
+        )
+        assert page.status_code == 200
+        assert page.text.count('<circle class="point"') == STEPS + 1
+        assert "tool_result-" in page.text
+        other = httpx.get(
+            f"{console.url}/ui/t/alpha/sessions/{SESSION}",
+            headers={"authorization": f"Bearer {BETA_TOKEN}"},
+            timeout=10,
+        )
+        assert other.status_code == 403 and MARKER not in other.text
+    finally:
+        assert console.stop() == 0, console.logs()
     # One screenshot for the README, when asked to refresh it.
     if os.environ.get("CTXKEEPER_UPDATE_DOCS_SCREENSHOT"):
         shutil.copy(shots / "console-session.png", REPO / "docs" / "console-session.png")
