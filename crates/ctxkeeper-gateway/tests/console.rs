@@ -2,6 +2,8 @@
 //! Content-Security-Policy, and is scoped to a tenant exactly like the admin API (the admin
 //! token reaches every tenant, a tenant token only its own, no token only on loopback).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::net::SocketAddr;

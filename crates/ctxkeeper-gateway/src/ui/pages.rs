@@ -22,7 +22,7 @@ const COMPACTIONS_PER_PAGE: usize = 20;
 /// Archived items linked per compaction before "and N more".
 const REFS_SHOWN: usize = 50;
 /// Hits shown per source on the search page.
-const SEARCH_LIMIT: usize = 50;
+const SEARCH_LIMIT: usize = 25;
 /// Longest search accepted, in characters.
 const MAX_QUERY: usize = 200;
 /// Session states read at once for the sessions and totals pages.
@@ -468,8 +468,18 @@ pub(super) async fn search(
     } else {
         let mut request = SearchQuery::session(key.clone(), query);
         request.limit = SEARCH_LIMIT;
+        let pattern = regex::RegexBuilder::new(&regex::escape(query))
+            .case_insensitive(true)
+            .build()
+            .map_err(|e| PageError::BadRequest(e.to_string()))?;
+        let scope = key.archive_scope();
+        // The log's full-text index and the archive answer independently: ask both at once.
+        let (logged, archived) = tokio::join!(
+            console.store().search(&request),
+            console.archive().grep(&scope, &pattern, SEARCH_LIMIT)
+        );
         let mut problem = None;
-        let log_hits = match console.store().search(&request).await {
+        let log_hits = match logged {
             Ok(hits) => hits,
             Err(ctxkeeper_store::StoreError::InvalidInput(message)) => {
                 problem = Some(message);
@@ -477,14 +487,7 @@ pub(super) async fn search(
             }
             Err(err) => return Err(err.into()),
         };
-        let pattern = regex::RegexBuilder::new(&regex::escape(query))
-            .case_insensitive(true)
-            .build()
-            .map_err(|e| PageError::BadRequest(e.to_string()))?;
-        let archive_hits = console
-            .archive()
-            .grep(&key.archive_scope(), &pattern, SEARCH_LIMIT)
-            .await?;
+        let archive_hits = archived?;
         (log_hits, archive_hits, problem)
     };
     let content = html! {
