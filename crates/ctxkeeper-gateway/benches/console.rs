@@ -104,6 +104,7 @@ async fn main() {
         TenantRule::default(),
         [127, 0, 0, 1].into(),
     );
+    let log_store = store.clone();
     let console = Console::standalone(store, archive.clone(), bus, access);
     let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
@@ -188,6 +189,29 @@ async fn main() {
             ms(percentile(&times, 0.5)),
             ms(percentile(&times, 0.99)),
             ms(*times.last().unwrap())
+        );
+    }
+    // Where a search's time goes: the store's full-text search of the log alone.
+    println!();
+    println!(
+        "| the session log's full-text search alone (store) | p50 ms | p99 ms |\n| --- | ---: | ---: |"
+    );
+    for word in ["discount", "zyxwvut"] {
+        let mut times = Vec::with_capacity(TIMED);
+        for i in 0..(WARMUP + TIMED) {
+            let mut query = ctxkeeper_store::SearchQuery::session(key.clone(), word);
+            query.limit = 25;
+            let started = Instant::now();
+            log_store.search(&query).await.unwrap();
+            if i >= WARMUP {
+                times.push(started.elapsed());
+            }
+        }
+        times.sort();
+        println!(
+            "| {word} | {} | {} |",
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.99))
         );
     }
 }

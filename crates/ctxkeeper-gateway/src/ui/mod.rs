@@ -31,6 +31,7 @@
 //! same pages run inside `ctxkeeper serve` ([`Console::for_gateway`]) and over a store alone
 //! (`ctxkeeper ui`, [`Console::standalone`]).
 
+mod archive_text;
 pub mod chart;
 mod pages;
 pub mod timeline;
@@ -141,6 +142,7 @@ struct Inner {
     access: Access,
     live: Live,
     metrics: Option<Arc<Metrics>>,
+    archive_text: archive_text::ArchiveText,
 }
 
 impl std::fmt::Debug for Console {
@@ -166,6 +168,7 @@ impl Console {
                 ),
                 live: Live::Gateway(gateway.clone()),
                 metrics: Some(gateway.metrics.clone()),
+                archive_text: Default::default(),
             }),
         }
     }
@@ -184,6 +187,7 @@ impl Console {
                 access,
                 live: Live::Bus(bus),
                 metrics: None,
+                archive_text: Default::default(),
             }),
         }
     }
@@ -216,6 +220,10 @@ impl Console {
 
     pub(crate) fn archive(&self) -> &Arc<dyn Offloader> {
         &self.inner.archive
+    }
+
+    pub(crate) fn archive_text(&self) -> &archive_text::ArchiveText {
+        &self.inner.archive_text
     }
 
     pub(crate) fn metrics(&self) -> Option<&Arc<Metrics>> {

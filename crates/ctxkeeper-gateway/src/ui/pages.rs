@@ -473,10 +473,13 @@ pub(super) async fn search(
             .build()
             .map_err(|e| PageError::BadRequest(e.to_string()))?;
         let scope = key.archive_scope();
-        // The log's full-text index and the archive answer independently: ask both at once.
+        // The log's full-text index and the archive answer independently: ask both at once
+        // (the archive's text from memory once a search read it: items never change).
         let (logged, archived) = tokio::join!(
             console.store().search(&request),
-            console.archive().grep(&scope, &pattern, SEARCH_LIMIT)
+            console
+                .archive_text()
+                .grep(console.archive(), &scope, &pattern, SEARCH_LIMIT)
         );
         let mut problem = None;
         let log_hits = match logged {
