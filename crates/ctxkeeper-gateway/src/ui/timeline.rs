@@ -149,89 +149,16 @@ impl Timeline {
 
     /// Adds one committed request from the events its step announced.
     pub fn record(&mut self, events: &[SessionEvent], model: Option<&str>, at_ms: i64) {
-        let mut budget: Option<(u64, u64)> = None;
-        let mut shed = 0u64;
-        let mut compacted = false;
-        let step = self.totals.requests + 1;
-        for event in events {
-            let data = &event.data;
-            let n = |field: &str| data.get(field).and_then(Value::as_u64).unwrap_or(0);
-            match event.name.as_str() {
-                "budget_used" => budget = Some((n("tokens"), n("window"))),
-                "context_compaction_end" => {
-                    compacted = true;
-                    shed += n("tokens_before").saturating_sub(n("tokens_after"));
-                    let text = |field: &str| {
-                        data.get(field)
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string()
-                    };
-                    let strings = |field: &str| -> Vec<String> {
-                        data.get(field)
-                            .and_then(Value::as_array)
-                            .map(|items| {
-                                items
-                                    .iter()
-                                    .filter_map(|v| v.as_str().map(str::to_string))
-                                    .collect()
-                            })
-                            .unwrap_or_default()
-                    };
-                    let degraded = data
-                        .get("summary_degraded")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false);
-                    self.totals.compactions += 1;
-                    self.totals.degraded_summaries += u64::from(degraded);
-                    self.compactions.push(CompactionRecord {
-                        step,
-                        at_ms,
-                        reason: text("reason"),
-                        strategy: text("strategy"),
-                        stages: strings("stages"),
-                        tokens_before: n("tokens_before"),
-                        tokens_after: n("tokens_after"),
-                        messages_before: n("messages_before"),
-                        messages_after: n("messages_after"),
-                        archive_refs: strings("archive_refs"),
-                        summary_degraded: degraded,
-                    });
-                }
-                "tool_result_truncated" => {
-                    compacted = true;
-                    shed += n("tokens_before").saturating_sub(n("tokens_after"));
-                }
-                "overflow_recovered" => self.totals.overflow_recoveries += 1,
-                _ => {}
-            }
-        }
+        let step = advance(self.steps.last().copied(), self.totals, events, at_ms);
         if let Some(model) = model {
             self.model = Some(model.to_string());
         }
-        let previous = self.steps.last().copied();
-        let Some((tokens, window)) = budget.or(previous.map(|p| (p.tokens(), p.window()))) else {
-            return;
-        };
-        self.totals.tokens_shed += shed;
-        let unmanaged = (tokens + self.totals.tokens_shed).max(tokens);
-        let (uncached, unmanaged_uncached) = match previous {
-            Some(p) if !compacted => (
-                tokens.saturating_sub(p.tokens()),
-                unmanaged.saturating_sub(p.unmanaged()),
-            ),
-            Some(p) => (tokens, unmanaged.saturating_sub(p.unmanaged())),
-            None => (tokens, unmanaged),
-        };
-        self.totals.requests = step;
-        self.totals.input_tokens += tokens;
-        self.totals.uncached_input_tokens += uncached;
-        self.totals.unmanaged_input_tokens += unmanaged;
-        self.totals.unmanaged_uncached_input_tokens += unmanaged_uncached;
-        if self.first_step == 0 {
-            self.first_step = 1;
+        self.totals = step.totals;
+        self.compactions.extend(step.compactions);
+        if let Some(point) = step.point {
+            self.first_step = self.first_step.max(1);
+            self.steps.push(point);
         }
-        self.steps.push(StepPoint(at_ms, tokens, window, unmanaged));
         if self.steps.len() > MAX_STEPS {
             let excess = self.steps.len() - MAX_STEPS;
             self.steps.drain(..excess);
@@ -244,18 +171,175 @@ impl Timeline {
     }
 }
 
+/// What one committed step adds to a timeline.
+struct Advanced {
+    point: Option<StepPoint>,
+    compactions: Vec<CompactionRecord>,
+    totals: Totals,
+}
+
+/// The point, compactions and totals one step adds after `previous` (the newest point).
+fn advance(
+    previous: Option<StepPoint>,
+    mut totals: Totals,
+    events: &[SessionEvent],
+    at_ms: i64,
+) -> Advanced {
+    let mut budget: Option<(u64, u64)> = None;
+    let mut shed = 0u64;
+    let mut compacted = false;
+    let mut compactions = Vec::new();
+    let step = totals.requests + 1;
+    for event in events {
+        let data = &event.data;
+        let n = |field: &str| data.get(field).and_then(Value::as_u64).unwrap_or(0);
+        match event.name.as_str() {
+            "budget_used" => budget = Some((n("tokens"), n("window"))),
+            "context_compaction_end" => {
+                compacted = true;
+                shed += n("tokens_before").saturating_sub(n("tokens_after"));
+                let text = |field: &str| {
+                    data.get(field)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let strings = |field: &str| -> Vec<String> {
+                    data.get(field)
+                        .and_then(Value::as_array)
+                        .map(|items| {
+                            items
+                                .iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let degraded = data
+                    .get("summary_degraded")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                totals.compactions += 1;
+                totals.degraded_summaries += u64::from(degraded);
+                compactions.push(CompactionRecord {
+                    step,
+                    at_ms,
+                    reason: text("reason"),
+                    strategy: text("strategy"),
+                    stages: strings("stages"),
+                    tokens_before: n("tokens_before"),
+                    tokens_after: n("tokens_after"),
+                    messages_before: n("messages_before"),
+                    messages_after: n("messages_after"),
+                    archive_refs: strings("archive_refs"),
+                    summary_degraded: degraded,
+                });
+            }
+            "tool_result_truncated" => {
+                compacted = true;
+                shed += n("tokens_before").saturating_sub(n("tokens_after"));
+            }
+            "overflow_recovered" => totals.overflow_recoveries += 1,
+            _ => {}
+        }
+    }
+    let Some((tokens, window)) = budget.or(previous.map(|p| (p.tokens(), p.window()))) else {
+        return Advanced {
+            point: None,
+            compactions,
+            totals,
+        };
+    };
+    totals.tokens_shed += shed;
+    let unmanaged = (tokens + totals.tokens_shed).max(tokens);
+    let (uncached, unmanaged_uncached) = match previous {
+        Some(p) if !compacted => (
+            tokens.saturating_sub(p.tokens()),
+            unmanaged.saturating_sub(p.unmanaged()),
+        ),
+        Some(p) => (tokens, unmanaged.saturating_sub(p.unmanaged())),
+        None => (tokens, unmanaged),
+    };
+    totals.requests = step;
+    totals.input_tokens += tokens;
+    totals.uncached_input_tokens += uncached;
+    totals.unmanaged_input_tokens += unmanaged;
+    totals.unmanaged_uncached_input_tokens += unmanaged_uncached;
+    Advanced {
+        point: Some(StepPoint(at_ms, tokens, window, unmanaged)),
+        compactions,
+        totals,
+    }
+}
+
 /// Records one committed step into a session's extensions (the gateway calls it right before
-/// the step's compare-and-swapped save).
+/// the step's compare-and-swapped save). It works on the stored JSON in place, reading only
+/// the totals and the newest point, so a step costs the same at request 10 and at request
+/// 2,000.
 pub fn record_step(
     extensions: &mut BTreeMap<String, Value>,
     events: &[SessionEvent],
     model: Option<&str>,
     at_ms: i64,
 ) {
-    let mut timeline = Timeline::from_extensions(extensions);
-    timeline.record(events, model, at_ms);
-    if let Ok(value) = serde_json::to_value(&timeline) {
-        extensions.insert(TIMELINE.to_string(), value);
+    let value = extensions
+        .entry(TIMELINE.to_string())
+        .or_insert(Value::Null);
+    let well_formed = value.as_object().is_some_and(|o| {
+        o.get("steps").is_some_and(Value::is_array)
+            && o.get("compactions").is_some_and(Value::is_array)
+    });
+    if !well_formed {
+        *value = serde_json::to_value(Timeline::default()).unwrap_or(Value::Null);
+    }
+    let Some(timeline) = value.as_object_mut() else {
+        return;
+    };
+    let totals = timeline
+        .get("totals")
+        .and_then(|v| Totals::deserialize(v).ok())
+        .unwrap_or_default();
+    let previous = timeline
+        .get("steps")
+        .and_then(Value::as_array)
+        .and_then(|steps| steps.last())
+        .and_then(|v| StepPoint::deserialize(v).ok());
+    let step = advance(previous, totals, events, at_ms);
+    if let Some(model) = model {
+        timeline.insert("model".into(), Value::from(model));
+    }
+    if let Ok(totals) = serde_json::to_value(step.totals) {
+        timeline.insert("totals".into(), totals);
+    }
+    if let Some(point) = step.point {
+        let first = timeline
+            .get("first_step")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .max(1);
+        let mut dropped = 0;
+        if let Some(steps) = timeline.get_mut("steps").and_then(Value::as_array_mut) {
+            steps.push(serde_json::to_value(point).unwrap_or(Value::Null));
+            if steps.len() > MAX_STEPS {
+                dropped = steps.len() - MAX_STEPS;
+                steps.drain(..dropped);
+            }
+        }
+        timeline.insert("first_step".into(), Value::from(first + dropped as u64));
+    }
+    if let Some(records) = timeline
+        .get_mut("compactions")
+        .and_then(Value::as_array_mut)
+    {
+        records.extend(
+            step.compactions
+                .iter()
+                .filter_map(|c| serde_json::to_value(c).ok()),
+        );
+        if records.len() > MAX_COMPACTIONS {
+            let excess = records.len() - MAX_COMPACTIONS;
+            records.drain(..excess);
+        }
     }
 }
 
@@ -323,6 +407,27 @@ mod tests {
         assert_eq!(t.steps.len(), MAX_STEPS);
         assert_eq!(t.first_step, 6);
         assert_eq!(t.totals.requests, (MAX_STEPS + 5) as u64);
+    }
+
+    #[test]
+    fn recording_in_place_matches_the_typed_timeline() {
+        let mut ext = BTreeMap::new();
+        let mut typed = Timeline::default();
+        let compaction = event(
+            "context_compaction_end",
+            json!({"reason": "overflow", "tokens_before": 900, "tokens_after": 100,
+                   "messages_before": 9, "messages_after": 2, "archive_refs": ["r"]}),
+        );
+        for i in 0..(MAX_STEPS + 3) {
+            let mut events = vec![budget(100 + i as u64)];
+            if i % 700 == 5 {
+                events.insert(0, compaction.clone());
+            }
+            record_step(&mut ext, &events, Some("m"), i as i64);
+            typed.record(&events, Some("m"), i as i64);
+        }
+        assert_eq!(Timeline::from_extensions(&ext), typed);
+        assert_eq!(typed.first_step, 4);
     }
 
     #[test]
