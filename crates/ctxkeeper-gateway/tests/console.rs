@@ -181,6 +181,16 @@ async fn pages_escape_content_carry_the_policy_and_stay_in_their_tenant() {
         .await
         .expect("login");
     assert_eq!(login.status(), 303);
+    let forged = no_redirects
+        .post(gw.url("/ui/login"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=acme-token-1")
+        .send()
+        .await
+        .expect("forged login");
+    assert_eq!(forged.status(), 403);
+    assert!(forged.headers().get("set-cookie").is_none());
     assert_eq!(login.headers()["location"], "/ui/t/acme/sessions");
     let cookie = login.headers()["set-cookie"]
         .to_str()

@@ -412,9 +412,11 @@ async fn secure_headers(mut response: Response) -> Response {
         HeaderValue::from_static("nosniff"),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // `same-origin`, not `no-referrer`: with the latter a browser posts forms with
+    // `Origin: null`, and the login's same-origin check could not tell the console's own form.
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers
         .entry(header::CACHE_CONTROL)
@@ -439,7 +441,36 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(console): State<Console>, Form(form): Form<LoginForm>) -> Response {
+/// Whether a form post comes from the console's own pages: a browser names the page's origin
+/// in `Origin`, which must be this server's host (a client that sends none is no browser
+/// form). Keeps another site from signing a visitor in or out.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    let origin = origin.to_str().ok().and_then(|o| {
+        o.strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"))
+    });
+    matches!((origin, host), (Some(origin), Some(host)) if origin.eq_ignore_ascii_case(host))
+}
+
+fn cross_site() -> Response {
+    pages::error(
+        StatusCode::FORBIDDEN,
+        "This form was posted from another site.",
+    )
+}
+
+async fn login(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if !same_origin(&headers) {
+        return cross_site();
+    }
     let token = form.token.trim();
     let access = &console.inner.access;
     match token_tenant(access, token).filter(|_| !token.is_empty()) {
@@ -464,7 +495,10 @@ async fn login(State(console): State<Console>, Form(form): Form<LoginForm>) -> R
     }
 }
 
-async fn logout() -> Response {
+async fn logout(headers: HeaderMap) -> Response {
+    if !same_origin(&headers) {
+        return cross_site();
+    }
     let mut response = Redirect::to("/ui/").into_response();
     response.headers_mut().insert(
         header::SET_COOKIE,
