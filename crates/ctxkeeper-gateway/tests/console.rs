@@ -219,6 +219,17 @@ async fn without_a_token_the_console_is_open_on_loopback_only() {
         .await
         .expect("open");
     assert_eq!(open.status(), 200, "the test gateway listens on 127.0.0.1");
+    let rebound = client()
+        .get(gw.url("/ui/t/default/sessions"))
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .expect("rebound");
+    assert_eq!(
+        rebound.status(),
+        403,
+        "a DNS name rebound to loopback is refused"
+    );
     gw.stop().await;
 
     // The same console on a non-loopback address refuses every page.

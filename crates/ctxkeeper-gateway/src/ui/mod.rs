@@ -19,7 +19,8 @@
 //! header when following a link, so the login form stores the token in an `HttpOnly`,
 //! `SameSite=Strict` cookie scoped to `/ui`; a request with an `Authorization` header uses that
 //! instead. With no token configured the console is open only when the server listens on a
-//! loopback address, and refused otherwise.
+//! loopback address and the request names a loopback host (not a DNS name rebound to it), and
+//! refused otherwise.
 //!
 //! **Rendering** is on the server ([maud](https://maud.lambda.xyz), which escapes every
 //! interpolated value); the chart is an SVG drawn on the server ([`chart`]). Every answer
@@ -236,7 +237,7 @@ impl Console {
             .map_err(|e| Denied::BadRequest(e.to_string()))?;
         let access = &self.inner.access;
         if access.open() {
-            return if access.loopback {
+            return if access.loopback && loopback_host(headers) {
                 Ok(Caller { admin: true })
             } else {
                 Err(Denied::Disabled)
@@ -269,7 +270,7 @@ impl Console {
     fn home_tenant(&self, headers: &HeaderMap) -> Result<String, Denied> {
         let access = &self.inner.access;
         if access.open() {
-            return if access.loopback {
+            return if access.loopback && loopback_host(headers) {
                 Ok(crate::identity::DEFAULT_TENANT.to_string())
             } else {
                 Err(Denied::Disabled)
@@ -285,6 +286,20 @@ impl Console {
             Live::Bus(bus) => LiveSubscription::Bus(bus.subscribe(key)),
         }
     }
+}
+
+/// Whether the request names a loopback host. A console open without a token must not answer
+/// a page whose DNS name was rebound to 127.0.0.1: the browser would let that site read it.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The tenant a token reaches without naming one, if it is a valid token.
@@ -331,7 +346,8 @@ impl IntoResponse for Denied {
             Denied::Disabled => pages::error(
                 StatusCode::FORBIDDEN,
                 "The console is disabled: start the server with --admin-token (or \
-                 --tenant-token), or listen on a loopback address.",
+                 --tenant-token), or listen on a loopback address and open it as \
+                 localhost or 127.0.0.1.",
             ),
             Denied::BadRequest(message) => pages::error(StatusCode::BAD_REQUEST, &message),
         }
@@ -702,5 +718,76 @@ impl Console {
                 }
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(name: HeaderName, value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name, HeaderValue::from_str(value).expect("header"));
+        headers
+    }
+
+    #[test]
+    fn only_loopback_hosts_reach_an_open_console() {
+        for host in [
+            "127.0.0.1:8787",
+            "localhost:1",
+            "LOCALHOST",
+            "[::1]:8787",
+            "127.0.0.2",
+        ] {
+            assert!(loopback_host(&with(header::HOST, host)), "{host}");
+        }
+        for host in [
+            "attacker.example",
+            "attacker.example:8787",
+            "10.0.0.1:80",
+            "[::2]:1",
+        ] {
+            assert!(!loopback_host(&with(header::HOST, host)), "{host}");
+        }
+        assert!(!loopback_host(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn the_token_comes_from_the_header_else_the_cookie() {
+        let bearer = with(header::AUTHORIZATION, "Bearer abc-123");
+        assert_eq!(credentials(&bearer).as_deref(), Some("abc-123"));
+        let cookie = with(header::COOKIE, "other=1; ctxkeeper_console=a%3Bb%20c; x=2");
+        assert_eq!(credentials(&cookie).as_deref(), Some("a;b c"));
+        assert_eq!(
+            credentials(&with(header::COOKIE, "ctxkeeper_console=")),
+            None
+        );
+        assert_eq!(credentials(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn form_posts_must_come_from_this_host() {
+        let mut headers = with(header::HOST, "127.0.0.1:8787");
+        assert!(same_origin(&headers), "no Origin: not a browser form");
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8787"),
+        );
+        assert!(same_origin(&headers));
+        headers.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(!same_origin(&headers));
+        headers.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert!(!same_origin(&headers));
+    }
+
+    #[test]
+    fn components_are_percent_encoded() {
+        assert_eq!(enc("sessions/s 1/a.txt"), "sessions%2Fs%201%2Fa.txt");
+        assert_eq!(enc("a-b_c.d~e"), "a-b_c.d~e");
+        assert_eq!(enc("\"><script>"), "%22%3E%3Cscript%3E");
     }
 }
