@@ -232,6 +232,7 @@ def test_console_in_a_real_browser(tmp_path, browser):
             if target:
                 break
         assert target, "a compaction archived a tool output and links it"
+        browser.execute_script("arguments[0].scrollIntoView()", details)
         browser.save_screenshot(str(shots / "console-compaction.png"))
         anchor, original = target
         anchor.click()
