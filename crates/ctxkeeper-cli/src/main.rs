@@ -11,6 +11,7 @@ mod serve;
 mod sessions;
 mod summarizers;
 mod trace_input;
+mod ui;
 mod wrap;
 
 use std::path::PathBuf;
@@ -58,6 +59,9 @@ enum Command {
     Wrap(Box<wrap::WrapArgs>),
     /// Show or validate the settings `serve` would run with (file, environment and flags).
     Config(config_cmd::ConfigArgs),
+    /// Serve the web console (sessions, compactions, archived content, totals) over a store
+    /// and its archive, without a gateway.
+    Ui(ui::UiArgs),
 }
 
 /// Options shared by commands that read a trace.
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
         Command::Mcp(args) => mcp::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Config(args) => config_cmd::run(&args),
+        Command::Ui(args) => ui::run(&args),
         Command::Wrap(args) => match wrap::run(&args) {
             Ok(code) => return code,
             Err(err) => Err(err),

@@ -412,7 +412,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
 }
 
 /// Completes on ctrl-c or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

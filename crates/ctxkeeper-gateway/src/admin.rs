@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::Gateway;
 use crate::error::{ApiError, Flavor};
-use crate::identity::TENANT_HEADER;
+use crate::identity::{TENANT_HEADER, TenantRule};
 use crate::sessions::PatchError;
 
 const FLAVOR: Flavor = Flavor::OpenAi;
@@ -49,8 +49,21 @@ pub fn routes() -> Router<Arc<Gateway>> {
 /// reaches any tenant (`x-ctxkeeper-tenant`, else `default`); a tenant token only its own
 /// (a header naming another is refused with 403).
 fn authorize(gw: &Gateway, headers: &HeaderMap) -> Result<String, ApiError> {
-    let tenants = &gw.config.tenants;
-    if gw.config.admin_token.is_none() && !tenants.has_tokens() {
+    authorize_with(
+        gw.config.admin_token.as_deref(),
+        &gw.config.tenants,
+        headers,
+    )
+}
+
+/// [`authorize`] against an admin token and tenant tokens given apart from a gateway (the
+/// console served by `ctxkeeper ui` checks its credentials with it too).
+pub(crate) fn authorize_with(
+    admin_token: Option<&str>,
+    tenants: &TenantRule,
+    headers: &HeaderMap,
+) -> Result<String, ApiError> {
+    if admin_token.is_none() && !tenants.has_tokens() {
         return Err(ApiError::new(
             FLAVOR,
             StatusCode::FORBIDDEN,
@@ -75,7 +88,7 @@ fn authorize(gw: &Gateway, headers: &HeaderMap) -> Result<String, ApiError> {
         }
         None => None,
     };
-    if let Some(expected) = gw.config.admin_token.as_deref()
+    if let Some(expected) = admin_token
         && constant_time_eq(given.as_bytes(), expected.as_bytes())
     {
         return Ok(named.unwrap_or(crate::identity::DEFAULT_TENANT).to_string());
@@ -95,7 +108,7 @@ fn authorize(gw: &Gateway, headers: &HeaderMap) -> Result<String, ApiError> {
 
 /// Compares without stopping at the first difference, so response timing does not reveal
 /// how much of a guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = a.len() ^ b.len();
     for (i, byte) in b.iter().enumerate() {
         diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ byte);

@@ -9,7 +9,7 @@
 //!   compare-and-swap, per-session events;
 //! - [`identity`]: tenant, session and message fingerprints;
 //! - [`streaming`]: `usage` from streamed and plain answers;
-//! - [`admin`]: the admin API; [`metrics`]: Prometheus metrics; [`error`]: errors in each
+//! - [`admin`]: the admin API; [`ui`]: the web console; [`metrics`]: Prometheus metrics; [`error`]: errors in each
 //!   provider's shape; [`limits`]: the cap on request bytes in flight.
 //!
 //! ```no_run
@@ -36,6 +36,7 @@ pub mod router;
 pub mod sessions;
 pub mod streaming;
 pub mod summarize;
+pub mod ui;
 
 use std::sync::Arc;
 

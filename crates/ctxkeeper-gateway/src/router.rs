@@ -10,6 +10,7 @@
 //! | `GET /healthz` | liveness |
 //! | `GET /`, `HEAD /` | the agents' connectivity check |
 //! | `/admin/…` | the [admin API](crate::admin) |
+//! | `/ui/…` | the [web console](crate::ui) |
 //!
 //! The events of a session are visible to its tenant only: the tenant is resolved exactly as
 //! for model calls ([`TenantRule`](crate::identity::TenantRule): a tenant token, else the API
@@ -66,6 +67,7 @@ impl std::error::Error for GatewayError {}
 
 /// Every route of the gateway over `gateway`.
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    let console = crate::ui::Console::for_gateway(&gateway).router();
     Router::new()
         .route("/v1/chat/completions", post(proxy::chat_completions))
         .route("/v1/responses", post(proxy::responses))
@@ -80,9 +82,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         // `HEAD /`); GET also answers HEAD.
         .route("/", get(root))
         .nest("/admin", admin::routes())
+        .with_state(gateway)
+        .merge(console)
         // A bug in one request answers 500 instead of dropping the connection.
         .layer(CatchPanicLayer::new())
-        .with_state(gateway)
 }
 
 async fn root() -> impl IntoResponse {

@@ -487,6 +487,14 @@ impl Sessions {
         loop {
             let start = common_prefix(&slot.stored_hashes, &incoming.hashes);
             let saved = if slot.unsaved {
+                let model = slot.live.as_ref().map(|live| live.model.clone());
+                let (events, at) = (&outbox.events, now_ms());
+                crate::ui::timeline::record_step(
+                    &mut slot.extensions,
+                    events,
+                    model.as_deref(),
+                    at,
+                );
                 let log = incoming.messages.get(start..).unwrap_or_default();
                 self.persist(key, &mut slot, log).await
             } else {

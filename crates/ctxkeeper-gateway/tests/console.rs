@@ -1,0 +1,270 @@
+//! The web console over HTTP: every page escapes session content, carries the strict
+//! Content-Security-Policy, and is scoped to a tenant exactly like the admin API (the admin
+//! token reaches every tenant, a tenant token only its own, no token only on loopback).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::{chat_history, client, config, mock, start};
+use ctxkeeper_gateway::identity::TenantRule;
+use ctxkeeper_gateway::ui::{Access, CONTENT_SECURITY_POLICY, Console};
+use serde_json::json;
+
+const KEY: &str = "Bearer sk-console-test";
+const HOSTILE: &str = "<script>alert(\"pwned\")</script><img src=x onerror=alert(2)>";
+
+#[tokio::test]
+async fn pages_escape_content_carry_the_policy_and_stay_in_their_tenant() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.admin_token = Some("admin-secret-1".into());
+    cfg.tenants = TenantRule::default()
+        .with_token("acme", "acme-token-1")
+        .expect("token")
+        .with_token("globex", "globex-token-1")
+        .expect("token");
+    let gw = start(cfg).await;
+    let mut messages = chat_history(2, 200);
+    messages.push(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_x",
+        "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"x\"}"}}]}),
+    );
+    messages.push(json!({"role": "tool", "tool_call_id": "call_x", "content": HOSTILE}));
+    let chat = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", KEY)
+        .header("x-ctxkeeper-tenant-token", "acme-token-1")
+        .header("x-ctxkeeper-session", "xss-1")
+        .json(&json!({"model": "gpt-4o", "messages": messages}))
+        .send()
+        .await
+        .expect("chat");
+    assert_eq!(chat.status(), 200);
+
+    let get = |path: &str, token: Option<&str>| {
+        let mut request = client().get(gw.url(path));
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        request.send()
+    };
+
+    // The tenant's own token: the session is listed, its page has one chart point.
+    let list = get("/ui/t/acme/sessions", Some("acme-token-1"))
+        .await
+        .expect("list");
+    assert_eq!(list.status(), 200);
+    assert_eq!(
+        list.headers()["content-security-policy"],
+        CONTENT_SECURITY_POLICY
+    );
+    assert!(!CONTENT_SECURITY_POLICY.contains("unsafe-inline"));
+    assert_eq!(list.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(list.headers()["cache-control"], "no-store");
+    let body = list.text().await.expect("body");
+    assert!(body.contains(">xss-1</a>"), "{body}");
+    assert!(!body.contains("acme-token-1") && !body.contains("sk-console-test"));
+
+    let page = get("/ui/t/acme/sessions/xss-1", Some("acme-token-1"))
+        .await
+        .expect("session")
+        .text()
+        .await
+        .expect("body");
+    assert!(page.contains(r#"data-points="1""#), "{page}");
+    assert_eq!(page.matches(r#"<circle class="point""#).count(), 1);
+    // The only script is the console's own file.
+    assert_eq!(page.matches("<script").count(), 1);
+    assert!(page.contains(r#"<script src="/ui/assets/console.js" defer>"#));
+
+    // A hostile tool output shows as text on the search page (log hit).
+    let search = get(
+        "/ui/t/acme/sessions/xss-1/search?q=pwned",
+        Some("acme-token-1"),
+    )
+    .await
+    .expect("search");
+    assert_eq!(search.status(), 200);
+    let found = search.text().await.expect("body");
+    assert!(found.contains("&lt;script&gt;"), "{found}");
+    assert!(!found.contains("<script>alert") && !found.contains("<img src=x"));
+
+    // The admin token reaches the tenant too; the process totals are shown to it only.
+    let totals = get("/ui/t/acme/totals", Some("admin-secret-1"))
+        .await
+        .expect("totals")
+        .text()
+        .await
+        .expect("body");
+    assert!(totals.contains(r#"id="process-totals""#));
+    let tenant_totals = get("/ui/t/acme/totals", Some("acme-token-1"))
+        .await
+        .expect("totals")
+        .text()
+        .await
+        .expect("body");
+    assert!(tenant_totals.contains(r#"id="tenant-totals""#));
+    assert!(!tenant_totals.contains(r#"id="process-totals""#));
+
+    // Another tenant's token: refused on acme's pages, an empty list of its own.
+    for path in [
+        "/ui/t/acme/sessions",
+        "/ui/t/acme/sessions/xss-1",
+        "/ui/t/acme/sessions/xss-1/search?q=pwned",
+        "/ui/t/acme/sessions/xss-1/events",
+        "/ui/t/acme/totals",
+    ] {
+        let answer = get(path, Some("globex-token-1")).await.expect("refused");
+        assert_eq!(answer.status(), 403, "{path}");
+        assert!(!answer.text().await.expect("body").contains("pwned"));
+    }
+    let own = get("/ui/t/globex/sessions", Some("globex-token-1"))
+        .await
+        .expect("own");
+    assert_eq!(own.status(), 200);
+    assert!(!own.text().await.expect("body").contains("xss-1"));
+    let missing = get("/ui/t/globex/sessions/xss-1", Some("globex-token-1"))
+        .await
+        .expect("missing");
+    assert_eq!(missing.status(), 404);
+
+    // No or wrong credentials: the login form.
+    for token in [None, Some("wrong-token-123")] {
+        let answer = get("/ui/t/acme/sessions", token).await.expect("login");
+        assert_eq!(answer.status(), 401);
+        assert!(
+            answer
+                .text()
+                .await
+                .expect("body")
+                .contains(r#"name="token""#)
+        );
+    }
+
+    // Hostile identifiers and references are refused, never read.
+    let bad_tenant = get("/ui/t/..%2Facme/sessions", Some("admin-secret-1"))
+        .await
+        .expect("bad tenant");
+    assert_eq!(bad_tenant.status(), 400);
+    for reference in [
+        "..%2F..%2Fglobex%2Fsessions%2Fx%2Ftool_result-call_0.txt",
+        "%2Fetc%2Fpasswd",
+        "sessions%2Fother%2Ftool_result-call_0.txt",
+    ] {
+        let answer = get(
+            &format!("/ui/t/acme/sessions/xss-1/archive?ref={reference}"),
+            Some("admin-secret-1"),
+        )
+        .await
+        .expect("reference");
+        assert!(
+            answer.status() == 404 || answer.status() == 400,
+            "{reference}: {}",
+            answer.status()
+        );
+    }
+
+    // The login form sets an HttpOnly, SameSite=Strict cookie that opens the pages.
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let login = no_redirects
+        .post(gw.url("/ui/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=acme-token-1")
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(login.status(), 303);
+    let forged = no_redirects
+        .post(gw.url("/ui/login"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=acme-token-1")
+        .send()
+        .await
+        .expect("forged login");
+    assert_eq!(forged.status(), 403);
+    assert!(forged.headers().get("set-cookie").is_none());
+    assert_eq!(login.headers()["location"], "/ui/t/acme/sessions");
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+    let pair = cookie.split(';').next().expect("pair").to_string();
+    let with_cookie = no_redirects
+        .get(gw.url("/ui/t/acme/sessions"))
+        .header("cookie", pair)
+        .send()
+        .await
+        .expect("cookie page");
+    assert_eq!(with_cookie.status(), 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_token_the_console_is_open_on_loopback_only() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let open = client()
+        .get(gw.url("/ui/t/default/sessions"))
+        .send()
+        .await
+        .expect("open");
+    assert_eq!(open.status(), 200, "the test gateway listens on 127.0.0.1");
+    let rebound = client()
+        .get(gw.url("/ui/t/default/sessions"))
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .expect("rebound");
+    assert_eq!(
+        rebound.status(),
+        403,
+        "a DNS name rebound to loopback is refused"
+    );
+    gw.stop().await;
+
+    // The same console on a non-loopback address refuses every page.
+    let store = ctxkeeper_store::open_store("memory://")
+        .await
+        .expect("store");
+    let archive = ctxkeeper_store::open_archive(dir.path().to_str().expect("utf-8"))
+        .await
+        .expect("archive");
+    let bus = ctxkeeper_store::open_event_bus("memory://")
+        .await
+        .expect("bus");
+    let access = Access::new(None, TenantRule::default(), [0, 0, 0, 0].into());
+    let console = Console::standalone(store, archive, bus, access);
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(console.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    let refused = client()
+        .get(format!("http://{addr}/ui/t/default/sessions"))
+        .send()
+        .await
+        .expect("refused");
+    assert_eq!(refused.status(), 403);
+    assert!(
+        refused
+            .text()
+            .await
+            .expect("body")
+            .contains("--admin-token")
+    );
+    let _ = stop.send(());
+    server.await.expect("join").expect("served");
+}
