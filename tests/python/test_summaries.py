@@ -5,6 +5,8 @@ session carries on; a summarizer that fails (here: no time at all) never fails a
 
 from __future__ import annotations
 
+import random
+
 import anthropic
 import openai
 
@@ -27,10 +29,11 @@ stages = [{{ kind = "summarize" }}]
 
 
 def prose(seed: int, size: int = 1800) -> str:
-    out, i = [], seed
+    """Varied, deterministic text: words and numbers, so it tokenizes like real output."""
+    pick = random.Random(seed)
+    out: list[str] = []
     while sum(len(w) + 1 for w in out) < size:
-        out.append(WORDS[i % len(WORDS)])
-        i = i * 31 + 7
+        out.append(f"{pick.choice(WORDS)}{pick.randrange(1000)}")
     return " ".join(out)
 
 
