@@ -1205,6 +1205,95 @@ mod tests {
         ]
     }
 
+    /// The memory flush: durable facts, one per line, from the extractive rules alone.
+    #[test]
+    fn facts_for_memory_name_decisions_files_commands_errors_and_constraints() {
+        let mut messages = session();
+        messages.push(Message::assistant(
+            "I decided to widen the type instead of casting at every call site.",
+        ));
+        let facts = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(ExtractiveSummarizer::new().extract_facts(&messages, 600))
+            .expect("no error")
+            .expect("facts found");
+        for expected in [
+            "User constraint: Fix the failing build. You must not change the public API.",
+            "Decision: I decided to widen the type",
+            "File read: src/lib.rs",
+            "Error: [bash] error[E0308]: mismatched types at src/lib.rs:12",
+            "Ran: cargo test -p invoices",
+            "Archived: sessions/s1/tool_result-c1.txt",
+        ] {
+            assert!(
+                facts.contains(expected),
+                "{expected:?} missing from:\n{facts}"
+            );
+        }
+        // Nothing durable, nothing flushed.
+        let none = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(ExtractiveSummarizer::new().extract_facts(&[Message::assistant("ok")], 600))
+            .expect("no error");
+        assert_eq!(none, None);
+    }
+
+    /// ReMe's state snapshot and HarnessAgent's sections are filled from the same facts, not
+    /// left as a bare label.
+    #[test]
+    fn seed_schemas_get_their_facts() {
+        let field = |name: &str| SummaryField {
+            name: name.into(),
+            title: name.into(),
+            description: String::new(),
+        };
+        let mut reme = request(session(), None);
+        reme.schema = SummarySchema {
+            fields: vec![
+                field("overall_goal"),
+                field("key_knowledge"),
+                field("recent_actions"),
+            ],
+        };
+        let summary = ExtractiveSummarizer::new().summarize_now(&reme);
+        assert!(
+            summary
+                .get("overall_goal")
+                .contains("Fix the failing build")
+        );
+        let knowledge = summary.get("key_knowledge");
+        for fact in [
+            "must not change the public API",
+            "src/lib.rs",
+            "error[E0308]",
+        ] {
+            assert!(knowledge.contains(fact), "{fact:?} not in {knowledge}");
+        }
+        assert!(
+            summary
+                .get("recent_actions")
+                .contains("cargo test -p invoices")
+        );
+        let mut harness = request(session(), None);
+        harness.schema = SummarySchema {
+            fields: vec![
+                field("session_intent"),
+                field("summary"),
+                field("artifacts"),
+                field("next_steps"),
+            ],
+        };
+        let summary = ExtractiveSummarizer::new().summarize_now(&harness);
+        assert!(summary.get("artifacts").contains("File read: src/lib.rs"));
+        assert!(
+            summary
+                .get("next_steps")
+                .contains("change total() to return u64")
+        );
+    }
+
     #[test]
     fn fields_are_filled_from_the_messages() {
         let summary = ExtractiveSummarizer::new().summarize_now(&request(session(), None));
