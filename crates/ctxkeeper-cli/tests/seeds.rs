@@ -78,9 +78,16 @@ impl Table {
             } else {
                 "✗"
             };
+            // `<sid>` and the like are placeholders, not HTML.
+            let cell = |text: &str| text.replace('<', "&lt;").replace('>', "&gt;");
             out.push_str(&format!(
                 "| {} | {} | `{}` | {} | {} | {} | {mark} |\n",
-                r.seed, r.section, r.preset, r.behaviour, r.documented, r.observed
+                r.seed,
+                r.section,
+                r.preset,
+                cell(r.behaviour),
+                cell(&r.documented),
+                cell(&r.observed)
             ));
         }
         out
