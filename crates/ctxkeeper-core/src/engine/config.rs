@@ -142,8 +142,8 @@ pub struct ArchiveLayout {
     /// `chat_id` per compaction so no earlier group is overwritten (ReMe).
     pub group_files: bool,
     /// The messages a request-boundary compaction summarized also go to
-    /// `messages.compactions/<id>.jsonl`, one message per line (Agentrail); reactive
-    /// compactions inside a turn do not write one.
+    /// `messages.compactions/<id>.jsonl`, one message per line (Agentrail); compactions
+    /// inside a turn (reactive tiers, overflow recovery) do not write one.
     pub compaction_files: bool,
 }
 

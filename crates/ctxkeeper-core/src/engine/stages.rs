@@ -793,9 +793,13 @@ impl<'a> Draft<'a> {
                     total: total_groups,
                 }
             } else if layout.compaction_files
+                // Request-boundary only: Agentrail's in-loop compactions (micro, full, and
+                // full after a prompt-too-long error) archive nothing of their own.
                 && !matches!(
                     self.reason,
-                    CompactionReason::ReactiveMicro | CompactionReason::ReactiveFull
+                    CompactionReason::ReactiveMicro
+                        | CompactionReason::ReactiveFull
+                        | CompactionReason::Overflow
                 )
             {
                 ArchiveItem::Compaction {
