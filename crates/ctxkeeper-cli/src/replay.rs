@@ -11,6 +11,7 @@ use ctxkeeper::core::model::{CheckRules, Request, Role};
 use ctxkeeper::core::replay::{ReplayOptions, ReplayReport, StepView, Unmanaged, replay};
 use ctxkeeper::llm::Summarizer;
 use ctxkeeper::store::LocalWorkspace;
+use ctxkeeper::store::memory::LongTermMemory;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
@@ -47,6 +48,9 @@ pub struct ReplayArgs {
     pub summarizer_model: Option<String>,
 
     /// Where archived content goes (default: a temporary directory removed afterwards).
+    /// Long-term memory lives there too, as in the seeds' workspaces: `MEMORY.md` and
+    /// `memory/YYYY-MM-DD.md` receive the facts flushed before each compaction and the
+    /// summaries of policies that keep them in memory (cowagent).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
 
@@ -148,8 +152,15 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 format!("cannot open the workspace {}", workspace_dir.display())
             })?);
         let summarizer = make_summarizer(args)?;
+        let memory = Arc::new(LongTermMemory::new(workspace_dir).with_context(|| {
+            format!(
+                "cannot open long-term memory in {}",
+                workspace_dir.display()
+            )
+        })?);
         let mut engine =
-            ctxkeeper::replay::PolicyReplay::new(policy, window, offloader, summarizer)?;
+            ctxkeeper::replay::PolicyReplay::new(policy, window, offloader, summarizer)?
+                .with_memory(memory);
         if let Some(keys) = &stored_keys {
             engine = engine.archive_under(keys.iter().map(|k| k.archive_scope()).collect());
         }

@@ -376,8 +376,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let retention_days = config.policy.session.retention_days;
     runtime.block_on(async move {
         let mut server = Server::bind(config).await?;
+        if let Some(days) = retention_days {
+            sweep_retention(server.gateway().sessions.store().clone(), days);
+        }
         let mcp = match mcp_options {
             Some(options) => mcp_endpoint(args, options, &server).await?,
             None => None,
@@ -409,6 +413,25 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         tracing::info!("gateway stopped");
         Ok(())
     })
+}
+
+/// Removes sessions of every tenant not updated for `days` days, at start and then hourly:
+/// the policy's `[session] retention_days` (cowagent: "sessions older than 30 days are
+/// automatically cleaned up"). A failed sweep is logged and retried at the next hour.
+fn sweep_retention(store: std::sync::Arc<dyn ctxkeeper::store::SessionStore>, days: u32) {
+    let retention = ctxkeeper::store::Retention {
+        max_age: std::time::Duration::from_secs(u64::from(days) * 86_400),
+    };
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(3_600));
+        loop {
+            every.tick().await;
+            match store.cleanup(None, retention).await {
+                Ok(removed) => tracing::info!(removed, days, "retention sweep"),
+                Err(e) => tracing::warn!("retention sweep failed: {e}"),
+            }
+        }
+    });
 }
 
 /// Completes on ctrl-c or SIGTERM.

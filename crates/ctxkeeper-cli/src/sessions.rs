@@ -8,6 +8,11 @@
 //! ctxkeeper sessions search "disk full"         ranked hits across the tenant (or --session S)
 //! ctxkeeper sessions clear S                    removes the session's state and log
 //! ctxkeeper sessions gc --older-than 30d        retention clean-up
+//! ctxkeeper sessions gc --policy cowagent       … at the policy's retention (30 days)
+//! ctxkeeper sessions restore S --policy cowagent
+//!                                               what a resume after a restart brings back
+//!                                               (CowAgent: the last 3 turns, text only);
+//!                                               --save stores it as the session's context
 //! ```
 //!
 //! Every command takes `--store URL` (or `CTXKEEPER_STORE`) and `--tenant T`. Without a store
@@ -106,11 +111,29 @@ pub enum SessionsCommand {
         /// The session id.
         session: String,
     },
+    /// What resuming a session after a restart brings back under a policy's
+    /// `[session] restore_recent_turns` (cowagent: the last max(3, 20 / 6) = 3 turns, each
+    /// its user text and final reply); `--save` stores that as the session's context.
+    Restore {
+        /// The session id.
+        session: String,
+        /// The policy whose restore strategy applies (a policy without one restores all).
+        #[arg(long, default_value = "cowagent", value_name = "NAME")]
+        policy: String,
+        /// Save the restored context as the session's state (compare-and-swap; the log is
+        /// kept whole).
+        #[arg(long)]
+        save: bool,
+    },
     /// Remove sessions not updated for a while (retention clean-up).
     Gc {
-        /// Age limit: a number with a unit, s, m, h or d.
-        #[arg(long, default_value = "30d", value_name = "AGE")]
-        older_than: String,
+        /// Age limit: a number with a unit, s, m, h or d (default: the policy's retention,
+        /// else 30d).
+        #[arg(long, value_name = "AGE")]
+        older_than: Option<String>,
+        /// Take the age limit from this policy's `[session] retention_days` (cowagent: 30).
+        #[arg(long, value_name = "NAME", conflicts_with = "older_than")]
+        policy: Option<String>,
         /// Clean every tenant, not only --tenant.
         #[arg(long)]
         all_tenants: bool,
@@ -260,10 +283,27 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             }
             Ok(())
         }
+        SessionsCommand::Restore {
+            session,
+            policy,
+            save,
+        } => restore(args, &*store, session, policy, *save, out).await,
         SessionsCommand::Gc {
             older_than,
+            policy,
             all_tenants,
         } => {
+            let older_than = match (older_than, policy) {
+                (Some(age), _) => age.clone(),
+                (None, Some(name)) => {
+                    let days = named_policy(name)?.session.retention_days.ok_or_else(|| {
+                        anyhow!("policy {name:?} sets no retention ([session] retention_days)")
+                    })?;
+                    format!("{days}d")
+                }
+                (None, None) => "30d".to_string(),
+            };
+            let older_than = &older_than;
             let retention = Retention {
                 max_age: parse_age(older_than)?,
             };
@@ -285,6 +325,93 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A preset by name, with the list of names when it is unknown.
+fn named_policy(name: &str) -> Result<ctxkeeper_core::engine::PolicyConfig> {
+    ctxkeeper_core::engine::presets::preset(name).ok_or_else(|| {
+        anyhow!(
+            "unknown policy {name:?} (available: {})",
+            ctxkeeper_core::engine::presets::NAMES.join(", ")
+        )
+    })
+}
+
+/// `sessions restore`: the context a resume brings back under the policy's restore strategy.
+async fn restore(
+    args: &SessionsArgs,
+    store: &dyn SessionStore,
+    session: &str,
+    policy: &str,
+    save: bool,
+    out: &mut String,
+) -> Result<()> {
+    use ctxkeeper::snapshot::{self, Snapshot};
+    use ctxkeeper_core::engine::ContextState;
+    use ctxkeeper_store::restore::{RestoreStrategy, restore};
+
+    let policy = named_policy(policy)?;
+    let key = resolve(args, store, session).await?;
+    let Some((loaded, version)) = snapshot::load(store, &key).await? else {
+        bail!("no stored state for {key}");
+    };
+    let strategy = match policy.session.restore_recent_turns {
+        Some(max_turns) => RestoreStrategy::RecentTurns { max_turns },
+        None => RestoreStrategy::Full,
+    };
+    let before = loaded.context.entries.len();
+    let messages = restore(&loaded.context.to_messages(), strategy);
+    let turns = ctxkeeper_core::model::turns(&messages).len();
+    let mut saved = None;
+    if save {
+        let mut context = ContextState::from_messages(messages.clone());
+        for entry in &mut context.entries {
+            entry.meta.log_index = None;
+        }
+        context.appended = loaded.context.appended;
+        context.compactions = loaded.context.compactions;
+        // The client record described the old context: a client resending its history
+        // starts over from the restored one.
+        let snapshot = Snapshot::new(context);
+        saved = Some(
+            snapshot::save(store, &key, &snapshot, Some(version), &[])
+                .await
+                .with_context(|| format!("cannot save the restored context of {key}"))?,
+        );
+    }
+    if args.json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "session": key,
+                "policy": policy.name,
+                "strategy": strategy,
+                "messages_before": before,
+                "messages_after": messages.len(),
+                "turns": turns,
+                "saved": saved.is_some(),
+                "messages": messages,
+            }))?
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{key}: a resume under {} brings back {} of {before} messages ({turns} turns){}",
+        policy.name,
+        messages.len(),
+        if saved.is_some() { "; saved" } else { "" }
+    )?;
+    for message in &messages {
+        writeln!(
+            out,
+            "  {:<9} {}",
+            message.role.as_str(),
+            one_line(&message.text(), 140)
+        )?;
+    }
+    Ok(())
 }
 
 fn is_sql(url: &str) -> bool {
@@ -674,7 +801,8 @@ mod tests {
         let gc = run_to_string(&args(
             &url,
             SessionsCommand::Gc {
-                older_than: "30d".into(),
+                older_than: Some("30d".into()),
+                policy: None,
                 all_tenants: false,
             },
         ))

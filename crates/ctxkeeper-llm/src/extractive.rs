@@ -57,6 +57,7 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
+use ctxkeeper_core::artifacts::{FileAction, tool_call_events};
 use ctxkeeper_core::capsule::strip_boilerplate;
 use ctxkeeper_core::engine::CLEARED_PREFIX;
 use ctxkeeper_core::model::{Message, Part, Role};
@@ -117,6 +118,49 @@ const RULES: [FieldRule; 5] = [
     },
 ];
 
+/// Shares of the fields of the seed presets' schemas (ReMe: overall goal, key knowledge,
+/// recent actions; HarnessAgent: session intent, summary, artifacts, next steps).
+const SEED_RULES: [FieldRule; 6] = [
+    FieldRule {
+        name: "overall_goal",
+        share: 25,
+        head_fraction: 1.0,
+    },
+    FieldRule {
+        name: "key_knowledge",
+        share: 45,
+        head_fraction: 0.35,
+    },
+    FieldRule {
+        name: "recent_actions",
+        share: 30,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "session_intent",
+        share: 20,
+        head_fraction: 1.0,
+    },
+    FieldRule {
+        name: "summary",
+        share: 30,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "artifacts",
+        share: 30,
+        head_fraction: 0.5,
+    },
+];
+
+/// The rule of a field the extractive summarizer knows.
+fn rule_for(name: &str) -> Option<&'static FieldRule> {
+    RULES
+        .iter()
+        .chain(SEED_RULES.iter())
+        .find(|r| r.name == name)
+}
+
 /// Opens the lines naming an archive reference.
 const ARCHIVED_LABEL: &str = "Archived: ";
 
@@ -141,12 +185,12 @@ impl ExtractiveSummarizer {
         let known_share: usize = schema
             .fields
             .iter()
-            .filter_map(|f| RULES.iter().find(|r| r.name == f.name).map(|r| r.share))
+            .filter_map(|f| rule_for(&f.name).map(|r| r.share))
             .sum();
         let unknown = schema
             .fields
             .iter()
-            .filter(|f| !RULES.iter().any(|r| r.name == f.name))
+            .filter(|f| rule_for(&f.name).is_none())
             .count();
         // Unknown fields share what the known ones leave, at least a tenth each.
         let unknown_share = 100usize
@@ -157,7 +201,7 @@ impl ExtractiveSummarizer {
 
         let mut summary = Summary::empty(schema, EXTRACTIVE_PRODUCER);
         for (position, field) in schema.fields.iter().enumerate() {
-            let rule = RULES.iter().find(|r| r.name == field.name);
+            let rule = rule_for(&field.name);
             let share = rule.map_or(unknown_share, |r| r.share);
             let head_fraction = rule.map_or(0.5, |r| r.head_fraction);
             let mut field_budget = budget * share / total_share;
@@ -171,7 +215,7 @@ impl ExtractiveSummarizer {
                 .map(|p| p.get(&field.name))
                 .unwrap_or("");
             let new_lines = facts.lines_for(&field.name);
-            let merged = merge(previous, new_lines);
+            let merged = merge(previous, &new_lines);
             let mut text = fit_lines(&merged, field_budget, head_fraction);
             if label {
                 text = if text.is_empty() {
@@ -195,6 +239,21 @@ impl Summarizer for ExtractiveSummarizer {
     fn name(&self) -> &str {
         EXTRACTIVE_PRODUCER
     }
+
+    /// Decisions, files touched, commands, errors and the user's stated constraints, one per
+    /// line, within about `max_tokens` (the oldest facts kept first, an omission counted).
+    async fn extract_facts(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Option<String>, LlmError> {
+        let lines = Facts::durable(messages);
+        if lines.is_empty() {
+            return Ok(None);
+        }
+        let text = fit_lines(&lines, char_budget(max_tokens), 0.7);
+        Ok((!text.trim().is_empty()).then_some(text))
+    }
 }
 
 /// The lines extracted for each default field, oldest first.
@@ -205,17 +264,47 @@ struct Facts {
     discoveries: Vec<String>,
     next: Vec<String>,
     preserve: Vec<String>,
+    /// Files the tool calls touched, one line each with the strongest action.
+    files: Vec<String>,
+    /// Shell commands run, oldest first.
+    commands: Vec<String>,
+    /// Error lines of tool results.
+    errors: Vec<String>,
+    /// What the assistant decided or concluded.
+    decisions: Vec<String>,
+    /// The user's stated constraints.
+    constraints: Vec<String>,
+    /// Archive references, as "Archived: …" lines.
+    references: Vec<String>,
 }
 
 impl Facts {
-    fn lines_for(&self, field: &str) -> &[String] {
+    /// The lines of a field: the default schema's five, and the fields of the seed presets'
+    /// schemas (ReMe's state snapshot, HarnessAgent's sections) built from the same facts.
+    fn lines_for(&self, field: &str) -> Vec<String> {
+        let join = |parts: &[&[String]]| parts.concat();
         match field {
-            "task_overview" => &self.task,
-            "current_state" => &self.state,
-            "important_discoveries" => &self.discoveries,
-            "next_steps" => &self.next,
-            "context_to_preserve" => &self.preserve,
-            _ => &[],
+            "task_overview" | "overall_goal" | "session_intent" => self.task.clone(),
+            "current_state" => self.state.clone(),
+            "important_discoveries" => self.discoveries.clone(),
+            "next_steps" => self.next.clone(),
+            "context_to_preserve" => self.preserve.clone(),
+            // Facts, constraints and findings to remember.
+            "key_knowledge" => join(&[
+                &self.constraints,
+                &self.decisions,
+                &self.errors,
+                &self.files,
+                &self.discoveries,
+                &self.references,
+            ]),
+            // What was just done and its results.
+            "recent_actions" => join(&[&self.commands, &self.state, &self.next]),
+            // What happened so far, decisions and results.
+            "summary" => join(&[&self.decisions, &self.state, &self.errors]),
+            // Files, commands, identifiers and other artifacts.
+            "artifacts" => join(&[&self.files, &self.commands, &self.references]),
+            _ => Vec::new(),
         }
     }
 
@@ -232,6 +321,8 @@ impl Facts {
         let mut last_assistant_text: Option<String> = None;
         let mut error_results = 0;
         let mut references = References::default();
+        let mut commands: Vec<String> = Vec::new();
+        let mut files: Vec<(String, FileAction)> = Vec::new();
 
         for message in &request.messages {
             match message.role {
@@ -265,9 +356,9 @@ impl Facts {
                     }
                     for line in text.lines() {
                         if is_constraint(line) {
-                            facts
-                                .preserve
-                                .push(format!("User constraint: {}", cut(line.trim(), LINE_CHARS)));
+                            let line = format!("User constraint: {}", cut(line.trim(), LINE_CHARS));
+                            facts.constraints.push(line.clone());
+                            facts.preserve.push(line);
                         }
                     }
                     scan_results(
@@ -304,11 +395,25 @@ impl Facts {
                                 if recent_calls.len() > 16 {
                                     recent_calls.drain(..8);
                                 }
+                                if let Some(command) = shell_command(arguments) {
+                                    commands.push(format!(
+                                        "Ran: {}",
+                                        cut(&collapse(&command), LINE_CHARS)
+                                    ));
+                                }
+                                for event in tool_call_events(name, arguments).files {
+                                    note_file(&mut files, event.path, event.action);
+                                }
                             }
                             _ => {}
                         }
                     }
                     references.scan(&text);
+                    for line in text.lines().filter(|l| is_decision(l)) {
+                        facts
+                            .decisions
+                            .push(format!("Decision: {}", cut(line.trim(), LINE_CHARS)));
+                    }
                     let flat = collapse(&text);
                     if !flat.is_empty() {
                         said.push(cut(&flat, 300));
@@ -394,8 +499,60 @@ impl Facts {
                 .preserve
                 .insert(0, format!("Compaction focus: {}", cut(focus, LINE_CHARS)));
         }
-        facts.preserve.extend(references.into_lines());
+        // Errors: the error lines among the results' telling lines.
+        facts.errors = facts
+            .discoveries
+            .iter()
+            .filter(|l| is_error_line(&l.to_ascii_lowercase()))
+            .cloned()
+            .collect();
+        facts.files = files
+            .into_iter()
+            .map(|(path, action)| format!("File {}: {path}", action.as_str()))
+            .collect();
+        // The newest commands say most about the current state.
+        let skip = commands.len().saturating_sub(12);
+        facts.commands = commands.split_off(skip);
+        facts.decisions = dedup(std::mem::take(&mut facts.decisions));
+        facts.references = references.into_lines();
+        facts.preserve.extend(facts.references.iter().cloned());
         facts
+    }
+
+    /// The durable facts of `messages` for long-term memory: decisions, files touched,
+    /// commands, errors and the user's stated constraints (see
+    /// [`Summarizer::extract_facts`]); empty when the messages state none.
+    fn durable(messages: &[Message]) -> Vec<String> {
+        let request = SummaryRequest {
+            messages: messages.to_vec(),
+            previous: None,
+            schema: ctxkeeper_core::summary::SummarySchema::default(),
+            prompt: None,
+            focus: None,
+            reason: ctxkeeper_core::summary::SummaryReason::Proactive,
+            max_output_tokens: 0,
+        };
+        let facts = Facts::gather(&request);
+        let mut out = Vec::new();
+        if let Some(task) = facts.task.first() {
+            out.push(format!(
+                "Task: {}",
+                cut(task.trim_start_matches("User: "), LINE_CHARS)
+            ));
+        }
+        out.extend(facts.constraints);
+        out.extend(facts.decisions);
+        out.extend(
+            facts
+                .files
+                .into_iter()
+                .filter(|f| !f.starts_with("File mentioned")),
+        );
+        out.extend(facts.errors.into_iter().map(|e| format!("Error: {e}")));
+        let skip = facts.commands.len().saturating_sub(5);
+        out.extend(facts.commands.into_iter().skip(skip));
+        out.extend(facts.references);
+        dedup(out)
     }
 }
 
@@ -624,6 +781,92 @@ fn is_constraint(line: &str) -> bool {
     }
     let lower = line.to_ascii_lowercase();
     MARKERS.iter().any(|m| contains_word(&lower, m))
+}
+
+/// A line of an assistant message that states a decision or a conclusion.
+fn is_decision(line: &str) -> bool {
+    const MARKERS: [&str; 14] = [
+        "decided",
+        "decision",
+        "i chose",
+        "we chose",
+        "going with",
+        "instead of",
+        "root cause",
+        "the cause",
+        "the fix is",
+        "the problem is",
+        "the issue is",
+        "conclusion",
+        "will use",
+        "switch to",
+    ];
+    let line = line.trim();
+    if line.len() < 12 {
+        return false;
+    }
+    let lower = line.to_ascii_lowercase();
+    MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// The command of a shell tool call: a `command`/`cmd`/`script` argument (a string, or a list
+/// of words as Codex sends).
+fn shell_command(arguments: &str) -> Option<String> {
+    if !(arguments.contains("\"command\"")
+        || arguments.contains("\"cmd\"")
+        || arguments.contains("\"script\""))
+    {
+        return None;
+    }
+    let value: Value = serde_json::from_str(arguments).ok()?;
+    let found = ["command", "cmd", "script"]
+        .iter()
+        .find_map(|key| value.get(*key))?;
+    match found {
+        Value::String(text) if !text.trim().is_empty() => Some(text.clone()),
+        Value::Array(words) => {
+            let words: Vec<&str> = words.iter().filter_map(Value::as_str).collect();
+            // `["bash", "-lc", "script"]`: the script is what was run.
+            match words.as_slice() {
+                [shell, flag, script] if shell.ends_with("sh") && flag.starts_with('-') => {
+                    Some((*script).to_string())
+                }
+                [] => None,
+                _ => Some(words.join(" ")),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Records that a call touched `path`; a file keeps its strongest action (a change over a read
+/// over a mention), in first-touched order.
+fn note_file(files: &mut Vec<(String, FileAction)>, path: String, action: FileAction) {
+    let rank = |a: FileAction| {
+        if a.changes() {
+            3
+        } else if matches!(a, FileAction::Mentioned) {
+            1
+        } else {
+            2
+        }
+    };
+    if let Some((_, known)) = files.iter_mut().find(|(p, _)| *p == path) {
+        if rank(action) > rank(*known) {
+            *known = action;
+        }
+    } else if files.len() < 64 {
+        files.push((path, action));
+    }
+}
+
+/// The lines without repeats, first occurrence kept.
+fn dedup(lines: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    lines
+        .into_iter()
+        .filter(|l| seen.insert(l.clone()))
+        .collect()
 }
 
 /// A line of an assistant message that announces what comes next.
@@ -960,6 +1203,95 @@ mod tests {
                 "The return type is wrong.\nNext: change total() to return u64.\nThen rerun the tests.",
             ),
         ]
+    }
+
+    /// The memory flush: durable facts, one per line, from the extractive rules alone.
+    #[test]
+    fn facts_for_memory_name_decisions_files_commands_errors_and_constraints() {
+        let mut messages = session();
+        messages.push(Message::assistant(
+            "I decided to widen the type instead of casting at every call site.",
+        ));
+        let facts = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(ExtractiveSummarizer::new().extract_facts(&messages, 600))
+            .expect("no error")
+            .expect("facts found");
+        for expected in [
+            "User constraint: Fix the failing build. You must not change the public API.",
+            "Decision: I decided to widen the type",
+            "File read: src/lib.rs",
+            "Error: [bash] error[E0308]: mismatched types at src/lib.rs:12",
+            "Ran: cargo test -p invoices",
+            "Archived: sessions/s1/tool_result-c1.txt",
+        ] {
+            assert!(
+                facts.contains(expected),
+                "{expected:?} missing from:\n{facts}"
+            );
+        }
+        // Nothing durable, nothing flushed.
+        let none = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(ExtractiveSummarizer::new().extract_facts(&[Message::assistant("ok")], 600))
+            .expect("no error");
+        assert_eq!(none, None);
+    }
+
+    /// ReMe's state snapshot and HarnessAgent's sections are filled from the same facts, not
+    /// left as a bare label.
+    #[test]
+    fn seed_schemas_get_their_facts() {
+        let field = |name: &str| SummaryField {
+            name: name.into(),
+            title: name.into(),
+            description: String::new(),
+        };
+        let mut reme = request(session(), None);
+        reme.schema = SummarySchema {
+            fields: vec![
+                field("overall_goal"),
+                field("key_knowledge"),
+                field("recent_actions"),
+            ],
+        };
+        let summary = ExtractiveSummarizer::new().summarize_now(&reme);
+        assert!(
+            summary
+                .get("overall_goal")
+                .contains("Fix the failing build")
+        );
+        let knowledge = summary.get("key_knowledge");
+        for fact in [
+            "must not change the public API",
+            "src/lib.rs",
+            "error[E0308]",
+        ] {
+            assert!(knowledge.contains(fact), "{fact:?} not in {knowledge}");
+        }
+        assert!(
+            summary
+                .get("recent_actions")
+                .contains("cargo test -p invoices")
+        );
+        let mut harness = request(session(), None);
+        harness.schema = SummarySchema {
+            fields: vec![
+                field("session_intent"),
+                field("summary"),
+                field("artifacts"),
+                field("next_steps"),
+            ],
+        };
+        let summary = ExtractiveSummarizer::new().summarize_now(&harness);
+        assert!(summary.get("artifacts").contains("File read: src/lib.rs"));
+        assert!(
+            summary
+                .get("next_steps")
+                .contains("change total() to return u64")
+        );
     }
 
     #[test]

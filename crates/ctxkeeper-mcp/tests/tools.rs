@@ -144,6 +144,16 @@ async fn fixture() -> Fixture {
 }
 
 fn server(f: &Fixture, tenant: &str, session: Option<&str>, window: u64) -> ContextServer {
+    server_with(f, tenant, session, window, "default")
+}
+
+fn server_with(
+    f: &Fixture,
+    tenant: &str,
+    session: Option<&str>,
+    window: u64,
+    policy: &str,
+) -> ContextServer {
     ContextServer::new(
         Services {
             store: f.store.clone(),
@@ -154,7 +164,7 @@ fn server(f: &Fixture, tenant: &str, session: Option<&str>, window: u64) -> Cont
         Options {
             tenant: tenant.into(),
             session: session.map(str::to_string),
-            policy: presets::preset("default").expect("preset"),
+            policy: presets::preset(policy).expect("preset"),
             model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
             window,
         },
@@ -680,6 +690,55 @@ async fn compact_shrinks_the_stored_context_and_archives_what_left() {
         .call("compact", json!({"session": "nope"}))
         .await);
     assert!(unknown.starts_with("not found:"), "{unknown}");
+}
+
+/// `compact` under a seed preset writes that seed's archive files, and the retrieval tools
+/// list and read them: ReMe's `<chat_id>_<g>.json` (a JSON array of the group's messages),
+/// Agentrail's `messages.compactions/<id>.jsonl`.
+#[tokio::test]
+async fn compact_under_seed_presets_writes_their_archive_files() {
+    for (policy, suffix) in [("reme-compress", "_1.json"), ("agentrail", ".jsonl")] {
+        let f = fixture().await;
+        let server = server_with(&f, "default", Some("s1"), 8_000, policy);
+        let report = ok(server.call("compact", json!({})).await);
+        assert_eq!(report["compacted"], true, "{policy}: {report}");
+        let archived: Vec<String> = report["archived"]
+            .as_array()
+            .expect("archived")
+            .iter()
+            .filter_map(|r| r.as_str().map(str::to_string))
+            .collect();
+        let seed_file = archived
+            .iter()
+            .find(|r| r.ends_with(suffix))
+            .unwrap_or_else(|| panic!("{policy}: no *{suffix} in {archived:?}"));
+        if policy == "agentrail" {
+            assert!(
+                seed_file.starts_with("sessions/s1/messages.compactions/"),
+                "{seed_file}"
+            );
+        }
+        let page = ok(server
+            .call("context_read", json!({"reference": seed_file}))
+            .await);
+        let content = page["content"].as_str().expect("content").to_string();
+        let messages: Vec<Message> = if suffix == ".jsonl" {
+            content
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("a message per line"))
+                .collect()
+        } else {
+            serde_json::from_str(&content).expect("a JSON array of messages")
+        };
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.text().contains("keep going with the plan")),
+            "{policy}: the originals are in {seed_file}"
+        );
+        let listed = ok(server.call("context_list", json!({})).await).to_string();
+        assert!(listed.contains(seed_file.as_str()), "{policy}: {listed}");
+    }
 }
 
 #[tokio::test]

@@ -120,6 +120,18 @@ pub trait Offloader: Send + Sync + fmt::Debug {
         media_type: &str,
     ) -> Result<ArchiveRef, StoreError>;
 
+    /// Stores messages as one whole file of the session's archive, in a seed system's layout:
+    /// `name` is `<chat_id>_<g>.json` (a JSON array: ReMe's group of originals) or
+    /// `messages.compactions/<id>.jsonl` (one message per line: Agentrail's compaction
+    /// archive). Names carry fresh ids, so an existing file is never overwritten (that is
+    /// a conflict). Inline data parts go to `data/<sha256>.<ext>` as in `offload_context`.
+    async fn offload_messages_file(
+        &self,
+        scope: &ArchiveScope,
+        name: &str,
+        messages: &[Message],
+    ) -> Result<ArchiveRef, StoreError>;
+
     /// Reads up to `limit` bytes of an item from `offset`, as text.
     async fn read(
         &self,
@@ -154,6 +166,15 @@ pub trait Offloader: Send + Sync + fmt::Debug {
 
     /// All of the session's archived items.
     async fn list(&self, scope: &ArchiveScope) -> Result<Vec<ArchiveEntry>, StoreError>;
+}
+
+pub use crate::blob::COMPACTIONS_DIR;
+
+/// The media type and bytes of an inline data part (base64, or a base64 `data:` URL), as
+/// [`Offloader::put_data`] stores them; `None` for a remote URL, archived data, or base64
+/// that does not decode.
+pub fn inline_data(source: &ctxkeeper_core::model::DataSource) -> Option<(String, Vec<u8>)> {
+    crate::blob::inline_bytes(source)
 }
 
 /// Turns an identifier (session id, tool-call id) into a safe single path segment.

@@ -9,7 +9,13 @@
 //! sessions/<session>/<name>                      name: tool_result-<id>.txt, tool_result-<id>(1).txt, …
 //! sessions/<session>/context.jsonl               the whole context archive
 //! sessions/<session>/context.jsonl#L<a>-L<b>     lines a..=b of it (1-based)
+//! sessions/<session>/<chat_id>_<g>.json          a summarized group's originals (ReMe)
+//! sessions/<session>/messages.compactions/<id>.jsonl   one compaction's messages (Agentrail)
 //! ```
+//!
+//! Data parts (images, audio) of archived messages are stored once as `data/<sha256>.<ext>`
+//! and the archived message names them ([`DataSource::Archived`]), as AgentScope's
+//! `LocalWorkspace` does: the message lines stay small and a repeated image is stored once.
 //!
 //! Anything else — absolute paths, backslashes, `.` or `..` segments, another session's
 //! directory, hidden names — is refused before a backend sees it.
@@ -19,7 +25,7 @@ use std::fmt;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use ctxkeeper_core::model::Message;
+use ctxkeeper_core::model::{DataSource, Message, Part};
 
 use crate::StoreError;
 use crate::archive::{
@@ -28,6 +34,9 @@ use crate::archive::{
 
 /// The name of a session's context archive.
 pub(crate) const CONTEXT_FILE: &str = "context.jsonl";
+
+/// The one sub-directory of a session's archive: Agentrail's compaction archive.
+pub const COMPACTIONS_DIR: &str = "messages.compactions";
 
 /// Where an archive operation acts: the tenant's directory (`""` for the default tenant,
 /// `tenants/<tenant>` otherwise) and the session's sanitized segment.
@@ -166,6 +175,20 @@ pub(crate) fn resolve(loc: &Loc, reference: &ArchiveRef) -> Result<Target, Store
             } else {
                 Ok(Target::Item((*name).to_string()))
             }
+        }
+        ["sessions", session, dir, name]
+            if *dir == COMPACTIONS_DIR && valid_name(session) && valid_name(name) =>
+        {
+            if *session != loc.session {
+                return Err(StoreError::NotFound(format!(
+                    "archive reference {}",
+                    truncate(text)
+                )));
+            }
+            if range.is_some() {
+                return Err(invalid());
+            }
+            Ok(Target::Item(format!("{dir}/{name}")))
         }
         _ => Err(invalid()),
     }
@@ -312,8 +335,57 @@ impl<B: Blobs> BlobArchive<B> {
                 bytes,
             })
             .collect();
+        let sub = format!("{dir}/{COMPACTIONS_DIR}");
+        entries.extend(
+            self.blobs
+                .list(&loc.tenant_dir, &sub)
+                .await?
+                .into_iter()
+                .filter(|(name, _)| valid_name(name) && name != CONTEXT_FILE)
+                .map(|(name, bytes)| ArchiveEntry {
+                    reference: ArchiveRef(format!("{sub}/{name}")),
+                    bytes,
+                }),
+        );
         entries.sort_by(|a, b| a.reference.cmp(&b.reference));
         Ok(entries)
+    }
+
+    /// The messages with every inline data part (base64, or a `data:` URL) stored as
+    /// `data/<sha256>.<ext>` and named by reference; messages without one are copied as-is.
+    async fn externalize_data(
+        &self,
+        scope: &ArchiveScope,
+        messages: &[Message],
+    ) -> Result<Vec<Message>, StoreError> {
+        let mut out = messages.to_vec();
+        for message in &mut out {
+            let mut parts: Vec<&mut Part> = Vec::new();
+            for part in &mut message.parts {
+                match part {
+                    Part::ToolResult { content, .. } => parts.extend(content.iter_mut()),
+                    other => parts.push(other),
+                }
+            }
+            for part in parts {
+                let Part::Data { source, .. } = part else {
+                    continue;
+                };
+                let Some((media_type, bytes)) = inline_bytes(source) else {
+                    continue;
+                };
+                let reference = self.put_data(scope, &bytes, &media_type).await?;
+                let sha256 = reference
+                    .as_str()
+                    .trim_start_matches("data/")
+                    .split('.')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                *source = DataSource::Archived { sha256, media_type };
+            }
+        }
+        Ok(out)
     }
 
     fn suffix_hint(&self, key: &(Loc, String)) -> u32 {
@@ -345,6 +417,7 @@ impl<B: Blobs> Offloader for BlobArchive<B> {
         if messages.is_empty() {
             return Err(StoreError::InvalidInput("offload of no messages".into()));
         }
+        let messages = &self.externalize_data(scope, messages).await?;
         let mut lines = Vec::new();
         for message in messages {
             serde_json::to_writer(&mut lines, message).map_err(|err| {
@@ -409,6 +482,51 @@ impl<B: Blobs> Offloader for BlobArchive<B> {
             .create(&loc.tenant_dir, &path, bytes.to_vec())
             .await?;
         Ok(ArchiveRef(path))
+    }
+
+    async fn offload_messages_file(
+        &self,
+        scope: &ArchiveScope,
+        name: &str,
+        messages: &[Message],
+    ) -> Result<ArchiveRef, StoreError> {
+        let loc = Loc::of(scope)?;
+        let dir = loc.session_dir();
+        let path = format!("{dir}/{name}");
+        // The same grammar every reader applies: a name that could not be read back is
+        // refused before anything is written.
+        match resolve(&loc, &ArchiveRef(path.clone()))? {
+            Target::Item(_) => {}
+            _ => {
+                return Err(StoreError::InvalidInput(format!(
+                    "{name:?} is not a file name of the session archive"
+                )));
+            }
+        }
+        let messages = self.externalize_data(scope, messages).await?;
+        let bytes = if name.ends_with(".jsonl") {
+            let mut lines = Vec::new();
+            for message in &messages {
+                serde_json::to_writer(&mut lines, message).map_err(|err| {
+                    StoreError::InvalidInput(format!("message does not serialize: {err}"))
+                })?;
+                lines.push(b'\n');
+            }
+            lines
+        } else {
+            serde_json::to_vec_pretty(&messages).map_err(|err| {
+                StoreError::InvalidInput(format!("messages do not serialize: {err}"))
+            })?
+        };
+        if self.blobs.create(&loc.tenant_dir, &path, bytes).await? {
+            Ok(ArchiveRef(path))
+        } else {
+            // Names carry a fresh id: an existing file is someone else's, never overwritten.
+            Err(StoreError::Conflict {
+                expected: None,
+                actual: None,
+            })
+        }
     }
 
     async fn read(
@@ -498,6 +616,27 @@ impl<B: Blobs> Offloader for BlobArchive<B> {
     }
 }
 
+/// The media type and bytes of an inline data source (base64, or a base64 `data:` URL).
+/// Remote URLs and already archived data have no bytes here; undecodable base64 is left
+/// inline rather than lost.
+pub(crate) fn inline_bytes(source: &DataSource) -> Option<(String, Vec<u8>)> {
+    use base64::Engine as _;
+    let (media_type, data) = match source {
+        DataSource::Base64 { media_type, data } => (media_type.clone(), data.as_str()),
+        DataSource::Url { url } => {
+            let rest = url.strip_prefix("data:")?;
+            let (meta, data) = rest.split_once(',')?;
+            let media_type = meta.strip_suffix(";base64")?;
+            (media_type.to_string(), data)
+        }
+        DataSource::Archived { .. } => return None,
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .ok()?;
+    Some((media_type, bytes))
+}
+
 /// Counts lines (newlines) in a byte slice.
 pub(crate) fn count_lines(bytes: &[u8]) -> u64 {
     bytes.iter().filter(|&&b| b == b'\n').count() as u64
@@ -559,6 +698,21 @@ macro_rules! delegate_offloader {
                 media_type: &str,
             ) -> Result<$crate::archive::ArchiveRef, $crate::StoreError> {
                 $crate::archive::Offloader::put_data(&self.inner, scope, bytes, media_type).await
+            }
+
+            async fn offload_messages_file(
+                &self,
+                scope: &$crate::archive::ArchiveScope,
+                name: &str,
+                messages: &[ctxkeeper_core::model::Message],
+            ) -> Result<$crate::archive::ArchiveRef, $crate::StoreError> {
+                $crate::archive::Offloader::offload_messages_file(
+                    &self.inner,
+                    scope,
+                    name,
+                    messages,
+                )
+                .await
             }
 
             async fn read(

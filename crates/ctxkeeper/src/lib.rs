@@ -237,6 +237,33 @@ impl ContextManager {
         self.sent = None;
     }
 
+    /// Resumes a stored session after a restart, as the policy's `[session]` says: under
+    /// `restore_recent_turns = N` (CowAgent) only the last `max(3, N / 6)` turns come back,
+    /// each its user text and final reply (the instructions kept); otherwise the whole saved
+    /// state, as [`ContextManager::restore`]. Returns the messages the resume left out.
+    pub fn resume(&mut self, state: ContextState) -> usize {
+        let Some(max_turns) = self.settings.policy.session.restore_recent_turns else {
+            self.restore(state);
+            return 0;
+        };
+        let messages = state.to_messages();
+        let kept = ctxkeeper_store::restore::restore(
+            &messages,
+            ctxkeeper_store::restore::RestoreStrategy::RecentTurns { max_turns },
+        );
+        let dropped = messages.len().saturating_sub(kept.len());
+        let mut resumed = ContextState::from_messages(kept);
+        // The reduced messages are new texts, not entries of the log; the log goes on where
+        // it was, so new messages keep their log positions.
+        for entry in &mut resumed.entries {
+            entry.meta.log_index = None;
+        }
+        resumed.appended = state.appended;
+        resumed.compactions = state.compactions;
+        self.restore(resumed);
+        dropped
+    }
+
     /// The managed context.
     pub fn state(&self) -> &ContextState {
         &self.state
@@ -296,22 +323,50 @@ impl ContextManager {
             self.clock.engine += started.elapsed();
             return Ok(());
         }
+        let has_data = message_has_data(&message);
         let decision = self.engine.plan_ingest(&self.state, &budget, message);
         self.clock.engine += started.elapsed();
         match decision {
-            Ingest::Ready(message) => {
-                self.state.push(message);
-                Ok(())
-            }
+            Ingest::Ready(message) => self.state.push(message),
             Ingest::Cap(plan) => {
                 let refs = self.archive(&plan.archive).await?;
                 let started = Instant::now();
                 let events = self.engine.apply_ingest(&mut self.state, plan, &refs);
                 self.clock.engine += started.elapsed();
                 self.emit(events);
-                Ok(())
             }
         }
+        if has_data {
+            self.limit_images().await?;
+        }
+        Ok(())
+    }
+
+    /// Enforces the policy's `ingest.max_images`: the oldest images over the limit are
+    /// stored as `data/<sha256>.<ext>` and a line naming the file takes their place. A remote
+    /// image (an http URL) has no bytes here: its URL is what the line names.
+    async fn limit_images(&mut self) -> Result<(), Error> {
+        let plan = self.engine.plan_images(&self.state);
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let mut refs = Vec::with_capacity(plan.len());
+        for image in &plan {
+            refs.push(match ctxkeeper_store::archive::inline_data(&image.source) {
+                Some((media_type, bytes)) => {
+                    let reference = self
+                        .offloader
+                        .put_data(&self.scope, &bytes, &media_type)
+                        .await?;
+                    self.archived_bytes += bytes.len() as u64;
+                    (reference.0, bytes.len() as u64)
+                }
+                None => (describe_source(&image.source), 0),
+            });
+        }
+        let events = self.engine.apply_images(&mut self.state, &plan, &refs);
+        self.emit(events);
+        Ok(())
     }
 
     /// Records the input tokens the provider reported for the last request `prepare` returned
@@ -571,7 +626,14 @@ impl ContextManager {
                     .extract_facts(&request.messages, 600)
                     .await
                     .unwrap_or(None);
-                self.remember(facts.into_iter().collect()).await;
+                // One fact per line in the memory file, whatever bullets the summarizer used.
+                let facts = facts
+                    .iter()
+                    .flat_map(|text| text.lines())
+                    .map(|line| line.trim().trim_start_matches("- ").trim().to_string())
+                    .filter(|line| !line.is_empty())
+                    .collect();
+                self.remember(facts).await;
             }
         }
         let mut summaries = Vec::with_capacity(plan.summaries.len());
@@ -630,6 +692,9 @@ impl ContextManager {
 
     async fn archive(&mut self, items: &[ArchiveItem]) -> Result<Vec<String>, Error> {
         let mut refs = Vec::with_capacity(items.len());
+        // ReMe names a compaction's group files after one chat id, fresh per compaction so
+        // that no earlier group file is overwritten.
+        let mut chat_id: Option<String> = None;
         for item in items {
             // An item may hold placeholders naming earlier items of the same plan.
             let item = &item.with_references(&refs);
@@ -644,11 +709,64 @@ impl ContextManager {
                         .offload_context(&self.scope, messages)
                         .await?
                 }
+                // The seed's file beside our own context archive; the summary names the
+                // seed's file, as the seed's own summary message does.
+                ArchiveItem::Group {
+                    messages, index, ..
+                } => {
+                    self.offloader
+                        .offload_context(&self.scope, messages)
+                        .await?;
+                    let chat_id = chat_id
+                        .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
+                        .clone();
+                    self.offloader
+                        .offload_messages_file(
+                            &self.scope,
+                            &format!("{chat_id}_{index}.json"),
+                            messages,
+                        )
+                        .await?
+                }
+                ArchiveItem::Compaction { messages } => {
+                    self.offloader
+                        .offload_context(&self.scope, messages)
+                        .await?;
+                    let name = format!(
+                        "{}/{}.jsonl",
+                        ctxkeeper_store::archive::COMPACTIONS_DIR,
+                        uuid::Uuid::new_v4()
+                    );
+                    self.offloader
+                        .offload_messages_file(&self.scope, &name, messages)
+                        .await?
+                }
             };
             self.archived_bytes += item.bytes();
             refs.push(reference.0);
         }
         Ok(refs)
+    }
+}
+
+/// Whether a message carries a data part (image, audio, document), itself or in a result.
+fn message_has_data(message: &Message) -> bool {
+    use ctxkeeper_core::model::Part;
+    message.parts.iter().any(|part| match part {
+        Part::Data { .. } => true,
+        Part::ToolResult { content, .. } => content.iter().any(|p| matches!(p, Part::Data { .. })),
+        _ => false,
+    })
+}
+
+/// What names a data part that has no bytes to store: its URL, or its archive file.
+fn describe_source(source: &ctxkeeper_core::model::DataSource) -> String {
+    use ctxkeeper_core::model::DataSource;
+    match source {
+        DataSource::Url { url } => url.chars().take(300).collect(),
+        // Already in the data files: named by its hash (the extension follows its type).
+        DataSource::Archived { sha256, .. } => format!("data/{sha256}"),
+        DataSource::Base64 { media_type, .. } => format!("an undecodable {media_type} part"),
     }
 }
 

@@ -40,6 +40,8 @@ use ctxkeeper_core::replay::{StepPolicy, StepRequest};
 use ctxkeeper_core::tokens::{TokenCache, TokenModel};
 use ctxkeeper_llm::Summarizer;
 use ctxkeeper_store::archive::{ArchiveRef, ArchiveScope, Offloader};
+use ctxkeeper_store::memory::{LongTermMemory, MemoryScope};
+use ctxkeeper_store::state::SessionKey;
 use tokio::runtime::Runtime;
 use tokio::sync::broadcast;
 
@@ -68,6 +70,8 @@ pub struct PolicyReplay {
     pub summary_lines_dropped: usize,
     pub summary_lines_unverified: usize,
     report_cache: TokenCache,
+    /// Long-term memory the sessions flush to (see [`PolicyReplay::with_memory`]).
+    memory: Option<Arc<LongTermMemory>>,
 }
 
 struct ActiveSession {
@@ -118,7 +122,17 @@ impl PolicyReplay {
             summary_lines_dropped: 0,
             summary_lines_unverified: 0,
             report_cache: TokenCache::with_capacity(1 << 14),
+            memory: None,
         })
+    }
+
+    /// Gives every replayed session long-term memory (its archive scope's tenant, the default
+    /// user): facts are flushed there before each compaction that summarizes, and a policy
+    /// whose summaries go to memory (`placement = "memory"`, CowAgent) writes them to the
+    /// daily file, as [`ContextManager::with_memory`] does.
+    pub fn with_memory(mut self, memory: Arc<LongTermMemory>) -> PolicyReplay {
+        self.memory = Some(memory);
+        self
     }
 
     /// Archives the replay's sessions, in order, under these scopes instead of
@@ -153,6 +167,12 @@ impl PolicyReplay {
                     active.refs.extend(archive_refs);
                 }
                 Event::ToolResultTruncated { reference, .. } => active.refs.push(reference),
+                // Images over the limit: their bytes must read back from the data file.
+                Event::ContentOffloaded {
+                    reference, kind, ..
+                } if kind == "data" && reference.starts_with("data/") => {
+                    active.refs.push(reference)
+                }
                 Event::SummaryChecked {
                     dropped,
                     unverified,
@@ -216,11 +236,21 @@ impl PolicyReplay {
                 continue;
             };
             let text = String::from_utf8_lossy(&bytes).into_owned();
-            if reference.contains(".jsonl") {
+            // A seed's group file (ReMe `<chat_id>_<g>.json`) holds a JSON array of messages.
+            if reference.ends_with(".json")
+                && let Ok(messages) = serde_json::from_str::<Vec<Message>>(&text)
+            {
+                for message in &messages {
+                    collect_result_texts(message, &mut archived_texts);
+                    if let Some(json) = canonical_json(message) {
+                        archived_messages.insert(json);
+                    }
+                }
+            } else if reference.contains(".jsonl") {
                 for line in text.lines() {
                     if let Ok(message) = serde_json::from_str::<Message>(line) {
                         collect_result_texts(&message, &mut archived_texts);
-                        if let Ok(json) = serde_json::to_string(&message) {
+                        if let Some(json) = canonical_json(&message) {
                             archived_messages.insert(json);
                         }
                     }
@@ -233,11 +263,11 @@ impl PolicyReplay {
             .manager
             .state()
             .messages()
-            .filter_map(|m| serde_json::to_string(m).ok())
+            .filter_map(canonical_json)
             .collect();
         // Only what the engine was given can be asked back (the final reply never was).
         for original in &active.originals[..active.seen.min(active.originals.len())] {
-            let Ok(json) = serde_json::to_string(original) else {
+            let Some(json) = canonical_json(original) else {
                 continue;
             };
             if in_context.contains(&json) || archived_messages.contains(&json) {
@@ -261,6 +291,61 @@ impl PolicyReplay {
         }
         Ok(())
     }
+}
+
+/// A message as JSON with every data part named by its content hash: an image stored inline,
+/// stored as `data/<sha256>.<ext>` (in an archived message), or replaced in the context by
+/// the line naming that file reads the same, so a message whose image went to the data
+/// files still counts as recoverable. Messages without data parts are their plain JSON.
+fn canonical_json(message: &Message) -> Option<String> {
+    use ctxkeeper_core::engine::image_placeholder;
+    use ctxkeeper_core::model::DataSource;
+    let placeholder_head = image_placeholder("");
+    let placeholder_head = placeholder_head.trim_end_matches(']');
+    let is_placeholder = |part: &Part| {
+        part.as_text()
+            .is_some_and(|t| t.starts_with(placeholder_head))
+    };
+    let touched = |part: &Part| matches!(part, Part::Data { .. }) || is_placeholder(part);
+    let any = message.parts.iter().any(|part| match part {
+        Part::ToolResult { content, .. } => content.iter().any(touched),
+        other => touched(other),
+    });
+    if !any {
+        return serde_json::to_string(message).ok();
+    }
+    let canonical = |part: &mut Part| {
+        let key = match &*part {
+            Part::Data { source, .. } => match source {
+                DataSource::Archived { sha256, .. } => sha256.clone(),
+                DataSource::Url { url } if !url.starts_with("data:") => url.clone(),
+                other => match ctxkeeper_store::archive::inline_data(other) {
+                    Some((_, bytes)) => {
+                        use sha2::Digest;
+                        hex::encode(sha2::Sha256::digest(&bytes))
+                    }
+                    None => return,
+                },
+            },
+            Part::Text { text, .. } if text.starts_with(placeholder_head) => {
+                let reference = text[placeholder_head.len()..].trim_end_matches(']');
+                match reference.strip_prefix("data/") {
+                    Some(file) => file.split('.').next().unwrap_or_default().to_string(),
+                    None => reference.to_string(),
+                }
+            }
+            _ => return,
+        };
+        *part = Part::text(format!("\u{0}data {key}"));
+    };
+    let mut message = message.clone();
+    for part in &mut message.parts {
+        match part {
+            Part::ToolResult { content, .. } => content.iter_mut().for_each(canonical),
+            other => canonical(other),
+        }
+    }
+    serde_json::to_string(&message).ok()
 }
 
 fn collect_result_texts(message: &Message, out: &mut HashSet<String>) {
@@ -291,12 +376,17 @@ impl StepPolicy for PolicyReplay {
             .cloned()
             .unwrap_or_else(|| ArchiveScope::session(&session.id));
         self.started += 1;
-        let manager = ContextManager::with_scope(
+        let mut manager = ContextManager::with_scope(
             settings,
             scope.clone(),
             self.offloader.clone(),
             self.summarizer.clone(),
         );
+        if let Some(memory) = &self.memory {
+            let memory_scope = MemoryScope::new(scope.tenant.clone(), SessionKey::DEFAULT)
+                .map_err(|e| format!("memory of tenant {:?}: {e}", scope.tenant))?;
+            manager = manager.with_memory(memory.clone(), memory_scope);
+        }
         let events = manager.subscribe();
         self.session = Some(ActiveSession {
             manager,

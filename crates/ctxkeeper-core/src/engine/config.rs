@@ -90,11 +90,66 @@ pub struct PolicyConfig {
     pub pin: PinRules,
     /// How the engine counts messages it has not counted yet.
     pub accounting: Accounting,
+    /// Files of a seed system's archive layout, written beside ctxkeeper's own.
+    #[serde(default)]
+    pub archive: ArchiveLayout,
+    /// How a stored session comes back after a restart, and how long it is kept.
+    #[serde(default)]
+    pub session: SessionPolicy,
     /// Compact when it pays on billed input rather than at a fixed share of the window
     /// (`[policy.cost]`; `None`: the token trigger is the fixed `trigger_ratio` /
     /// `trigger_tokens`).
     #[serde(default)]
     pub cost: Option<CostRule>,
+}
+
+/// How a stored session resumes, and how long an idle one is kept (CowAgent's session
+/// persistence).
+///
+/// ```toml
+/// [policy.session]
+/// restore_recent_turns = 20   # restore max(3, 20 / 6) = 3 turns, text only
+/// retention_days = 30         # sessions idle for 30 days are removed
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionPolicy {
+    /// On resume, keep only the last `max(3, N / 6)` turns, each reduced to its user text
+    /// and final reply (CowAgent: N = `agent_max_context_turns`, 20). `None` resumes the
+    /// whole saved context.
+    pub restore_recent_turns: Option<usize>,
+    /// Sessions not updated for this many days are removed (CowAgent: 30): the default age
+    /// of `ctxkeeper sessions gc --policy NAME`, and swept hourly by `ctxkeeper serve`.
+    pub retention_days: Option<u32>,
+}
+
+impl SessionPolicy {
+    /// The turns a resume keeps under `restore_recent_turns = N`: `max(3, N / 6)`.
+    pub fn restored_turns(&self) -> Option<usize> {
+        self.restore_recent_turns.map(|n| (n / 6).max(3))
+    }
+}
+
+/// Files a seed system writes to its archive, written beside ctxkeeper's own
+/// (`context.jsonl`, `tool_result-<id>.txt`, `data/<sha256>.<ext>`) so that tools built for
+/// that system find what they expect. The summary message then names the seed's file.
+///
+/// ```toml
+/// [policy.archive]
+/// group_files = true        # ReMe: <chat_id>_<g>.json per summarized group
+/// compaction_files = true   # Agentrail: messages.compactions/<id>.jsonl per compaction
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArchiveLayout {
+    /// Each summarized group's original messages also go to `<chat_id>_<g>.json` (a JSON
+    /// array; `g` counts from 1 as in the group's "Part g/n" message), with a fresh
+    /// `chat_id` per compaction so no earlier group is overwritten (ReMe).
+    pub group_files: bool,
+    /// The messages a request-boundary compaction summarized also go to
+    /// `messages.compactions/<id>.jsonl`, one message per line (Agentrail); compactions
+    /// inside a turn (reactive tiers, overflow recovery) do not write one.
+    pub compaction_files: bool,
 }
 
 /// The economic trigger: compact when the tokens a compaction sheds pay for the prompt cache it
@@ -206,6 +261,8 @@ impl Default for PolicyConfig {
             pin: PinRules::default(),
             cost: None,
             accounting: Accounting::Exact,
+            archive: ArchiveLayout::default(),
+            session: SessionPolicy::default(),
         }
     }
 }
@@ -380,6 +437,11 @@ impl PolicyConfig {
         if let Some(cost) = &self.cost {
             cost.validate()?;
         }
+        if self.session.retention_days == Some(0) {
+            return Err(ConfigError(
+                "session.retention_days must be at least 1 (leave it out to keep sessions)".into(),
+            ));
+        }
         if let Some(capsule) = &self.capsule {
             capsule.validate().map_err(ConfigError)?;
         }
@@ -517,7 +579,10 @@ fn check_finite(path: &str, value: &toml::Value) -> Result<(), ConfigError> {
 pub struct IngestConfig {
     /// Cap on a single tool result.
     pub tool_result: Option<ToolResultCap>,
-    /// Keep at most this many images in the context; older ones are offloaded.
+    /// Keep at most this many images (and other data parts: audio, documents) in the
+    /// context: when a message brings more, the oldest are stored as `data/<sha256>.<ext>`
+    /// and a line naming that file takes their place (AgentScope: 5). Pinned messages keep
+    /// theirs (and count).
     pub max_images: Option<usize>,
 }
 

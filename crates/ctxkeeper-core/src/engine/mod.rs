@@ -42,16 +42,19 @@
 mod config;
 mod events;
 mod fill;
+mod images;
 pub mod presets;
 mod stages;
 mod state;
 
 pub use config::{
-    Accounting, BudgetNoticeConfig, ConfigError, CostRule, IngestConfig, OverflowConfig, PinRules,
-    PolicyConfig, ReactiveConfig, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+    Accounting, ArchiveLayout, BudgetNoticeConfig, ConfigError, CostRule, IngestConfig,
+    OverflowConfig, PinRules, PolicyConfig, ReactiveConfig, SessionPolicy, Stage, SummaryConfig,
+    SummaryPlacement, ToolResultCap,
 };
 pub use events::{CompactionReason, Economics, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
+pub use images::{ImageOffload, image_placeholder};
 pub use stages::CLEARED_PREFIX;
 pub use state::{ContextState, Entry, EntryMeta};
 
@@ -95,6 +98,16 @@ pub enum ArchiveItem {
     ToolResult { call_id: String, content: String },
     /// Messages leaving the context.
     Messages { messages: Vec<Message> },
+    /// A summarized group's messages, also kept in the seed's group file (ReMe
+    /// `<chat_id>_<g>.json`): group `index` (from 1) of `total`. See [`ArchiveLayout`].
+    Group {
+        messages: Vec<Message>,
+        index: usize,
+        total: usize,
+    },
+    /// The messages a request-boundary compaction summarized, also kept in the seed's
+    /// compaction file (Agentrail `messages.compactions/<id>.jsonl`).
+    Compaction { messages: Vec<Message> },
 }
 
 impl ArchiveItem {
@@ -102,15 +115,33 @@ impl ArchiveItem {
     /// hold placeholders an earlier stage of the same plan wrote. Hosts archive the items of a
     /// plan in order and pass the references obtained so far.
     pub fn with_references(&self, refs: &[String]) -> ArchiveItem {
-        match self {
-            ArchiveItem::Messages { messages } if messages.iter().any(has_marker) => {
-                let mut messages = messages.clone();
-                for message in &mut messages {
-                    fill_references(message, refs, &[]);
-                }
-                ArchiveItem::Messages { messages }
+        let mut item = self.clone();
+        if let Some(messages) = item.messages_mut()
+            && messages.iter().any(has_marker)
+        {
+            for message in messages {
+                fill_references(message, refs, &[]);
             }
-            other => other.clone(),
+        }
+        item
+    }
+
+    /// The messages of an item that archives messages.
+    pub fn messages(&self) -> Option<&[Message]> {
+        match self {
+            ArchiveItem::ToolResult { .. } => None,
+            ArchiveItem::Messages { messages }
+            | ArchiveItem::Group { messages, .. }
+            | ArchiveItem::Compaction { messages } => Some(messages),
+        }
+    }
+
+    fn messages_mut(&mut self) -> Option<&mut Vec<Message>> {
+        match self {
+            ArchiveItem::ToolResult { .. } => None,
+            ArchiveItem::Messages { messages }
+            | ArchiveItem::Group { messages, .. }
+            | ArchiveItem::Compaction { messages } => Some(messages),
         }
     }
 
@@ -118,7 +149,9 @@ impl ArchiveItem {
     pub fn bytes(&self) -> u64 {
         match self {
             ArchiveItem::ToolResult { content, .. } => content.len() as u64,
-            ArchiveItem::Messages { messages } => {
+            ArchiveItem::Messages { messages }
+            | ArchiveItem::Group { messages, .. }
+            | ArchiveItem::Compaction { messages } => {
                 // Serialized into a counter, not a buffer: no allocation per message.
                 let mut counter = ByteCounter(0);
                 for message in messages {
@@ -613,7 +646,7 @@ impl Engine {
                 bytes: item.bytes(),
                 kind: match item {
                     ArchiveItem::ToolResult { .. } => "tool_result".to_string(),
-                    ArchiveItem::Messages { .. } => "messages".to_string(),
+                    _ => "messages".to_string(),
                 },
             });
         }
@@ -755,7 +788,7 @@ impl Engine {
             .map(|(item, reference)| Event::ToolResultTruncated {
                 call_id: match item {
                     ArchiveItem::ToolResult { call_id, .. } => call_id.clone(),
-                    ArchiveItem::Messages { .. } => String::new(),
+                    _ => String::new(),
                 },
                 tokens_before,
                 tokens_after,

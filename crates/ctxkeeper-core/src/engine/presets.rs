@@ -3,12 +3,12 @@
 //!
 //! | preset | reproduces |
 //! | --- | --- |
-//! | `agentscope` | AgentScope `ContextConfig`: trigger 0.8 × window, keep 0.1 × window of recent conversation, 5-field structured summary, tool results over 50,000 tokens cut to a prefix at ingest, 5 images |
+//! | `agentscope` | AgentScope `ContextConfig`: trigger 0.8 × window, keep 0.1 × window of recent conversation, 5-field structured summary, tool results over 50,000 tokens cut to a prefix at ingest, at most 5 images (older ones stored as `data/<sha256>.<ext>`) |
 //! | `reme-compact` | ReMe `MessageOffloadOp` compact: above 20,000 tokens, tool messages over 2,000 tokens become a pointer to their archived file |
-//! | `reme-compress` | ReMe compress: above 20,000 tokens, older messages summarized into a state snapshot, the last 2 kept |
+//! | `reme-compress` | ReMe compress: above 20,000 tokens, older messages summarized in groups of at most 8,000 tokens into state snapshots ("Part g/n"), each group's originals in `<chat_id>_<g>.json`, the last 2 kept |
 //! | `reme-auto` | ReMe auto: compact, then compress when the result is still above 75 % of the original |
-//! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×), request-boundary summary at 80,000 tokens and ≥ 20 messages, reactive micro at 85 % / full at 92 %, last 2 rounds kept |
-//! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear |
+//! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×), request-boundary summary at 80,000 tokens and ≥ 20 messages archived to `messages.compactions/<id>.jsonl`, reactive micro at 85 % / full at 92 %, last 2 rounds kept |
+//! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear; a resumed session keeps its last 3 turns, text only; sessions idle 30 days removed |
 //! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, arguments over 2,000 characters truncated, overflow: compact everything and retry once |
 //! | `none` | nothing: the unmanaged baseline |
 //! | `default` | ctxkeeper: compact at 90 % of the window (counted on the provider's reported usage), cap outputs over 40 % of the window at ingest, mask old tool outputs, then summarize deep (to 10 % of the window), keeping the last 2 rounds verbatim, so the cached prefix stays stable between few compactions; the session capsule (the user's words, the files touched, the plan, the open problem) pinned across compactions; hysteresis at 60 % of the trigger |
@@ -19,8 +19,8 @@
 //! summary never replaces the prefix with nothing.
 
 use super::config::{
-    Accounting, CostRule, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig, Stage,
-    SummaryConfig, SummaryPlacement, ToolResultCap,
+    Accounting, ArchiveLayout, CostRule, IngestConfig, OverflowConfig, PolicyConfig,
+    ReactiveConfig, SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 use crate::capsule::CapsuleConfig;
 use crate::summary::{SummaryField, SummarySchema};
@@ -189,6 +189,9 @@ fn agentscope() -> PolicyConfig {
     }
 }
 
+/// The group size of the ReMe presets' compression.
+pub const REME_GROUP_TOKENS: u64 = 8_000;
+
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
     Compact,
@@ -203,10 +206,13 @@ fn reme(mode: Mode) -> PolicyConfig {
         exclude_tools: Vec::new(),
         clear_inputs: false,
     };
+    // Grouped as ReMe's `group_token_threshold` allows (the document gives no default):
+    // 8,000 tokens makes two or three groups of a 20,000-token history, each its own
+    // snapshot, instead of one summary that must squeeze everything.
     let compress = |min_ratio: Option<f64>| Stage::Summarize {
         keep_tokens: None,
         keep_messages: Some(2),
-        group_token_threshold: None,
+        group_token_threshold: Some(REME_GROUP_TOKENS),
         oldest_rounds: None,
         keep_ratio: None,
         min_ratio,
@@ -251,6 +257,10 @@ fn reme(mode: Mode) -> PolicyConfig {
             incremental: false,
             ..SummaryConfig::default()
         },
+        archive: ArchiveLayout {
+            group_files: mode != Mode::Compact,
+            compaction_files: false,
+        },
         ..PolicyConfig::default()
     }
 }
@@ -290,6 +300,10 @@ fn agentrail() -> PolicyConfig {
             ..SummaryConfig::default()
         },
         overflow: OverflowConfig { max_attempts: 1, ..OverflowConfig::default() },
+        archive: ArchiveLayout {
+            group_files: false,
+            compaction_files: true,
+        },
         ..PolicyConfig::default()
     }
 }
@@ -341,6 +355,12 @@ fn cowagent() -> PolicyConfig {
             ],
             // "Still too long" after the trim to 5 turns: only then is the context cleared.
             clear_from_attempt: 2,
+        },
+        // "Restores the most recent max(3, max_context_turns / 6) turns", text only;
+        // "sessions older than 30 days are automatically cleaned up".
+        session: SessionPolicy {
+            restore_recent_turns: Some(20),
+            retention_days: Some(30),
         },
         ..PolicyConfig::default()
     }

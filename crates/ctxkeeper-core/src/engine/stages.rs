@@ -785,9 +785,32 @@ impl<'a> Draft<'a> {
             let logs: Vec<u64> = group.iter().filter_map(|e| e.meta.log_index).collect();
             let messages: Vec<Message> = group.into_iter().map(|e| e.message).collect();
             let count = messages.len();
-            let marker = self.push_archive(ArchiveItem::Messages {
-                messages: messages.clone(),
-            });
+            let layout = &self.engine.config.archive;
+            let item = if layout.group_files {
+                ArchiveItem::Group {
+                    messages: messages.clone(),
+                    index: group_index + 1,
+                    total: total_groups,
+                }
+            } else if layout.compaction_files
+                // Request-boundary only: Agentrail's in-loop compactions (micro, full, and
+                // full after a prompt-too-long error) archive nothing of their own.
+                && !matches!(
+                    self.reason,
+                    CompactionReason::ReactiveMicro
+                        | CompactionReason::ReactiveFull
+                        | CompactionReason::Overflow
+                )
+            {
+                ArchiveItem::Compaction {
+                    messages: messages.clone(),
+                }
+            } else {
+                ArchiveItem::Messages {
+                    messages: messages.clone(),
+                }
+            };
+            let marker = self.push_archive(item);
             self.note_archived(&logs, &marker);
             let request = self.engine.summary_request(
                 messages,

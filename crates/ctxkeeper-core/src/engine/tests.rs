@@ -932,3 +932,113 @@ fn a_cost_rule_compaction_reports_its_arithmetic() {
     let config = PolicyConfig::from_toml_str("[cost]\ncache_read = 0.0\n").expect_err("bad");
     assert!(config.0.contains("cost.cache_read"), "{config}");
 }
+
+fn image_message(seed: u8) -> Message {
+    Message::new(
+        Role::User,
+        vec![
+            Part::text(format!("chart {seed}")),
+            Part::Data {
+                source: crate::model::DataSource::Base64 {
+                    media_type: "image/png".into(),
+                    data: format!("aW1hZ2U{seed}"),
+                },
+                wire_type: None,
+                extra: Default::default(),
+            },
+        ],
+    )
+}
+
+#[test]
+fn max_images_plans_the_oldest_unpinned_images_and_apply_names_their_files() {
+    let engine = engine("agentscope");
+    let mut state = ContextState::default();
+    for seed in 0..7 {
+        state.push(image_message(seed));
+        state.push(Message::assistant("seen"));
+    }
+    // A pinned image stays and counts.
+    state.entries[0].meta.pinned = true;
+    let plan = engine.plan_images(&state);
+    assert_eq!(
+        plan.iter().map(|i| i.entry).collect::<Vec<_>>(),
+        vec![2, 4],
+        "7 images, at most 5: the oldest two that are not pinned"
+    );
+    let refs = vec![
+        ("data/a.png".to_string(), 10),
+        ("data/b.png".to_string(), 12),
+    ];
+    let events = engine.apply_images(&mut state, &plan, &refs);
+    assert_eq!(events.len(), 2);
+    assert!(
+        state.entries[2].message.text().contains("data/a.png")
+            && state.entries[4].message.text().contains("data/b.png")
+    );
+    assert!(engine.plan_images(&state).is_empty());
+    // A policy without the limit plans nothing.
+    assert!(self::engine("harness").plan_images(&state).is_empty());
+}
+
+#[test]
+fn seed_layouts_mark_their_archive_items() {
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    // ReMe: every group of the compression is a group item, numbered from 1.
+    let mut state = agent_session(40, 700);
+    let plan = engine("reme-compress")
+        .plan(&mut state, &budget, &PlanRequest::default())
+        .expect("over 20,000 tokens");
+    let groups: Vec<(usize, usize)> = plan
+        .archive
+        .iter()
+        .filter_map(|item| match item {
+            ArchiveItem::Group { index, total, .. } => Some((*index, *total)),
+            _ => None,
+        })
+        .collect();
+    assert!(groups.len() >= 2, "{groups:?}");
+    assert!(
+        groups
+            .iter()
+            .enumerate()
+            .all(|(i, (index, total))| *index == i + 1 && *total == groups.len())
+    );
+    assert!(
+        plan.draft_messages()
+            .iter()
+            .any(|m| m.text().starts_with("[Part 1/"))
+    );
+    // Agentrail: a request-boundary compaction is a compaction item, a reactive one is not.
+    let policy = presets::preset("agentrail")
+        .unwrap_or_default()
+        .with_overrides("trigger_tokens = 5000")
+        .unwrap_or_default();
+    let agentrail = Engine::new(policy, model());
+    let mut state = agent_session(30, 300);
+    let plan = agentrail
+        .plan(&mut state, &budget, &PlanRequest::default())
+        .expect("over the trigger");
+    assert!(
+        plan.archive
+            .iter()
+            .any(|i| matches!(i, ArchiveItem::Compaction { .. }))
+    );
+    let reactive = PlanRequest {
+        force: Some(CompactionReason::ReactiveMicro),
+        ..PlanRequest::default()
+    };
+    let mut state = agent_session(30, 300);
+    let plan = agentrail
+        .plan(&mut state, &budget, &reactive)
+        .expect("a micro compaction");
+    assert!(
+        !plan
+            .archive
+            .iter()
+            .any(|i| matches!(i, ArchiveItem::Compaction { .. }))
+    );
+}

@@ -188,6 +188,8 @@ impl Sessions {
                         Event::OverflowRecovered { .. } => {
                             outbox.overflow_recoveries += 1;
                         }
+                        // An image over the policy's limit left the context for data/.
+                        Event::ContentOffloaded { kind, .. } if kind == "data" => changed = true,
                         _ => {}
                     }
                     outbox.events.push(engine_event(&event));

@@ -19,6 +19,7 @@ pub async fn run_all(name: &str, archive: Arc<dyn Offloader>) {
     grep_glob_list(&*archive).await;
     hostile_ids_and_references(&*archive).await;
     tenant_isolation(&*archive).await;
+    seed_layout_files(&*archive).await;
     eprintln!("{name}: offloader conformance passed");
 }
 
@@ -432,4 +433,99 @@ pub async fn tenant_isolation(archive: &dyn Offloader) {
         .offload_tool_result(&default, &unique("call"), "default")
         .await
         .unwrap();
+}
+
+/// The seed layouts' whole-file items (ReMe's group files, Agentrail's compaction archive)
+/// and AgentScope's data files for the images of archived messages.
+pub async fn seed_layout_files(archive: &dyn Offloader) {
+    use base64::Engine as _;
+    use ctxkeeper_core::model::{DataSource, Part};
+    let sc = scope(&unique("seedfiles"));
+    let png: Vec<u8> = (0..=255u8).cycle().take(3_000).collect();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&png);
+    let image = Part::Data {
+        source: DataSource::Url {
+            url: format!("data:image/png;base64,{encoded}"),
+        },
+        wire_type: Some("image_url".into()),
+        extra: Default::default(),
+    };
+    let with_image = Message::new(
+        ctxkeeper_core::model::Role::User,
+        vec![Part::text("look at this"), image],
+    );
+    let group = vec![with_image.clone(), Message::assistant("a chart")];
+
+    // A group file: a JSON array of the messages, the image stored once under data/.
+    let r = archive
+        .offload_messages_file(&sc, "chat-1_1.json", &group)
+        .await
+        .unwrap();
+    assert_eq!(r.as_str(), "sessions/s1/chat-1_1.json");
+    let stored: Vec<Message> =
+        serde_json::from_slice(&archive.read_all(&sc, &r).await.unwrap()).unwrap();
+    assert_eq!(stored.len(), 2);
+    let Part::Data {
+        source: DataSource::Archived { sha256, media_type },
+        ..
+    } = &stored[0].parts[1]
+    else {
+        panic!("the image is named by reference: {:?}", stored[0].parts);
+    };
+    assert_eq!(media_type, "image/png");
+    let data = ArchiveRef(format!("data/{sha256}.png"));
+    assert_eq!(archive.read_all(&sc, &data).await.unwrap(), png);
+    // An existing file is never overwritten.
+    assert!(matches!(
+        archive
+            .offload_messages_file(&sc, "chat-1_1.json", &group)
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+
+    // The compaction archive: one message per line, in its sub-directory.
+    let c = archive
+        .offload_messages_file(&sc, "messages.compactions/abc.jsonl", &group)
+        .await
+        .unwrap();
+    assert_eq!(c.as_str(), "sessions/s1/messages.compactions/abc.jsonl");
+    let text = String::from_utf8(archive.read_all(&sc, &c).await.unwrap()).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    assert!(!text.contains(&encoded[..64]), "no inline image left");
+    let listed: Vec<String> = archive
+        .list(&sc)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.reference.0)
+        .collect();
+    assert!(listed.contains(&c.0) && listed.contains(&r.0), "{listed:?}");
+    let hits = archive
+        .grep(&sc, &regex::Regex::new("a chart").unwrap(), 10)
+        .await
+        .unwrap();
+    assert!(hits.iter().any(|h| h.reference == c), "{hits:?}");
+
+    // The context archive stores images the same way.
+    let line = archive.offload_context(&sc, &[with_image]).await.unwrap();
+    let text = String::from_utf8(archive.read_all(&sc, &line).await.unwrap()).unwrap();
+    assert!(text.contains(sha256.as_str()) && !text.contains(&encoded[..64]));
+
+    // Names outside the layouts are refused before anything is written.
+    for bad in [
+        "../x.json",
+        "a/b.json",
+        "messages.compactions/../x",
+        ".hidden.json",
+        "context.jsonl",
+        "",
+    ] {
+        assert!(
+            matches!(
+                archive.offload_messages_file(&sc, bad, &group).await,
+                Err(StoreError::InvalidInput(_))
+            ),
+            "{bad:?} was accepted"
+        );
+    }
 }

@@ -1,0 +1,731 @@
+//! Seed conformance through the product: for each section of the five seed documents
+//! (`../shared/seeds/`), the behaviour a preset must show, checked on the `ctxkeeper` binary
+//! (`config show`, `replay`, `sessions`), never on the library alone: the documented value
+//! against the value observed. Every row must match.
+//!
+//! With `CTXKEEPER_CONFORMANCE_OUT=FILE` the table is also written to FILE as Markdown (it is
+//! the "Seed conformance" section of `bench/RESULTS.md`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("utf-8 output")
+}
+
+fn json_of(output: Output) -> Value {
+    serde_json::from_str(&ok(output)).expect("stdout is JSON")
+}
+
+/// One row of the conformance table.
+struct Row {
+    seed: &'static str,
+    section: &'static str,
+    preset: &'static str,
+    behaviour: &'static str,
+    documented: String,
+    observed: String,
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<Row>,
+}
+
+impl Table {
+    fn row(
+        &mut self,
+        (seed, section, preset): (&'static str, &'static str, &'static str),
+        behaviour: &'static str,
+        documented: impl ToString,
+        observed: impl ToString,
+    ) {
+        self.rows.push(Row {
+            seed,
+            section,
+            preset,
+            behaviour,
+            documented: documented.to_string(),
+            observed: observed.to_string(),
+        });
+    }
+
+    fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| seed | section | preset | behaviour | documented | observed | |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        );
+        for r in &self.rows {
+            let mark = if r.documented == r.observed {
+                "✓"
+            } else {
+                "✗"
+            };
+            // `<sid>` and the like are placeholders, not HTML.
+            let cell = |text: &str| text.replace('<', "&lt;").replace('>', "&gt;");
+            out.push_str(&format!(
+                "| {} | {} | `{}` | {} | {} | {} | {mark} |\n",
+                r.seed,
+                r.section,
+                r.preset,
+                cell(r.behaviour),
+                cell(&r.documented),
+                cell(&r.observed)
+            ));
+        }
+        out
+    }
+}
+
+/// `config show --policy NAME`, parsed.
+fn policy(name: &str) -> toml::Table {
+    let text = ok(run(&["config", "show", "--policy", name]));
+    let mut table: toml::Table = toml::from_str(&text).expect("config show prints TOML");
+    match table.remove("policy") {
+        Some(toml::Value::Table(policy)) => policy,
+        other => panic!("no [policy] in config show: {other:?}"),
+    }
+}
+
+/// The value at a dotted path of a TOML table (`stages.1.keep_messages`), as text.
+fn at(table: &toml::Table, path: &str) -> String {
+    let mut value = toml::Value::Table(table.clone());
+    for key in path.split('.') {
+        value = match (value, key.parse::<usize>()) {
+            (toml::Value::Array(items), Ok(i)) => {
+                items.get(i).cloned().unwrap_or(toml::Value::Boolean(false))
+            }
+            (toml::Value::Table(t), _) => match t.get(key) {
+                Some(v) => v.clone(),
+                None => return "unset".to_string(),
+            },
+            _ => return "unset".to_string(),
+        };
+    }
+    match value {
+        toml::Value::String(s) => s,
+        toml::Value::Float(f) => format!("{f}"),
+        other => other.to_string(),
+    }
+}
+
+/// A bare OpenAI chat request as a trace file.
+fn trace(dir: &Path, name: &str, messages: Vec<Value>) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        json!({"model": "gpt-4o", "messages": messages}).to_string(),
+    )
+    .expect("write trace");
+    path
+}
+
+/// A coding session: the user's task with a stated constraint, then `rounds` rounds of a
+/// shell call whose output (about `lines` lines) names files and ends with an error, each
+/// announced by a decision of the assistant.
+fn coding_session(rounds: usize, lines: usize) -> Vec<Value> {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Fix the failing invoice totals in src/billing/invoice.rs. Never touch the database schema."}),
+    ];
+    for i in 0..rounds {
+        let id = format!("call_{i}");
+        messages.push(json!({
+            "role": "assistant",
+            "content": format!("Step {i}: I decided to check module {i} instead of the schema."),
+            "tool_calls": [{"id": id, "type": "function", "function": {
+                "name": "bash",
+                "arguments": json!({"command": format!("cat src/billing/part_{i}.rs && cargo test invoice_{i}")}).to_string()
+            }}]
+        }));
+        let mut output = String::new();
+        for j in 0..lines {
+            output.push_str(&format!(
+                "src/billing/part_{i}.rs:{j}: let subtotal_{j} = round(amount_{j} * rate_{i}, 2); // value {}\n",
+                i * 1000 + j
+            ));
+        }
+        output.push_str(&format!(
+            "error: test invoice_{i} failed: expected 10.01, got 10.00 at src/billing/invoice.rs:42\n"
+        ));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+    }
+    messages.push(json!({"role": "assistant", "content": "The rounding now happens after the tax; all invoice tests pass."}));
+    messages
+}
+
+/// A PNG-looking payload, distinct per `seed`.
+fn image_bytes(seed: u8) -> Vec<u8> {
+    let mut bytes = b"\x89PNG\r\n\x1a\n".to_vec();
+    bytes.extend((0..2_000u32).map(|i| (i as u8).wrapping_mul(seed).wrapping_add(seed)));
+    bytes
+}
+
+/// The one session directory a replay of a one-session trace archived into.
+fn session_dir(workspace: &Path) -> PathBuf {
+    let dirs: Vec<PathBuf> = std::fs::read_dir(workspace.join("sessions"))
+        .expect("the workspace has sessions/")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs.into_iter().next().expect("one session")
+}
+
+fn names_in(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The body of the last request a replay emitted.
+fn last_request(dir: &Path) -> String {
+    let last = names_in(dir)
+        .into_iter()
+        .filter(|n| n.starts_with("step-"))
+        .max()
+        .expect("emitted requests");
+    std::fs::read_to_string(dir.join(last)).expect("read request")
+}
+
+/// `replay TRACE --policy P --window W --workspace WS --emit-requests REQ --json [extra]`.
+fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str]) -> Value {
+    let mut args: Vec<String> = [
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        preset,
+        "--window",
+        &window.to_string(),
+        "--json",
+        "--workspace",
+        scratch.join("ws").to_str().expect("utf-8"),
+        "--emit-requests",
+        scratch.join("req").to_str().expect("utf-8"),
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let report = json_of(run(&refs));
+    assert_eq!(report["unrecoverable_items"], 0, "{report}");
+    report
+}
+
+fn today_memory(workspace: &Path) -> String {
+    let dir = workspace.join("memory");
+    let files = names_in(&dir);
+    let file = files
+        .iter()
+        .next_back()
+        .unwrap_or_else(|| panic!("no daily memory file in {}", dir.display()));
+    assert!(
+        file.len() == "YYYY-MM-DD.md".len() && file.ends_with(".md"),
+        "{file}"
+    );
+    std::fs::read_to_string(dir.join(file)).expect("read memory")
+}
+
+#[test]
+fn seed_conformance_table() {
+    let mut table = Table::default();
+
+    // ---- 000 AgentScope -------------------------------------------------------------------
+    let seed = |section| ("000 AgentScope", section, "agentscope");
+    let p = policy("agentscope");
+    table.row(
+        seed("Configure ContextConfig"),
+        "trigger_ratio",
+        "0.8",
+        at(&p, "trigger_ratio"),
+    );
+    table.row(
+        seed("Configure ContextConfig"),
+        "reserve_ratio (kept recent share)",
+        "0.1",
+        at(&p, "stages.0.keep_ratio"),
+    );
+    table.row(
+        seed("Truncate Tool Results"),
+        "tool_result_limit (tokens)",
+        "50000",
+        at(&p, "ingest.tool_result.max_tokens"),
+    );
+    table.row(
+        seed("Configure ContextConfig"),
+        "images kept",
+        "5",
+        at(&p, "ingest.max_images"),
+    );
+
+    // Images: 8 arrive, the newest 5 stay, 3 go to data/<sha256>.png.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = vec![json!({"role": "system", "content": "Describe charts."})];
+    let mut hashes = BTreeSet::new();
+    for i in 0..8u8 {
+        let bytes = image_bytes(i + 1);
+        hashes.insert(hex::encode(sha2::Sha256::digest(&bytes)));
+        let url = format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(&bytes)
+        );
+        messages.push(json!({"role": "user", "content": [
+            {"type": "text", "text": format!("What does chart {i} show?")},
+            {"type": "image_url", "image_url": {"url": url}}
+        ]}));
+        messages.push(json!({"role": "assistant", "content": format!("Chart {i} shows growth.")}));
+    }
+    let file = trace(scratch.path(), "images.json", messages);
+    replay(&file, "agentscope", 128_000, scratch.path(), &[]);
+    let last = last_request(&scratch.path().join("req"));
+    let images_sent = last.matches("data:image/png;base64,").count();
+    table.row(
+        seed("Configure ContextConfig"),
+        "images in the last request (8 sent)",
+        5,
+        images_sent,
+    );
+    let data = names_in(&scratch.path().join("ws/data"));
+    let named_by_hash = data.iter().all(|name| {
+        name.strip_suffix(".png")
+            .is_some_and(|hash| hashes.contains(hash))
+    });
+    table.row(
+        seed("Use LocalWorkspace"),
+        "offloaded images as data/<sha256>.png",
+        "3 files, named by content hash",
+        format!(
+            "{} files, {}",
+            data.len(),
+            if named_by_hash {
+                "named by content hash"
+            } else {
+                "misnamed"
+            }
+        ),
+    );
+    let placeholder_names_file = data
+        .iter()
+        .all(|name| last.contains(&format!("data/{name}")));
+    table.row(
+        seed("Use LocalWorkspace"),
+        "the context names each offloaded image's file",
+        true,
+        placeholder_names_file,
+    );
+
+    // Compression offloads to context.jsonl; an oversized result to tool_result-<id>.txt.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "coding.json", coding_session(14, 60));
+    replay(&file, "agentscope", 16_000, scratch.path(), &[]);
+    let session = session_dir(&scratch.path().join("ws"));
+    let lines = std::fs::read_to_string(session.join("context.jsonl"))
+        .map(|t| {
+            t.lines()
+                .filter(|l| serde_json::from_str::<Value>(l).is_ok())
+                .count()
+        })
+        .unwrap_or(0);
+    table.row(
+        seed("Use LocalWorkspace"),
+        "compressed messages in sessions/<sid>/context.jsonl, one JSON message per line",
+        true,
+        lines > 0,
+    );
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = coding_session(1, 0);
+    messages.truncate(3);
+    let huge: String = (0..12_000)
+        .map(|i| format!("row {i}: value {} status ok\n", i * 7))
+        .collect();
+    messages.push(json!({"role": "tool", "tool_call_id": "call_0", "content": huge}));
+    messages.push(json!({"role": "assistant", "content": "Read it."}));
+    let file = trace(scratch.path(), "huge.json", messages);
+    replay(&file, "agentscope", 200_000, scratch.path(), &[]);
+    let names = names_in(&session_dir(&scratch.path().join("ws")));
+    table.row(
+        seed("Use LocalWorkspace"),
+        "truncated result in sessions/<sid>/tool_result-<id>.txt",
+        "tool_result-call_0.txt",
+        names
+            .iter()
+            .find(|n| n.starts_with("tool_result-"))
+            .cloned()
+            .unwrap_or_default(),
+    );
+
+    // ---- 001 ReMe ---------------------------------------------------------------------------
+    let seed = |section, preset| ("001 ReMe", section, preset);
+    let p = policy("reme-compress");
+    table.row(
+        seed("Parameters", "reme-compress"),
+        "max_total_tokens",
+        "20000",
+        at(&p, "trigger_tokens"),
+    );
+    table.row(
+        seed("Parameters", "reme-compress"),
+        "keep_recent_count (compression)",
+        "2",
+        at(&p, "stages.0.keep_messages"),
+    );
+    table.row(
+        seed("Parameters", "reme-compress"),
+        "grouped compression (group_token_threshold)",
+        "on",
+        if at(&p, "stages.0.group_token_threshold") == "unset" {
+            "off"
+        } else {
+            "on"
+        },
+    );
+    let p = policy("reme-auto");
+    table.row(
+        seed("Parameters", "reme-auto"),
+        "compact_ratio_threshold",
+        "0.75",
+        at(&p, "stages.1.min_ratio"),
+    );
+    let p = policy("reme-compact");
+    table.row(
+        seed("Parameters", "reme-compact"),
+        "max_tool_message_tokens",
+        "2000",
+        at(&p, "stages.0.min_result_tokens"),
+    );
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "coding.json", coding_session(16, 80));
+    let report = replay(&file, "reme-compress", 128_000, scratch.path(), &[]);
+    assert!(report["compactions"].as_u64() >= Some(1), "{report}");
+    let session = session_dir(&scratch.path().join("ws"));
+    let groups: Vec<String> = names_in(&session)
+        .into_iter()
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    let well_named = !groups.is_empty()
+        && groups.iter().all(|name| {
+            let Some((chat_id, g)) = name.trim_end_matches(".json").rsplit_once('_') else {
+                return false;
+            };
+            chat_id.len() == 36 && g.parse::<usize>().is_ok_and(|g| g >= 1)
+        });
+    table.row(
+        seed("Parameters: store_dir, chat_id", "reme-compress"),
+        "each group's originals in <chat_id>_<g>.json (chat_id a fresh UUID)",
+        true,
+        well_named,
+    );
+    let arrays = groups.iter().all(|name| {
+        std::fs::read_to_string(session.join(name))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+    });
+    table.row(
+        seed("Parameters: store_dir, chat_id", "reme-compress"),
+        "group file holds the group's messages (JSON array)",
+        true,
+        arrays,
+    );
+    let last = last_request(&scratch.path().join("req"));
+    // The newest compaction's groups: one "[Part g/n]" message each, naming its own file
+    // (an earlier compaction's group messages were compacted again).
+    let parts = last.matches("[Part ").count();
+    let named = groups.iter().filter(|g| last.contains(g.as_str())).count();
+    table.row(
+        seed("Functionality: compress mode", "reme-compress"),
+        "one [Part g/n] message per group, naming its file",
+        true,
+        parts >= 2 && named == parts,
+    );
+    // The snapshot of an extractive summary says what happened: files, commands, errors,
+    // decisions, not only its labels.
+    let useful = [
+        "src/billing/invoice.rs",
+        "cargo test",
+        "error: test invoice_",
+        "Decision:",
+        "Never touch the database schema",
+    ]
+    .iter()
+    .filter(|fact| last.contains(*fact))
+    .count();
+    table.row(
+        seed("Functionality: compress mode", "reme-compress"),
+        "extractive state snapshot holds file, command, error, decision, constraint",
+        "5 of 5",
+        format!("{useful} of 5"),
+    );
+
+    // ---- 002 Agentrail ----------------------------------------------------------------------
+    let seed = |section| ("002 Agentrail", section, "agentrail");
+    let p = policy("agentrail");
+    table.row(
+        seed("Configuration"),
+        "triggerTokens",
+        "80000",
+        at(&p, "trigger_tokens"),
+    );
+    table.row(
+        seed("Configuration"),
+        "minMessages",
+        "20",
+        at(&p, "min_messages"),
+    );
+    table.row(
+        seed("Configuration"),
+        "microTriggerPct / fullTriggerPct",
+        "85 / 92",
+        format!(
+            "{} / {}",
+            at(&p, "reactive.micro_trigger_pct"),
+            at(&p, "reactive.full_trigger_pct")
+        ),
+    );
+    table.row(
+        seed("Configuration"),
+        "preserveRecentApiRounds",
+        "2",
+        at(&p, "keep_recent_rounds"),
+    );
+    table.row(
+        seed("Configuration"),
+        "maxReactiveCompactionsPerRequest",
+        "3",
+        at(&p, "reactive.max_per_request"),
+    );
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let config = scratch.path().join("ctxkeeper.toml");
+    // The layout under a lower trigger: the trace need not hold 80,000 tokens.
+    std::fs::write(&config, "[policy]\ntrigger_tokens = 12000\n").expect("write config");
+    let file = trace(scratch.path(), "coding.json", coding_session(16, 60));
+    replay(
+        &file,
+        "agentrail",
+        200_000,
+        scratch.path(),
+        &["--config", config.to_str().expect("utf-8")],
+    );
+    let session = session_dir(&scratch.path().join("ws"));
+    let archives: Vec<String> = names_in(&session.join("messages.compactions"))
+        .into_iter()
+        .filter(|n| n.ends_with(".jsonl"))
+        .collect();
+    let lines_are_messages = !archives.is_empty()
+        && archives.iter().all(|name| {
+            std::fs::read_to_string(session.join("messages.compactions").join(name)).is_ok_and(
+                |t| {
+                    t.lines().count() > 0
+                        && t.lines().all(|l| serde_json::from_str::<Value>(l).is_ok())
+                },
+            )
+        });
+    table.row(
+        seed("Request-Boundary Persisted Compaction"),
+        "removed messages archived to messages.compactions/<id>.jsonl",
+        true,
+        lines_are_messages,
+    );
+    let last = last_request(&scratch.path().join("req"));
+    table.row(
+        seed("Request-Boundary Persisted Compaction"),
+        "one summary message replaces them, naming the archive",
+        true,
+        archives
+            .iter()
+            .any(|a| last.contains(&format!("messages.compactions/{a}"))),
+    );
+
+    // ---- 003 CowAgent -----------------------------------------------------------------------
+    let seed = |section| ("003 CowAgent", section, "cowagent");
+    let p = policy("cowagent");
+    table.row(
+        seed("Key Configuration"),
+        "agent_max_context_tokens",
+        "50000",
+        at(&p, "trigger_tokens"),
+    );
+    table.row(
+        seed("Key Configuration"),
+        "agent_max_context_turns",
+        "20",
+        at(&p, "trigger_turns"),
+    );
+    table.row(
+        seed("Tool Result Truncation"),
+        "historical results cut above (chars)",
+        "20000",
+        at(&p, "stages.0.max_chars"),
+    );
+    table.row(
+        seed("Overflow Emergency Handling"),
+        "aggressive trim: turns kept / chars per result",
+        "5 / 10000",
+        format!(
+            "{} / {}",
+            at(&p, "overflow.stages.0.max_turns"),
+            at(&p, "overflow.stages.1.max_chars")
+        ),
+    );
+    table.row(
+        seed("Session Persistence"),
+        "sessions older than (days) removed",
+        "30",
+        at(&p, "session.retention_days"),
+    );
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+    for i in 0..26 {
+        messages.push(json!({"role": "user", "content": format!("Question {i}: what is the status of order ORD-{i:04}?")}));
+        messages.push(json!({"role": "assistant", "content": format!("Order ORD-{i:04} shipped on day {i}.")}));
+    }
+    let file = trace(scratch.path(), "turns.json", messages);
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    replay(
+        &file,
+        "cowagent",
+        128_000,
+        scratch.path(),
+        &["--store", &store, "--session", "cow"],
+    );
+    let memory = today_memory(&scratch.path().join("ws"));
+    table.row(
+        seed("Turn Trimming"),
+        "trimmed turns summarized into memory/YYYY-MM-DD.md",
+        true,
+        memory.contains("ORD-0000"),
+    );
+    let last = last_request(&scratch.path().join("req"));
+    table.row(
+        seed("Turn Trimming"),
+        "trimmed turns leave the context",
+        true,
+        !last.contains("ORD-0000"),
+    );
+    let restored = json_of(run(&[
+        "sessions", "--store", &store, "--json", "restore", "cow", "--policy", "cowagent",
+    ]));
+    table.row(
+        seed("Session Persistence"),
+        "turns restored: max(3, 20 / 6)",
+        3,
+        restored["turns"].clone(),
+    );
+    let text_only = restored["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().all(|m| !m.to_string().contains("tool_call")));
+    table.row(
+        seed("Session Persistence"),
+        "restored turns are text only",
+        true,
+        text_only,
+    );
+    let gc = json_of(run(&[
+        "sessions", "--store", &store, "--json", "gc", "--policy", "cowagent",
+    ]));
+    table.row(
+        seed("Session Persistence"),
+        "sessions gc --policy cowagent age (days)",
+        30,
+        gc["older_than_secs"].as_u64().unwrap_or(0) / 86_400,
+    );
+
+    // ---- 004 HarnessAgent -------------------------------------------------------------------
+    let seed = |section| ("004 HarnessAgent", section, "harness");
+    let p = policy("harness");
+    table.row(
+        seed("Compaction"),
+        "trigger (messages) / kept verbatim",
+        "30 / 10",
+        format!(
+            "{} / {}",
+            at(&p, "trigger_messages"),
+            at(&p, "stages.1.keep_messages")
+        ),
+    );
+    table.row(
+        seed("Tool-result eviction"),
+        "evict above (chars) / head and tail",
+        "80000 / 2000",
+        format!(
+            "{} / {}",
+            at(&p, "ingest.tool_result.max_chars"),
+            at(&p, "ingest.tool_result.head_chars")
+        ),
+    );
+    table.row(
+        seed("Compaction"),
+        "maxArgLength",
+        "2000",
+        at(&p, "stages.0.max_arg_length"),
+    );
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    // Two user turns: the first (with the user's constraint) is compacted during the second.
+    let mut messages = coding_session(9, 10);
+    messages.push(json!({"role": "user", "content": "Now do the same for the tax module."}));
+    messages.extend(coding_session(12, 10).into_iter().skip(2));
+    let file = trace(scratch.path(), "coding.json", messages);
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let memory = today_memory(&scratch.path().join("ws"));
+    let flushed = [
+        ("decisions", "Decision:"),
+        ("paths", "src/billing/invoice.rs"),
+        ("errors", "Error:"),
+        ("constraints", "Never touch the database schema"),
+    ];
+    let found: Vec<&str> = flushed
+        .iter()
+        .filter(|(_, needle)| memory.contains(needle))
+        .map(|(what, _)| *what)
+        .collect();
+    table.row(
+        seed("Coordination with Memory (flushBeforeCompact)"),
+        "facts flushed to memory/ before compaction, extractive summarizer",
+        "decisions, paths, errors, constraints",
+        found.join(", "),
+    );
+
+    let markdown = table.markdown();
+    if let Some(path) = std::env::var_os("CTXKEEPER_CONFORMANCE_OUT") {
+        std::fs::write(path, &markdown).expect("write the table");
+    }
+    eprintln!("{markdown}");
+    let mismatched: Vec<String> = table
+        .rows
+        .iter()
+        .filter(|r| r.documented != r.observed)
+        .map(|r| {
+            format!(
+                "{} / {} / {}: documented {}, observed {}",
+                r.seed, r.preset, r.behaviour, r.documented, r.observed
+            )
+        })
+        .collect();
+    assert!(mismatched.is_empty(), "{mismatched:#?}");
+}

@@ -1,0 +1,123 @@
+//! Seed behaviours through the gateway, which runs every session through the library's
+//! `ContextManager`: AgentScope's image limit (the newest 5 images reach the upstream, the
+//! older ones wait in `data/<sha256>.<ext>`) and ReMe's group files (`<chat_id>_<g>.json`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{chat_history, client, config, mock, start};
+use serde_json::{Value, json};
+
+const KEY: &str = "Bearer sk-seeds-0123456789";
+
+/// Every file under `dir` whose name satisfies `keep`.
+fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files(&path, keep));
+        } else if path.file_name().and_then(|n| n.to_str()).is_some_and(keep) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+async fn send(gw: &common::Running, history: &[Value]) {
+    let response = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", KEY)
+        .header("x-ctxkeeper-session", "seeds")
+        .json(&json!({"model": "gpt-4o", "messages": history}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{}",
+        response.text().await.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn agentscope_keeps_five_images_and_stores_the_rest_by_hash() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.policy = ctxkeeper_core::engine::presets::preset("agentscope").unwrap();
+    let workspace = PathBuf::from(&cfg.workspace);
+    let gw = start(cfg).await;
+    let mut history = vec![json!({"role": "system", "content": "Describe charts."})];
+    for i in 0..8u8 {
+        // Valid base64 (2,000 characters of its alphabet), distinct per image.
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let payload: String = (0..2_000usize)
+            .map(|k| ALPHABET[(k * (usize::from(i) + 7) + usize::from(i)) % ALPHABET.len()] as char)
+            .collect();
+        let url = format!("data:image/png;base64,{payload}");
+        history.push(json!({"role": "user", "content": [
+            {"type": "text", "text": format!("chart {i}?")},
+            {"type": "image_url", "image_url": {"url": url}}
+        ]}));
+        send(&gw, &history).await;
+        history.push(json!({"role": "assistant", "content": format!("chart {i} rises")}));
+    }
+    let last = upstream
+        .requests()
+        .last()
+        .cloned()
+        .expect("a request")
+        .body
+        .to_string();
+    assert_eq!(last.matches("data:image/png;base64,").count(), 5);
+    let stored = files(&workspace, &|name| name.ends_with(".png"));
+    assert_eq!(stored.len(), 3, "{stored:?}");
+    for path in &stored {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap();
+        assert!(
+            last.contains(&format!("data/{name}")),
+            "{name} is named in the context"
+        );
+    }
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn reme_compress_writes_group_files_through_the_gateway() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.policy = ctxkeeper_core::engine::presets::preset("reme-compress").unwrap();
+    let workspace = PathBuf::from(&cfg.workspace);
+    let gw = start(cfg).await;
+    // About 30,000 tokens: over ReMe's 20,000, in groups of at most 8,000.
+    let history = chat_history(22, 8_000);
+    send(&gw, &history).await;
+    let groups = files(&workspace, &|name| {
+        name.ends_with(".json") && name.rsplit_once('_').is_some()
+    });
+    assert!(groups.len() >= 2, "{groups:?}");
+    let last = upstream
+        .requests()
+        .last()
+        .cloned()
+        .expect("a request")
+        .body
+        .to_string();
+    assert!(last.contains("[Part 1/"), "one message per group");
+    for group in &groups {
+        let messages: Value =
+            serde_json::from_str(&std::fs::read_to_string(group).unwrap()).unwrap();
+        assert!(messages.as_array().is_some_and(|a| !a.is_empty()));
+        let name = group.file_name().and_then(|n| n.to_str()).unwrap();
+        assert!(last.contains(name), "{name} named in the context");
+    }
+    gw.stop().await;
+}
