@@ -64,6 +64,10 @@ struct Args {
     /// `mock http://ADDR` and `gateway http://ADDR`, for a load generator to compare them.
     #[arg(long)]
     serve_for: Option<f64>,
+    /// Hides the store's generations from the gateway, so every step saves the whole state
+    /// (each a new generation): the cost incremental saves remove, for comparison.
+    #[arg(long)]
+    whole_states: bool,
 }
 
 /// A store that counts what it is handed to write.
@@ -74,6 +78,8 @@ struct Counting {
     saves: AtomicU64,
     /// Off when serving a load generator: counting serializes what a save is handed again.
     enabled: bool,
+    /// Claims no incremental saves (`--whole-states`).
+    whole: bool,
 }
 
 impl Counting {
@@ -132,7 +138,7 @@ impl SessionStore for Counting {
             .await
     }
     fn saves_incrementally(&self) -> bool {
-        self.inner.saves_incrementally()
+        !self.whole && self.inner.saves_incrementally()
     }
     async fn commit(
         &self,
@@ -257,6 +263,7 @@ async fn main() -> Result<()> {
         bytes: AtomicU64::new(0),
         saves: AtomicU64::new(0),
         enabled: args.serve_for.is_none(),
+        whole: args.whole_states,
     });
     let archive = ctxkeeper_store::open_archive(&dir.path().join("archive").display().to_string())
         .await
@@ -341,6 +348,7 @@ async fn main() -> Result<()> {
     let _ = serving.await;
     let out = json!({
         "store": store.backend(),
+        "whole_states": args.whole_states,
         "model": args.model,
         "messages": args.messages,
         "message_bytes": args.message_bytes,
