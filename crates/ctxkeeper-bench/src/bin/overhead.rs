@@ -202,7 +202,7 @@ fn message(i: usize, bytes: usize) -> Value {
         "retry",
     ];
     let mut text = format!("step {i}:");
-    let mut n = i;
+    let mut n = i as u64;
     while text.len() < bytes {
         n = n
             .wrapping_mul(6364136223846793005)
@@ -210,7 +210,11 @@ fn message(i: usize, bytes: usize) -> Value {
         text.push(' ');
         text.push_str(WORDS[(n >> 60) as usize]);
     }
-    let role = if i % 2 == 0 { "user" } else { "assistant" };
+    let role = if i.is_multiple_of(2) {
+        "user"
+    } else {
+        "assistant"
+    };
     json!({"role": role, "content": text})
 }
 

@@ -94,10 +94,11 @@ impl SessionStore for Recording {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<ctxkeeper_store::Committed, StoreError> {
-        self.writes
-            .lock()
-            .expect("not poisoned")
-            .push((write, state.context.len(), state.trail.len()));
+        self.writes.lock().expect("not poisoned").push((
+            write,
+            state.context.len(),
+            state.trail.len(),
+        ));
         self.inner
             .commit(key, state, write, expected, messages)
             .await
