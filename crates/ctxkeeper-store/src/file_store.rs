@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! DIR/                                   the default tenant and user
-//!   agents/<agentId>/context/<sessionId>/state.json     versioned state, replaced atomically
+//!   agents/<agentId>/context/<sessionId>/state.json     versioned state head, replaced atomically
+//!   agents/<agentId>/context/<sessionId>/context-G.jsonl the items of context generation G
 //!   agents/<agentId>/context/<sessionId>/key.json       the session's full key
 //!   agents/<agentId>/sessions/<sessionId>.log.jsonl     the append-only session log
 //!   users/<userId>/agents/…                             other users, same layout
@@ -15,6 +16,11 @@
 //! the new state and at worst a torn last log line, which readers skip and the next append cuts
 //! off. Temporary files of killed writers are swept when the store is opened. Single host
 //! only: several processes may share the directory, several machines may not.
+//!
+//! **Generations** ([`crate::generations`]): a save writes its new context items to the
+//! generation's file first, then renames `state.json`, whose head records how many bytes of
+//! that file are committed; readers read only those, and the next writer cuts off whatever
+//! an interrupted one left beyond them.
 //!
 //! **A state and its log entries commit together** ([`SessionStore::save_and_append`], so
 //! [`commits_atomically`](SessionStore::commits_atomically) holds): the entries travel inside
@@ -53,6 +59,7 @@ use serde_json::value::RawValue;
 use crate::StoreError;
 use crate::archive::sanitize_segment;
 use crate::fsutil::{self, Dir, Kind, Tree, blocking};
+use crate::generations::{ContextWrite, Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, entry_json, parse_entry,
@@ -80,8 +87,72 @@ struct KeyFile {
 #[derive(Deserialize)]
 struct StateFile<'a> {
     version: u64,
+    /// The current generation; absent in a state written whole, before generations.
+    #[serde(default)]
+    context: Option<FileShape>,
     #[serde(borrow)]
     state: &'a RawValue,
+}
+
+/// The current generation of a `state.json`: its file holds the committed items in its
+/// first `bytes` bytes (a writer killed before its rename may have left more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct FileShape {
+    generation: u64,
+    context_len: u64,
+    trail_len: u64,
+    bytes: u64,
+}
+
+impl FileShape {
+    fn shape(self) -> Shape {
+        Shape {
+            generation: self.generation,
+            context: self.context_len,
+            trail: self.trail_len,
+        }
+    }
+}
+
+/// The file of a context generation, beside `state.json`.
+fn generation_file(generation: u64) -> String {
+    format!("context-{generation}.jsonl")
+}
+
+/// The committed items of a generation: the complete lines of its file's first `bytes` bytes
+/// (all of it for `None`).
+fn read_items(dir: &Dir, generation: u64, bytes: Option<u64>) -> Result<Vec<Vec<u8>>, StoreError> {
+    let Some(mut data) = dir.read(&generation_file(generation))? else {
+        return Ok(Vec::new());
+    };
+    if let Some(bytes) = bytes {
+        data.truncate(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    let complete = match data.iter().rposition(|&b| b == b'\n') {
+        Some(i) => &data[..=i],
+        None => &[][..],
+    };
+    Ok(complete
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// Writes items into a generation's file after its first `keep` bytes (cutting whatever an
+/// interrupted writer left beyond them) and syncs it; returns the file's new length.
+fn write_items(dir: &Dir, generation: u64, keep: u64, items: &[String]) -> Result<u64, StoreError> {
+    let name = generation_file(generation);
+    let created = dir.stat(&name)?.is_none();
+    let mut file = dir.open_append(&name)?;
+    file.set_len(keep)?;
+    let mut lines = items.join("\n");
+    lines.push('\n');
+    let len = fsutil::append_lines(&mut file, lines.as_bytes())?;
+    if created {
+        dir.sync()?;
+    }
+    Ok(len)
 }
 
 /// The log entries journaled in a `state.json`.
@@ -213,6 +284,20 @@ impl Session {
             Some(dir) => read_head(dir),
             None => Ok(None),
         }
+    }
+
+    /// The current generation of the stored state: `None` without a state, `Some(None)` for
+    /// a state written whole.
+    fn shape(&self) -> Result<Option<Option<FileShape>>, StoreError> {
+        let Some(dir) = &self.context else {
+            return Ok(None);
+        };
+        let Some(bytes) = dir.read(STATE_FILE)? else {
+            return Ok(None);
+        };
+        let file: StateFile<'_> = serde_json::from_slice(&bytes)
+            .map_err(|err| StoreError::Corrupt(format!("{}: {err}", self.shown_state())))?;
+        Ok(Some(file.context))
     }
 
     /// The last complete log entry's sequence number (0 for no log).
@@ -491,6 +576,14 @@ fn remove_session(tree: &Tree, paths: &Paths) -> Result<bool, StoreError> {
         existed |= log.remove_file(&paths.log_name)?;
     }
     existed |= context.remove_file(KEY_FILE)?;
+    for entry in context.entries()? {
+        if entry.kind == Kind::File
+            && entry.name.starts_with("context-")
+            && entry.name.ends_with(".jsonl")
+        {
+            context.remove_file(&entry.name)?;
+        }
+    }
     // The lock file goes last, with the directory; another process may still hold a handle to
     // it, which is harmless because the session no longer has state.
     context.remove_file(LOCK_FILE)?;
@@ -504,16 +597,26 @@ fn remove_session(tree: &Tree, paths: &Paths) -> Result<bool, StoreError> {
 
 /// The `state.json` body: the version leads the file so `list` can read it without parsing
 /// the state, then the journal's end, the state, and the journaled log entries.
-fn state_body(version: u64, state_json: &str, owed: &[String], first_seq: u64) -> String {
+fn state_body(
+    version: u64,
+    state_json: &str,
+    owed: &[String],
+    first_seq: u64,
+    shape: Option<FileShape>,
+) -> String {
     let saved_at = now_ms();
+    let context = shape
+        .and_then(|shape| serde_json::to_string(&shape).ok())
+        .map(|shape| format!("\"context\":{shape},"))
+        .unwrap_or_default();
     if owed.is_empty() {
         return format!(
-            "{{\"version\":{version},\"saved_at_ms\":{saved_at},\"state\":{state_json}}}"
+            "{{\"version\":{version},\"saved_at_ms\":{saved_at},{context}\"state\":{state_json}}}"
         );
     }
     let through = first_seq + owed.len() as u64 - 1;
     format!(
-        "{{\"version\":{version},\"log_through\":{through},\"saved_at_ms\":{saved_at},\"state\":{state_json},\"log_owed\":[{}]}}",
+        "{{\"version\":{version},\"log_through\":{through},\"saved_at_ms\":{saved_at},{context}\"state\":{state_json},\"log_owed\":[{}]}}",
         owed.join(",")
     )
 }
@@ -537,10 +640,19 @@ impl SessionStore for FileStore {
             let file: StateFile<'_> = serde_json::from_slice(&bytes).map_err(|err| {
                 StoreError::Corrupt(format!("{}/{STATE_FILE}: {err}", p.context_dir))
             })?;
-            let state = AgentState::from_json(file.state.get())?;
+            let Some(shape) = file.context else {
+                // A state written whole, before generations.
+                return Ok(Some(Versioned {
+                    state: AgentState::from_json(file.state.get())?,
+                    version: file.version,
+                    generation: None,
+                }));
+            };
+            let items = read_items(&dir, shape.generation, Some(shape.bytes))?;
             Ok(Some(Versioned {
-                state,
+                state: assemble(file.state.get(), &items)?,
                 version: file.version,
+                generation: Some(shape.generation),
             }))
         })
         .await
@@ -598,9 +710,25 @@ impl SessionStore for FileStore {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
+        self.commit(key, state, ContextWrite::Generation, expected, messages)
+            .await
+    }
+
+    fn saves_incrementally(&self) -> bool {
+        true
+    }
+
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        write: ContextWrite,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
         let tree = self.tree.clone();
         let key = key.clone();
-        let state_json = state.to_json()?;
+        let split = split(state)?;
         let messages = messages.to_vec();
         blocking(move || {
             let (session, _lock) = Session::create_locked(&tree, paths(&key), &key)?;
@@ -609,6 +737,37 @@ impl SessionStore for FileStore {
             if actual != expected {
                 return Err(StoreError::Conflict { expected, actual });
             }
+            let Some(context) = &session.context else {
+                return Err(StoreError::backend("file", "session directory missing"));
+            };
+            let before = match actual {
+                Some(_) => session.shape()?,
+                None => None,
+            };
+            let (after, fresh) = next_shape(
+                before.map(|b| b.map_or(Shape::default(), FileShape::shape)),
+                write,
+                &split,
+            )?;
+            let keep = match (fresh, before) {
+                (false, Some(Some(shape))) => shape.bytes,
+                _ => 0,
+            };
+            // The items first, beyond what the current state counts: until the rename below
+            // commits, readers and the next writer ignore them.
+            let bytes = if split.items.is_empty() && fresh {
+                0
+            } else if split.items.is_empty() {
+                keep
+            } else {
+                write_items(context, after.generation, keep, &split.items)?
+            };
+            let shape = FileShape {
+                generation: after.generation,
+                context_len: after.context,
+                trail_len: after.trail,
+                bytes,
+            };
             let version = actual.unwrap_or(0) + 1;
             let now = now_ms();
             let first_seq = last + 1;
@@ -617,11 +776,9 @@ impl SessionStore for FileStore {
                 .enumerate()
                 .map(|(i, message)| entry_json(first_seq + i as u64, now, message))
                 .collect::<Result<Vec<_>, _>>()?;
-            let body = state_body(version, &state_json, &owed, first_seq);
-            let Some(context) = &session.context else {
-                return Err(StoreError::backend("file", "session directory missing"));
-            };
-            // The commit: the state and its journaled log entries in one rename.
+            let body = state_body(version, &split.head, &owed, first_seq, Some(shape));
+            // The commit: the state, its generation's length and its journaled log entries
+            // in one rename.
             context.replace(STATE_FILE, body.as_bytes())?;
             if owed.is_empty() {
                 return Ok(Committed {
@@ -644,6 +801,29 @@ impl SessionStore for FileStore {
                     last_seq: first_seq + owed.len() as u64 - 1,
                 }),
             })
+        })
+        .await
+    }
+
+    async fn generation_context(
+        &self,
+        key: &SessionKey,
+        generation: u64,
+    ) -> Result<Vec<Message>, StoreError> {
+        let tree = self.tree.clone();
+        let p = paths(key);
+        blocking(move || {
+            let session = Session::open(&tree, p)?;
+            let Some(dir) = &session.context else {
+                return Ok(Vec::new());
+            };
+            // The current generation's file may hold uncommitted items past its length.
+            let bytes = session
+                .shape()?
+                .flatten()
+                .filter(|shape| shape.generation == generation)
+                .map(|shape| shape.bytes);
+            messages_of(&read_items(dir, generation, bytes)?)
         })
         .await
     }
@@ -774,7 +954,13 @@ mod tests {
                 log_through: Some(42)
             })
         );
-        let body = state_body(3, "{}", &["{\"seq\":5}".into(), "{\"seq\":6}".into()], 5);
+        let body = state_body(
+            3,
+            "{}",
+            &["{\"seq\":5}".into(), "{\"seq\":6}".into()],
+            5,
+            None,
+        );
         assert_eq!(
             parse_head(&body),
             Some(Head {

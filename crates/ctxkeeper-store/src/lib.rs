@@ -9,6 +9,8 @@
 //!   backends selected by URL through [`open_store`]: `memory://`, `file://DIR`,
 //!   `sqlite://PATH` (the embedded default), `redis://…`, `postgres://…`, `mysql://…`.
 //! - [`state`]: the persisted [`AgentState`] and the [`SessionKey`] that names it.
+//! - [`generations`]: how every backend stores a state — a head and context generations, so
+//!   a step that only appended writes O(new messages) ([`ContextWrite`]).
 //! - [`restore`]: what of a stored state goes back into the context on the next call.
 //! - [`memory`]: long-term memory files (`MEMORY.md`, `memory/YYYY-MM-DD.md`).
 //! - [`events`]: session events across replicas ([`EventBus`], opened from the store's URL
@@ -42,6 +44,7 @@ mod blob;
 pub mod events;
 pub mod file_store;
 mod fsutil;
+pub mod generations;
 pub mod memory;
 pub mod memory_store;
 #[cfg(feature = "object-store")]
@@ -62,6 +65,7 @@ use std::sync::Arc;
 
 pub use archive::{ArchiveRef, ArchiveScope, Offloader};
 pub use events::{EventBus, open_event_bus};
+pub use generations::ContextWrite;
 pub use session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
     SearchScope, SessionFilter, SessionInfo, SessionStore, Versioned,

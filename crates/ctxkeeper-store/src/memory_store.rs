@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use ctxkeeper_core::model::Message;
 
 use crate::StoreError;
+use crate::generations::{ContextWrite, Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo,
     SessionStore, Versioned, check_messages, rank_entries,
@@ -17,7 +18,11 @@ use crate::time::now_ms;
 
 #[derive(Debug, Default)]
 struct Session {
-    state: Option<(u64, AgentState)>,
+    /// The version and the head of the saved state (see [`crate::generations`]).
+    state: Option<(u64, String)>,
+    shape: Shape,
+    /// Every generation's items, kept until the session goes.
+    generations: BTreeMap<u64, Vec<String>>,
     log: Vec<LogEntry>,
     created_at_ms: i64,
     updated_at_ms: i64,
@@ -83,15 +88,25 @@ impl SessionStore for MemoryStore {
     }
 
     async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
-        self.with(|sessions| {
-            sessions
-                .get(key)
-                .and_then(|s| s.state.as_ref())
-                .map(|(version, state)| Versioned {
-                    state: state.clone(),
-                    version: *version,
-                })
-        })
+        let stored = self.with(|sessions| {
+            sessions.get(key).and_then(|s| {
+                let (version, head) = s.state.as_ref()?;
+                let items = s
+                    .generations
+                    .get(&s.shape.generation)
+                    .cloned()
+                    .unwrap_or_default();
+                Some((*version, head.clone(), items, s.shape.generation))
+            })
+        })?;
+        let Some((version, head, items, generation)) = stored else {
+            return Ok(None);
+        };
+        Ok(Some(Versioned {
+            state: assemble(&head, &items)?,
+            version,
+            generation: Some(generation),
+        }))
     }
 
     async fn save(
@@ -130,24 +145,59 @@ impl SessionStore for MemoryStore {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
-        // Serializing checks the state the way the durable backends do.
-        let copy = AgentState::from_json(&state.to_json()?)?;
+        self.commit(key, state, ContextWrite::Generation, expected, messages)
+            .await
+    }
+
+    fn saves_incrementally(&self) -> bool {
+        true
+    }
+
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        write: ContextWrite,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        // Serialized as the durable backends store it: an unserializable state fails here too.
+        let split = split(state)?;
         // Both under one lock: nobody sees the state without its log entries.
         self.with(|sessions| {
-            let actual = sessions
-                .get(key)
-                .and_then(|s| s.state.as_ref())
-                .map(|(v, _)| *v);
+            let current = sessions.get(key).filter(|s| s.state.is_some());
+            let actual = current.and_then(|s| s.state.as_ref()).map(|(v, _)| *v);
             if actual != expected {
                 return Err(StoreError::Conflict { expected, actual });
             }
+            let (shape, fresh) = next_shape(current.map(|s| s.shape), write, &split)?;
             let version = actual.unwrap_or(0) + 1;
             let now = now_ms();
             let session = touch(sessions, key, now);
-            session.state = Some((version, copy));
+            session.state = Some((version, split.head));
+            session.shape = shape;
+            let items = session.generations.entry(shape.generation).or_default();
+            if fresh {
+                items.clear();
+            }
+            items.extend(split.items);
             let appended = push_log(session, messages, now);
             Ok(Committed { version, appended })
         })?
+    }
+
+    async fn generation_context(
+        &self,
+        key: &SessionKey,
+        generation: u64,
+    ) -> Result<Vec<Message>, StoreError> {
+        let items = self.with(|sessions| {
+            sessions
+                .get(key)
+                .and_then(|s| s.generations.get(&generation).cloned())
+                .unwrap_or_default()
+        })?;
+        messages_of(&items)
     }
 
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {

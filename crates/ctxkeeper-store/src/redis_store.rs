@@ -11,11 +11,16 @@
 //! ```text
 //! PREFIX:s:{tenant|user|agent|session}:state   hash: version, state, created, updated
 //! PREFIX:s:{tenant|user|agent|session}:log     list: one JSON entry per message
+//! PREFIX:s:{tenant|user|agent|session}:ctx:G   list: the items of context generation G
 //! PREFIX:idx:tenant                            sorted set of the tenant's sessions by update time
 //! PREFIX:tenants                               set of tenants (for clean-up across tenants)
 //! ```
 //!
-//! The braces are a cluster hash tag: a session's two keys live in one slot, so save and
+//! The state hash holds the head of the state and the shape of its current generation
+//! (`generation`, `context_len`, `trail_len`; see [`crate::generations`]); a hash without them
+//! holds a whole state written before generations.
+//!
+//! The braces are a cluster hash tag: a session's keys live in one slot, so save and
 //! append are single Lua scripts — compare-and-swap and gap-free numbering are atomic on the
 //! server. Identifiers cannot contain `|`, `{` or `}`, so keys never collide. Search ranks in
 //! the client over the tenant's logs (no RediSearch module needed).
@@ -25,6 +30,7 @@ use ctxkeeper_core::model::Message;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
+use crate::generations::{ContextWrite, assemble, messages_of, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, parse_entry, rank_entries,
@@ -32,18 +38,6 @@ use crate::session::{
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
 use crate::{StoreError, redact};
-
-const SAVE_SCRIPT: &str = r"
-local cur = redis.call('HGET', KEYS[1], 'version')
-local exp = ARGV[1]
-if (exp == '' and cur) or (exp ~= '' and cur ~= exp) then
-  return {0, cur or ''}
-end
-local new = (tonumber(cur) or 0) + 1
-redis.call('HSET', KEYS[1], 'version', new, 'state', ARGV[2], 'updated', ARGV[3])
-redis.call('HSETNX', KEYS[1], 'created', ARGV[3])
-return {1, tostring(new)}
-";
 
 const APPEND_SCRIPT: &str = r#"
 local n = redis.call('LLEN', KEYS[2])
@@ -55,23 +49,49 @@ redis.call('HSETNX', KEYS[1], 'created', ARGV[1])
 return n + 1
 "#;
 
-/// SAVE_SCRIPT then APPEND_SCRIPT in one script: Redis runs a script atomically, so the
-/// state and its log entries land together or not at all. ARGV: expected version, state,
-/// now, then the messages. Returns {1, new version, first seq} or {0, actual version, 0}.
-const SAVE_AND_APPEND_SCRIPT: &str = r#"
+/// A save with its log entries in one script: Redis runs a script atomically, so the state,
+/// its context items and its log entries land together or not at all. KEYS: the state hash,
+/// the log, the prefix of the generation lists (`…:ctx:`, completed with the generation
+/// number: the same hash tag, so the same slot). ARGV: expected version, head, now, mode
+/// (`g`: a new generation, `a`: append to the current one), the context and trail counts
+/// an append continues, the new context and trail counts, the number of items, the items,
+/// then the messages. Returns {1, new version, first seq, generation}, {0, actual version,
+/// 0, 0} for a lost swap, or {2, generation, context, trail} for an append that does not
+/// continue the stored generation.
+const COMMIT_SCRIPT: &str = r#"
 local cur = redis.call('HGET', KEYS[1], 'version')
 local exp = ARGV[1]
 if (exp == '' and cur) or (exp ~= '' and cur ~= exp) then
-  return {0, cur or '', 0}
+  return {0, cur or '', 0, 0}
+end
+local shape = redis.call('HMGET', KEYS[1], 'generation', 'context_len', 'trail_len')
+local gen = tonumber(shape[1] or '0')
+local clen = tonumber(shape[2] or '0')
+local tlen = tonumber(shape[3] or '0')
+local nc, nt, ni = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+if ARGV[4] == 'a' then
+  if gen == 0 or clen ~= tonumber(ARGV[5]) or tlen ~= tonumber(ARGV[6]) then
+    return {2, tostring(gen), clen, tlen}
+  end
+  clen = clen + nc
+  tlen = tlen + nt
+else
+  gen = gen + 1
+  clen = nc
+  tlen = nt
 end
 local new = (tonumber(cur) or 0) + 1
-redis.call('HSET', KEYS[1], 'version', new, 'state', ARGV[2], 'updated', ARGV[3])
+redis.call('HSET', KEYS[1], 'version', new, 'state', ARGV[2], 'updated', ARGV[3], 'generation', gen, 'context_len', clen, 'trail_len', tlen)
 redis.call('HSETNX', KEYS[1], 'created', ARGV[3])
-local n = redis.call('LLEN', KEYS[2])
-for i = 4, #ARGV do
-  redis.call('RPUSH', KEYS[2], '{"seq":' .. string.format('%d', n + i - 3) .. ',"at_ms":' .. ARGV[3] .. ',"message":' .. ARGV[i] .. '}')
+local list = KEYS[3] .. gen
+for i = 10, 9 + ni do
+  redis.call('RPUSH', list, ARGV[i])
 end
-return {1, tostring(new), n + 1}
+local n = redis.call('LLEN', KEYS[2])
+for i = 10 + ni, #ARGV do
+  redis.call('RPUSH', KEYS[2], '{"seq":' .. string.format('%d', n + i - 9 - ni) .. ',"at_ms":' .. ARGV[3] .. ',"message":' .. ARGV[i] .. '}')
+end
+return {1, tostring(new), n + 1, gen}
 "#;
 
 #[derive(Clone)]
@@ -114,9 +134,8 @@ pub struct RedisStore {
     conn: Conn,
     prefix: String,
     shown_url: String,
-    save: Script,
     append: Script,
-    save_and_append: Script,
+    commit: Script,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -237,9 +256,8 @@ impl RedisStore {
             conn: deployment.conn,
             prefix: deployment.prefix,
             shown_url: deployment.shown_url,
-            save: Script::new(SAVE_SCRIPT),
             append: Script::new(APPEND_SCRIPT),
-            save_and_append: Script::new(SAVE_AND_APPEND_SCRIPT),
+            commit: Script::new(COMMIT_SCRIPT),
         })
     }
 
@@ -259,6 +277,11 @@ impl RedisStore {
 
     fn log_key(&self, key: &SessionKey) -> String {
         format!("{}:s:{}:log", self.prefix, Self::tag(key))
+    }
+
+    /// The prefix of a session's generation lists: `…:ctx:<generation>`.
+    fn context_prefix(&self, key: &SessionKey) -> String {
+        format!("{}:s:{}:ctx:", self.prefix, Self::tag(key))
     }
 
     fn index_key(&self, tenant: &str) -> String {
@@ -296,6 +319,30 @@ impl RedisStore {
             .await
             .map_err(err)?;
         Ok(())
+    }
+
+    /// The first `count` items of a generation (all of them for 0).
+    async fn items(
+        &self,
+        key: &SessionKey,
+        generation: u64,
+        count: u64,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if count == 0 && generation == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = if count == 0 {
+            -1
+        } else {
+            i64::try_from(count).unwrap_or(i64::MAX) - 1
+        };
+        redis::cmd("LRANGE")
+            .arg(format!("{}{generation}", self.context_prefix(key)))
+            .arg(0)
+            .arg(stop)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(err)
     }
 
     async fn members(&self, tenant: &str) -> Result<Vec<String>, StoreError> {
@@ -360,20 +407,47 @@ impl SessionStore for RedisStore {
     }
 
     async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
-        let (version, state): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+        type Row = (
+            Option<u64>,
+            Option<String>,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+        );
+        let (version, head, generation, context, trail): Row = redis::cmd("HMGET")
             .arg(self.state_key(key))
             .arg("version")
             .arg("state")
+            .arg("generation")
+            .arg("context_len")
+            .arg("trail_len")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(err)?;
-        match (version, state) {
-            (Some(version), Some(state)) => Ok(Some(Versioned {
-                state: AgentState::from_json(&state)?,
+        let (Some(version), Some(head)) = (version, head) else {
+            return Ok(None);
+        };
+        let Some(generation) = generation else {
+            // A state written whole, before generations.
+            return Ok(Some(Versioned {
+                state: AgentState::from_json(&head)?,
                 version,
-            })),
-            _ => Ok(None),
-        }
+                generation: None,
+            }));
+        };
+        let count = context.unwrap_or(0) + trail.unwrap_or(0);
+        // Items of a generation are only ever added after the shape that counts them (one
+        // script), so the first `count` are this state's even when a writer went on since.
+        let items = if count == 0 {
+            Vec::new()
+        } else {
+            self.items(key, generation, count).await?
+        };
+        Ok(Some(Versioned {
+            state: assemble(&head, &items)?,
+            version,
+            generation: Some(generation),
+        }))
     }
 
     async fn save(
@@ -382,27 +456,10 @@ impl SessionStore for RedisStore {
         state: &AgentState,
         expected: Option<u64>,
     ) -> Result<u64, StoreError> {
-        let json = state.to_json()?;
-        let now = now_ms();
-        let (ok, version): (i64, String) = self
-            .save
-            .key(self.state_key(key))
-            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
-            .arg(json)
-            .arg(now)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(err)?;
-        if ok != 1 {
-            return Err(StoreError::Conflict {
-                expected,
-                actual: version.parse().ok(),
-            });
-        }
-        self.index(key, now).await?;
-        version
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("redis version {version:?}")))
+        Ok(self
+            .commit(key, state, ContextWrite::Generation, expected, &[])
+            .await?
+            .version)
     }
 
     async fn append(
@@ -442,29 +499,68 @@ impl SessionStore for RedisStore {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
-        let json = state.to_json()?;
+        self.commit(key, state, ContextWrite::Generation, expected, messages)
+            .await
+    }
+
+    fn saves_incrementally(&self) -> bool {
+        true
+    }
+
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        write: ContextWrite,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        let split = split(state)?;
         let now = now_ms();
-        let mut invocation = self.save_and_append.key(self.state_key(key));
+        let (mode, context, trail) = match write {
+            ContextWrite::Generation => ("g", 0, 0),
+            ContextWrite::Append { context, trail } => ("a", context, trail),
+        };
+        let mut invocation = self.commit.key(self.state_key(key));
         invocation
             .key(self.log_key(key))
+            .key(self.context_prefix(key))
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
-            .arg(json)
-            .arg(now);
+            .arg(split.head)
+            .arg(now)
+            .arg(mode)
+            .arg(context)
+            .arg(trail)
+            .arg(split.context)
+            .arg(split.trail)
+            .arg(split.items.len());
+        for item in split.items {
+            invocation.arg(item);
+        }
         for message in messages {
             let json = serde_json::to_string(message).map_err(|e| {
                 StoreError::InvalidInput(format!("message does not serialize: {e}"))
             })?;
             invocation.arg(json);
         }
-        let (ok, version, first): (i64, String, u64) = invocation
+        let (ok, version, first, generation): (i64, String, u64, u64) = invocation
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(err)?;
-        if ok != 1 {
-            return Err(StoreError::Conflict {
-                expected,
-                actual: version.parse().ok(),
-            });
+        match ok {
+            1 => {}
+            2 => {
+                return Err(StoreError::InvalidInput(format!(
+                    "an append after {context} messages and {trail} trail values does not \
+                     continue generation {version} ({first} messages, {generation} trail values)"
+                )));
+            }
+            _ => {
+                return Err(StoreError::Conflict {
+                    expected,
+                    actual: version.parse().ok(),
+                });
+            }
         }
         self.index(key, now).await?;
         let version = version
@@ -476,6 +572,14 @@ impl SessionStore for RedisStore {
             last_seq: first + n - 1,
         });
         Ok(Committed { version, appended })
+    }
+
+    async fn generation_context(
+        &self,
+        key: &SessionKey,
+        generation: u64,
+    ) -> Result<Vec<Message>, StoreError> {
+        messages_of(&self.items(key, generation, 0).await?)
     }
 
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
@@ -503,6 +607,12 @@ impl SessionStore for RedisStore {
         let mut conn = self.conn.clone();
         // One command per key: in a cluster, multi-key DEL works only within a slot, which
         // holds here (hash tag), but keep it simple and portable.
+        let generation: Option<u64> = redis::cmd("HGET")
+            .arg(self.state_key(key))
+            .arg("generation")
+            .query_async(&mut conn)
+            .await
+            .map_err(err)?;
         let a: u64 = redis::cmd("DEL")
             .arg(self.state_key(key))
             .query_async(&mut conn)
@@ -513,6 +623,14 @@ impl SessionStore for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(err)?;
+        // Every generation, oldest last: the state that named the newest is gone already.
+        for generation in (1..=generation.unwrap_or(0)).rev() {
+            let _: u64 = redis::cmd("DEL")
+                .arg(format!("{}{generation}", self.context_prefix(key)))
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?;
+        }
         let _: () = redis::cmd("ZREM")
             .arg(self.index_key(key.tenant()))
             .arg(Self::member(key))

@@ -41,6 +41,7 @@ use ctxkeeper_core::model::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::StoreError;
+use crate::generations::ContextWrite;
 use crate::state::{AgentState, SessionKey, validate_identifier};
 
 /// A loaded state and the version to pass back to [`SessionStore::save`].
@@ -48,6 +49,10 @@ use crate::state::{AgentState, SessionKey, validate_identifier};
 pub struct Versioned {
     pub state: AgentState,
     pub version: u64,
+    /// The generation the state was read from, `None` for a record written whole (by a
+    /// store without generations, or before they existed): only a state read from a
+    /// generation can be continued with [`ContextWrite::Append`].
+    pub generation: Option<u64>,
 }
 
 /// Where an append landed: the log sequence numbers of the first and last appended entries.
@@ -309,6 +314,49 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
             Some(self.append(key, messages).await?)
         };
         Ok(Committed { version, appended })
+    }
+
+    /// Whether [`commit`](Self::commit) stores the context in generations and so accepts
+    /// [`ContextWrite::Append`] (every built-in store does).
+    fn saves_incrementally(&self) -> bool {
+        false
+    }
+
+    /// Saves `state` (compare-and-swap on `expected`, as [`save`](Self::save)) with `messages`
+    /// appended to the log, as one commit where [`commits_atomically`](Self::commits_atomically)
+    /// says so. `write` says how the context is written (see [`crate::generations`]): a whole
+    /// new generation, or — where [`saves_incrementally`](Self::saves_incrementally) — only the
+    /// messages and trail values that follow the stored generation's, which `state` then
+    /// holds alone. A store without generations saves whole states and refuses appends.
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        write: ContextWrite,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
+        match write {
+            ContextWrite::Generation => self.save_and_append(key, state, expected, messages).await,
+            ContextWrite::Append { .. } => Err(StoreError::NotImplemented(format!(
+                "{}: incremental saves",
+                self.backend()
+            ))),
+        }
+    }
+
+    /// The messages of one of a session's context generations (empty when it has none, or
+    /// retention removed it): what the context held before a compaction replaced it.
+    async fn generation_context(
+        &self,
+        key: &SessionKey,
+        generation: u64,
+    ) -> Result<Vec<Message>, StoreError> {
+        let _ = (key, generation);
+        Err(StoreError::NotImplemented(format!(
+            "{}: context generations",
+            self.backend()
+        )))
     }
 
     /// The sessions passing the filter, most recently updated first.

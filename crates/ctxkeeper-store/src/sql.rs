@@ -11,7 +11,9 @@
 //!   PostgreSQL advisory lock, MySQL `GET_LOCK`), recorded in `ctxkeeper_schema` — not in
 //!   sqlx's `_sqlx_migrations`, which a host application may own in the same database.
 //! - **State**: `ctxkeeper_sessions` holds one small row per session (version, log counter,
-//!   times) and `ctxkeeper_states` the state itself, so appends never rewrite the state. A save
+//!   times), `ctxkeeper_states` the head of the state and the shape of its current generation,
+//!   and `ctxkeeper_context` the items of every generation (see [`crate::generations`]), so
+//!   appends never rewrite the state and a step writes only the items it added. A save
 //!   is a conditional `UPDATE … WHERE version = expected` on the session row plus the state
 //!   upsert in one transaction; a stale writer changes nothing and gets a conflict.
 //! - **The log** is `ctxkeeper_log`, one row per message numbered by a counter on the session
@@ -41,7 +43,6 @@
 //! # }).unwrap();
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, AssertSqlSafe, Row};
 
 use crate::blob::{BlobArchive, Blobs, CONTEXT_FILE, Loc, slice_lines};
+use crate::generations::{ContextWrite, Shape, Split, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, sort_hits,
@@ -121,9 +123,9 @@ impl Dialect {
     /// The statements of each schema version, in order.
     fn migrations(self) -> &'static [&'static [&'static str]] {
         match self {
-            Dialect::Sqlite => &[SQLITE_V1, SQLITE_V2],
-            Dialect::Postgres => &[POSTGRES_V1, POSTGRES_V2],
-            Dialect::MySql => &[MYSQL_V1, MYSQL_V2],
+            Dialect::Sqlite => &[SQLITE_V1, SQLITE_V2, SQLITE_V3],
+            Dialect::Postgres => &[POSTGRES_V1, POSTGRES_V2, POSTGRES_V3],
+            Dialect::MySql => &[MYSQL_V1, MYSQL_V2, MYSQL_V3],
         }
     }
 }
@@ -176,6 +178,29 @@ const MYSQL_V2: &[&str] = &[
     "UPDATE ctxkeeper_sessions SET state = NULL WHERE state IS NOT NULL",
 ];
 
+// Version 3 stores the context in generations (see `crate::generations`): the state row keeps
+// the head and the shape of the current generation, `ctxkeeper_context` the items of every
+// generation. Rows written before keep `generation` NULL and their whole state, and load as
+// they are.
+const SQLITE_V3: &[&str] = &[
+    "ALTER TABLE ctxkeeper_states ADD COLUMN generation INTEGER",
+    "ALTER TABLE ctxkeeper_states ADD COLUMN context_len INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE ctxkeeper_states ADD COLUMN trail_len INTEGER NOT NULL DEFAULT 0",
+    "CREATE TABLE IF NOT EXISTS ctxkeeper_context (tenant TEXT NOT NULL, user_id TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL, generation INTEGER NOT NULL, idx INTEGER NOT NULL, item TEXT NOT NULL, PRIMARY KEY (tenant, user_id, agent, session, generation, idx))",
+];
+
+const POSTGRES_V3: &[&str] = &[
+    "ALTER TABLE ctxkeeper_states ADD COLUMN IF NOT EXISTS generation BIGINT",
+    "ALTER TABLE ctxkeeper_states ADD COLUMN IF NOT EXISTS context_len BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE ctxkeeper_states ADD COLUMN IF NOT EXISTS trail_len BIGINT NOT NULL DEFAULT 0",
+    "CREATE TABLE IF NOT EXISTS ctxkeeper_context (tenant TEXT NOT NULL, user_id TEXT NOT NULL, agent TEXT NOT NULL, session TEXT NOT NULL, generation BIGINT NOT NULL, idx BIGINT NOT NULL, item TEXT NOT NULL, PRIMARY KEY (tenant, user_id, agent, session, generation, idx))",
+];
+
+const MYSQL_V3: &[&str] = &[
+    "ALTER TABLE ctxkeeper_states ADD COLUMN generation BIGINT NULL, ADD COLUMN context_len BIGINT NOT NULL DEFAULT 0, ADD COLUMN trail_len BIGINT NOT NULL DEFAULT 0",
+    "CREATE TABLE IF NOT EXISTS ctxkeeper_context (tenant VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, user_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, agent VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, session VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, generation BIGINT NOT NULL, idx BIGINT NOT NULL, item LONGTEXT NOT NULL, PRIMARY KEY (tenant, user_id, agent, session, generation, idx)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci",
+];
+
 /// Rows per multi-row INSERT when appending to the log.
 const INSERT_BATCH: usize = 100;
 
@@ -198,7 +223,8 @@ pub struct SqlStore {
 #[derive(Debug)]
 struct PendingCommit {
     key: SessionKey,
-    json: String,
+    split: Split,
+    write: ContextWrite,
     expected: Option<u64>,
     rows: Vec<(String, String)>,
 }
@@ -499,21 +525,86 @@ impl SqlStore {
         Ok(u64_of(new_version))
     }
 
-    /// Writes the state of a session whose row [`cas_in`](Self::cas_in) just moved. The row
+    /// The stored version and the shape of the current generation (`None` when no state
+    /// row exists; generation 0 for a row written whole, before generations).
+    async fn shape_in(
+        &self,
+        tx: &mut WriteTx,
+        key: &SessionKey,
+    ) -> Result<(Option<u64>, Option<Shape>), StoreError> {
+        let row = sqlx::query(self.q("SELECT s.version, t.generation, t.context_len, t.trail_len, t.tenant FROM ctxkeeper_sessions s LEFT JOIN ctxkeeper_states t ON t.tenant = s.tenant AND t.user_id = s.user_id AND t.agent = s.agent AND t.session = s.session WHERE s.tenant = ? AND s.user_id = ? AND s.agent = ? AND s.session = ?"))
+            .bind(key.tenant()).bind(key.user()).bind(key.agent()).bind(key.session())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        let Some(row) = row else {
+            return Ok((None, None));
+        };
+        let version: Option<i64> = row.try_get(0).map_err(|err| self.err(err))?;
+        let has_state: Option<String> = row.try_get(4).map_err(|err| self.err(err))?;
+        if has_state.is_none() {
+            return Ok((version.map(u64_of), None));
+        }
+        let generation: Option<i64> = row.try_get(1).map_err(|err| self.err(err))?;
+        let context: i64 = row.try_get(2).map_err(|err| self.err(err))?;
+        let trail: i64 = row.try_get(3).map_err(|err| self.err(err))?;
+        Ok((
+            version.map(u64_of),
+            Some(Shape {
+                generation: generation.map_or(0, u64_of),
+                context: u64_of(context),
+                trail: u64_of(trail),
+            }),
+        ))
+    }
+
+    /// Writes the state of a session whose row [`cas_in`](Self::cas_in) just moved: its
+    /// head and the shape of its generation, and the new items of that generation. The row
     /// is locked (SQLite: the write lock is held) until commit, so the state and its version
     /// change together.
     async fn state_in(
         &self,
         tx: &mut WriteTx,
         key: &SessionKey,
-        json: &str,
+        split: &Split,
+        before: Option<Shape>,
+        after: Shape,
+        fresh: bool,
     ) -> Result<(), StoreError> {
+        let first = if fresh {
+            0
+        } else {
+            before.map_or(0, |s| s.context + s.trail)
+        };
+        let generation = i64::try_from(after.generation)
+            .map_err(|_| StoreError::InvalidInput("generation out of range".into()))?;
+        for (n, chunk) in split.items.chunks(INSERT_BATCH).enumerate() {
+            let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let text = format!(
+                "INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item) VALUES {values}"
+            );
+            let mut query = sqlx::query(self.q(&text));
+            for (i, item) in chunk.iter().enumerate() {
+                let idx = first + (n * INSERT_BATCH + i) as u64;
+                query = bind_key(query, key)
+                    .bind(generation)
+                    .bind(idx as i64)
+                    .bind(item.as_str());
+            }
+            query
+                .execute(&mut **tx)
+                .await
+                .map_err(|err| self.err(err))?;
+        }
         sqlx::query(self.q(self.upsert_state()))
             .bind(key.tenant())
             .bind(key.user())
             .bind(key.agent())
             .bind(key.session())
-            .bind(json)
+            .bind(split.head.as_str())
+            .bind(generation)
+            .bind(after.context as i64)
+            .bind(after.trail as i64)
             .execute(&mut **tx)
             .await
             .map_err(|err| self.err(err))?;
@@ -575,17 +666,29 @@ impl SqlStore {
         Ok(())
     }
 
-    /// A save and its log entries, inside `tx`; a conflict changes nothing.
+    /// A save and its log entries, inside `tx`. A conflict, or an append that does not
+    /// continue the stored generation, changes nothing.
     async fn save_and_append_in(
         &self,
         tx: &mut WriteTx,
         commit: &PendingCommit,
         now: i64,
     ) -> Result<Committed, StoreError> {
+        // Judged before anything is written. Without a lock the row may still move on; then
+        // the swap below fails, and a swap that succeeds proves the shape read is current.
+        let (actual, before) = self.shape_in(tx, &commit.key).await?;
+        if actual != commit.expected {
+            return Err(StoreError::Conflict {
+                expected: commit.expected,
+                actual,
+            });
+        }
+        let (after, fresh) = next_shape(before, commit.write, &commit.split)?;
         let version = self
             .cas_in(tx, &commit.key, commit.expected, commit.rows.len(), now)
             .await?;
-        self.state_in(tx, &commit.key, &commit.json).await?;
+        self.state_in(tx, &commit.key, &commit.split, before, after, fresh)
+            .await?;
         let appended = if commit.rows.is_empty() {
             None
         } else {
@@ -610,122 +713,47 @@ impl SqlStore {
         }
     }
 
-    /// The writes of a group commit, inside `tx`: a statement per kind of write for the whole
-    /// group (each statement is a round trip to SQLite's connection thread, and those, not
-    /// SQLite's own work, dominated a save), or one save at a time when a session appears
-    /// twice (its second save must see the first).
+    /// The writes of a group commit, inside `tx`, one save after the other (a session saved
+    /// twice in a group sees its first save). A lost swap or a refused append fails only its
+    /// own save, having written nothing; any other failure fails the group.
     async fn group_in(
         &self,
         tx: &mut WriteTx,
         group: &[PendingCommit],
         now: i64,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
-        let keys: std::collections::HashSet<&SessionKey> = group.iter().map(|c| &c.key).collect();
-        if keys.len() < group.len() {
-            let mut outcomes = Vec::with_capacity(group.len());
-            for commit in group {
-                match self.save_and_append_in(tx, commit, now).await {
-                    Err(err) if !err.is_conflict() => return Err(err),
-                    outcome => outcomes.push(outcome),
-                }
-            }
-            return Ok(outcomes);
-        }
-        // Rows for sessions saved for the first time.
-        let fresh: Vec<&PendingCommit> = group.iter().filter(|c| c.expected.is_none()).collect();
-        if !fresh.is_empty() {
-            let values = vec!["(?, ?, ?, ?, ?, ?)"; fresh.len()].join(", ");
-            let text = format!(
-                "INSERT INTO ctxkeeper_sessions (tenant, user_id, agent, session, created_at, updated_at) VALUES {values} ON CONFLICT (tenant, user_id, agent, session) DO NOTHING"
-            );
-            let mut query = sqlx::query(AssertSqlSafe(text));
-            for commit in &fresh {
-                query = bind_key(query, &commit.key).bind(now).bind(now);
-            }
-            query
-                .execute(&mut **tx)
-                .await
-                .map_err(|err| self.err(err))?;
-        }
-        // Every compare-and-swap in one statement; the winners come back with their log length.
-        let values = vec!["(?, ?, ?, ?, ?, ?)"; group.len()].join(", ");
-        let text = format!(
-            "UPDATE ctxkeeper_sessions SET version = v.column5 + 1, updated_at = ?, log_len = log_len + v.column6 FROM (VALUES {values}) AS v WHERE ctxkeeper_sessions.tenant = v.column1 AND ctxkeeper_sessions.user_id = v.column2 AND ctxkeeper_sessions.agent = v.column3 AND ctxkeeper_sessions.session = v.column4 AND COALESCE(ctxkeeper_sessions.version, 0) = v.column5 RETURNING tenant, user_id, agent, session, version, log_len"
-        );
-        let mut query = sqlx::query(AssertSqlSafe(text)).bind(now);
-        for commit in group {
-            let expected = i64::try_from(commit.expected.unwrap_or(0))
-                .map_err(|_| StoreError::InvalidInput("version out of range".into()))?;
-            query = bind_key(query, &commit.key)
-                .bind(expected)
-                .bind(commit.rows.len() as i64);
-        }
-        let won: HashMap<SessionKey, (i64, i64)> = query
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(|err| self.err(err))?
-            .iter()
-            .map(|row| {
-                Ok((
-                    key_of(row)?,
-                    (
-                        row.try_get(4).map_err(|e| self.err(e))?,
-                        row.try_get(5).map_err(|e| self.err(e))?,
-                    ),
-                ))
-            })
-            .collect::<Result<_, StoreError>>()?;
-        let winners: Vec<&PendingCommit> =
-            group.iter().filter(|c| won.contains_key(&c.key)).collect();
-        if !winners.is_empty() {
-            let values = vec!["(?, ?, ?, ?, ?)"; winners.len()].join(", ");
-            let text = format!(
-                "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state) VALUES {values} ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET state = excluded.state"
-            );
-            let mut query = sqlx::query(AssertSqlSafe(text));
-            for commit in &winners {
-                query = bind_key(query, &commit.key).bind(commit.json.as_str());
-            }
-            query
-                .execute(&mut **tx)
-                .await
-                .map_err(|err| self.err(err))?;
-        }
-        // Every winner's log rows, numbered up to its new log length.
-        let mut rows = Vec::new();
-        for commit in &winners {
-            let (_, log_len) = won[&commit.key];
-            let first = log_len - commit.rows.len() as i64 + 1;
-            for (i, row) in commit.rows.iter().enumerate() {
-                rows.push((&commit.key, first + i as i64, row));
-            }
-        }
-        self.insert_log(tx, &rows, now).await?;
         let mut outcomes = Vec::with_capacity(group.len());
         for commit in group {
-            outcomes.push(match won.get(&commit.key) {
-                Some(&(version, log_len)) => Ok(Committed {
-                    version: u64_of(version),
-                    appended: (!commit.rows.is_empty()).then(|| AppendOutcome {
-                        first_seq: u64_of(log_len - commit.rows.len() as i64 + 1),
-                        last_seq: u64_of(log_len),
-                    }),
-                }),
-                None => {
-                    let actual: Option<i64> = sqlx::query_scalar(self.q("SELECT version FROM ctxkeeper_sessions WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"))
-                        .bind(commit.key.tenant()).bind(commit.key.user()).bind(commit.key.agent()).bind(commit.key.session())
-                        .fetch_optional(&mut **tx)
-                        .await
-                        .map_err(|err| self.err(err))?
-                        .flatten();
-                    Err(StoreError::Conflict {
-                        expected: commit.expected,
-                        actual: actual.map(u64_of),
-                    })
+            match self.save_and_append_in(tx, commit, now).await {
+                Err(err) if !err.is_conflict() && !matches!(err, StoreError::InvalidInput(_)) => {
+                    return Err(err);
                 }
-            });
+                outcome => outcomes.push(outcome),
+            }
         }
         Ok(outcomes)
+    }
+
+    /// The items of one generation in order, the first `limit` of them when given.
+    async fn items(
+        &self,
+        key: &SessionKey,
+        generation: i64,
+        limit: Option<i64>,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(self.q("SELECT item FROM ctxkeeper_context WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ? AND generation = ? AND idx < ? ORDER BY idx"))
+            .bind(key.tenant())
+            .bind(key.user())
+            .bind(key.agent())
+            .bind(key.session())
+            .bind(generation)
+            .bind(limit.unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|err| self.err(err))?;
+        rows.iter()
+            .map(|row| row.try_get::<String, _>(0).map_err(|err| self.err(err)))
+            .collect()
     }
 
     fn upsert_touch(&self) -> &'static str {
@@ -742,10 +770,10 @@ impl SqlStore {
     fn upsert_state(&self) -> &'static str {
         match self.dialect {
             Dialect::MySql => {
-                "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state) VALUES (?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE state = VALUES(state)"
+                "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state, generation, context_len, trail_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE state = VALUES(state), generation = VALUES(generation), context_len = VALUES(context_len), trail_len = VALUES(trail_len)"
             }
             _ => {
-                "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state) VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET state = excluded.state"
+                "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state, generation, context_len, trail_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET state = excluded.state, generation = excluded.generation, context_len = excluded.context_len, trail_len = excluded.trail_len"
             }
         }
     }
@@ -915,7 +943,7 @@ impl SessionStore for SqlStore {
     }
 
     async fn load(&self, key: &SessionKey) -> Result<Option<Versioned>, StoreError> {
-        let row = sqlx::query(self.q("SELECT s.version, t.state FROM ctxkeeper_sessions s JOIN ctxkeeper_states t ON t.tenant = s.tenant AND t.user_id = s.user_id AND t.agent = s.agent AND t.session = s.session WHERE s.tenant = ? AND s.user_id = ? AND s.agent = ? AND s.session = ? AND s.version IS NOT NULL"))
+        let row = sqlx::query(self.q("SELECT s.version, t.state, t.generation, t.context_len + t.trail_len FROM ctxkeeper_sessions s JOIN ctxkeeper_states t ON t.tenant = s.tenant AND t.user_id = s.user_id AND t.agent = s.agent AND t.session = s.session WHERE s.tenant = ? AND s.user_id = ? AND s.agent = ? AND s.session = ? AND s.version IS NOT NULL"))
             .bind(key.tenant())
             .bind(key.user())
             .bind(key.agent())
@@ -925,10 +953,24 @@ impl SessionStore for SqlStore {
             .map_err(|err| self.err(err))?;
         let Some(row) = row else { return Ok(None) };
         let version: i64 = row.try_get(0).map_err(|err| self.err(err))?;
-        let state: String = row.try_get(1).map_err(|err| self.err(err))?;
+        let head: String = row.try_get(1).map_err(|err| self.err(err))?;
+        let generation: Option<i64> = row.try_get(2).map_err(|err| self.err(err))?;
+        let items: i64 = row.try_get(3).map_err(|err| self.err(err))?;
+        let Some(generation) = generation else {
+            // A state written whole, before generations.
+            return Ok(Some(Versioned {
+                state: AgentState::from_json(&head)?,
+                version: u64_of(version),
+                generation: None,
+            }));
+        };
+        // Read in the same snapshot as the head would be ideal; rows of a generation are only
+        // ever added after the shape that counts them, so the first `items` are the state's.
+        let items = self.items(key, generation, Some(items)).await?;
         Ok(Some(Versioned {
-            state: AgentState::from_json(&state)?,
+            state: assemble(&head, &items)?,
             version: u64_of(version),
+            generation: Some(u64_of(generation)),
         }))
     }
 
@@ -938,16 +980,10 @@ impl SessionStore for SqlStore {
         state: &AgentState,
         expected: Option<u64>,
     ) -> Result<u64, StoreError> {
-        let json = state.to_json()?;
-        let now = now_ms();
-        let mut tx = self.begin().await?;
-        let saved = async {
-            let version = self.cas_in(&mut tx, key, expected, 0, now).await?;
-            self.state_in(&mut tx, key, &json).await?;
-            Ok(version)
-        }
-        .await;
-        self.finish(tx, saved).await
+        Ok(self
+            .commit(key, state, ContextWrite::Generation, expected, &[])
+            .await?
+            .version)
     }
 
     async fn append(
@@ -988,10 +1024,27 @@ impl SessionStore for SqlStore {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
+        self.commit(key, state, ContextWrite::Generation, expected, messages)
+            .await
+    }
+
+    fn saves_incrementally(&self) -> bool {
+        true
+    }
+
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        write: ContextWrite,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<Committed, StoreError> {
         // Serialized before the transaction: the write lock is held for the writes only.
         let commit = PendingCommit {
             key: key.clone(),
-            json: state.to_json()?,
+            split: split(state)?,
+            write,
             expected,
             rows: log_rows(messages)?,
         };
@@ -1001,6 +1054,16 @@ impl SessionStore for SqlStore {
         let mut tx = self.begin().await?;
         let committed = self.save_and_append_in(&mut tx, &commit, now_ms()).await;
         self.finish(tx, committed).await
+    }
+
+    async fn generation_context(
+        &self,
+        key: &SessionKey,
+        generation: u64,
+    ) -> Result<Vec<Message>, StoreError> {
+        let generation = i64::try_from(generation)
+            .map_err(|_| StoreError::InvalidInput("generation out of range".into()))?;
+        messages_of(&self.items(key, generation, None).await?)
     }
 
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
@@ -1045,7 +1108,12 @@ impl SessionStore for SqlStore {
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
         let mut removed = 0;
-        for table in ["ctxkeeper_log", "ctxkeeper_states", "ctxkeeper_sessions"] {
+        for table in [
+            "ctxkeeper_log",
+            "ctxkeeper_context",
+            "ctxkeeper_states",
+            "ctxkeeper_sessions",
+        ] {
             let text = format!(
                 "DELETE FROM {table} WHERE tenant = ? AND user_id = ? AND agent = ? AND session = ?"
             );
@@ -1149,7 +1217,7 @@ impl SessionStore for SqlStore {
         let tenant_any = tenant.is_none();
         let tenant = tenant.unwrap_or_default();
         let mut tx = self.begin().await?;
-        for table in ["ctxkeeper_log", "ctxkeeper_states"] {
+        for table in ["ctxkeeper_log", "ctxkeeper_context", "ctxkeeper_states"] {
             let text = format!(
                 "DELETE FROM {table} WHERE (tenant, user_id, agent, session) IN (SELECT tenant, user_id, agent, session FROM ctxkeeper_sessions WHERE updated_at < ? AND (tenant = ? OR 1 = ?))"
             );
@@ -1431,7 +1499,8 @@ mod tests {
         state.context = messages.clone();
         PendingCommit {
             key: SessionKey::simple(session).expect("a valid session id"),
-            json: state.to_json().expect("a state serializes"),
+            split: split(&state).expect("a state serializes"),
+            write: ContextWrite::Generation,
             expected,
             rows: log_rows(&messages).expect("messages serialize"),
         }

@@ -165,6 +165,14 @@ pub struct AgentState {
     /// The conversation the model sees (after compaction).
     #[serde(default)]
     pub context: Vec<Message>,
+    /// Per-message bookkeeping of `context`: empty, or one value per message. Stored with its
+    /// message, so a step that appends messages writes only their bookkeeping.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context_meta: Vec<Value>,
+    /// An append-only record a host keeps beside the context (the gateway: fingerprints of
+    /// its client's messages), stored incrementally like the context.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trail: Vec<Value>,
     /// The structured summary of the compacted prefix, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Value>,
@@ -202,6 +210,8 @@ impl AgentState {
         AgentState {
             format_version: AGENT_STATE_FORMAT,
             context: Vec::new(),
+            context_meta: Vec::new(),
+            trail: Vec::new(),
             summary: None,
             engine: Value::Null,
             extensions: BTreeMap::new(),

@@ -286,8 +286,12 @@ async fn json_files_survive_sigkill_during_saves() {
     for session in std::fs::read_dir(agent_dir).unwrap().flatten() {
         for file in std::fs::read_dir(session.path()).unwrap().flatten() {
             let name = file.file_name().to_string_lossy().into_owned();
+            let generation = name
+                .strip_prefix("context-")
+                .and_then(|rest| rest.strip_suffix(".jsonl"))
+                .is_some_and(|n| n.parse::<u64>().is_ok());
             assert!(
-                name == "state.json" || name == "key.json" || name == ".lock",
+                name == "state.json" || name == "key.json" || name == ".lock" || generation,
                 "{name}"
             );
         }

@@ -39,8 +39,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::xxh3_128;
 
-/// The `engine` record's format this build writes.
-pub const FORMAT: &str = "ctxkeeper/2";
+/// The `engine` record's format this build writes: the entries' bookkeeping rides in
+/// [`AgentState::context_meta`] and the client fingerprints in [`AgentState::trail`], so a
+/// step that appended saves only what it appended (see [`ctxkeeper_store::generations`]).
+pub const FORMAT: &str = "ctxkeeper/3";
+/// The record before incremental saves: bookkeeping and fingerprints inside it.
+const FORMAT_V2: &str = "ctxkeeper/2";
 /// The gateway's record before the shared codec.
 const GATEWAY_V1: &str = "ctxkeeper-gateway/1";
 
@@ -59,6 +63,63 @@ pub struct Snapshot {
     pub unknown: Map<String, Value>,
     /// Fields of the engine record this build does not know, kept verbatim.
     pub engine_unknown: Map<String, Value>,
+    /// What the store holds of this snapshot's context, when it was read from a stored
+    /// generation ([`load`] sets it): the base an incremental save continues.
+    pub stored: Option<StoredShape>,
+}
+
+/// What a stored generation holds of a session (see [`Snapshot::stored`]), and the test of
+/// whether a context still continues it, so only what follows needs saving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredShape {
+    /// Context entries in the stored generation.
+    pub entries: usize,
+    /// Client fingerprints stored (the state's trail).
+    pub fingerprints: usize,
+    /// The context's compaction count and appended-message count when it was stored.
+    pub compactions: u32,
+    pub appended: u64,
+    /// The fingerprint of the newest stored entry's message (0 for none).
+    pub newest: u128,
+}
+
+impl StoredShape {
+    /// The shape of `context` and `fingerprints` once stored.
+    pub fn of(context: &ContextState, fingerprints: usize) -> StoredShape {
+        StoredShape {
+            entries: context.entries.len(),
+            fingerprints,
+            compactions: context.compactions,
+            appended: context.appended,
+            newest: context
+                .entries
+                .last()
+                .map_or(0, |entry| message_hash(&entry.message)),
+        }
+    }
+
+    /// Whether `context` is the stored one with messages appended, and `client` the stored
+    /// fingerprints with more appended (`stored_fingerprints` are the ones stored). Anything
+    /// that rewrites a context either compacts (the count moves), removes entries (the
+    /// counts disagree with the messages appended) or replaces the newest one (its
+    /// fingerprint changes); then the context goes out as a new generation.
+    pub fn continued_by(
+        &self,
+        context: &ContextState,
+        client: &[u128],
+        stored_fingerprints: &[u128],
+    ) -> bool {
+        let entries = context.entries.len();
+        entries >= self.entries
+            && context.compactions == self.compactions
+            && context.appended >= self.appended
+            && context.appended - self.appended == (entries - self.entries) as u64
+            && stored_fingerprints.len() == self.fingerprints
+            && client.len() >= self.fingerprints
+            && client[..self.fingerprints] == *stored_fingerprints
+            && (self.entries == 0
+                || message_hash(&context.entries[self.entries - 1].message) == self.newest)
+    }
 }
 
 /// What the host serving a conversation keeps about its client, beside the context.
@@ -87,12 +148,13 @@ impl ClientRecord {
     }
 }
 
-/// The engine record inside [`AgentState::engine`], as written by this build.
+/// The engine record inside [`AgentState::engine`]: as written by this build, and as
+/// `ctxkeeper/2` wrote it (with the bookkeeping and the fingerprints inside).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct EngineRecord {
     format: String,
-    /// One per message of [`AgentState::context`].
-    #[serde(default)]
+    /// `ctxkeeper/2`: one per message of [`AgentState::context`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     meta: Vec<EntryMeta>,
     #[serde(default)]
     compactions: u32,
@@ -161,6 +223,8 @@ impl Snapshot {
     pub fn decode(state: AgentState) -> Result<Snapshot, SnapshotError> {
         let AgentState {
             context,
+            context_meta,
+            trail,
             summary,
             engine,
             extensions,
@@ -189,8 +253,33 @@ impl Snapshot {
         };
         let (mut context_state, client, engine_unknown) = match format.as_deref() {
             Some(FORMAT) => {
-                let record: EngineRecord =
+                let mut record: EngineRecord =
                     serde_json::from_value(engine).map_err(|e| fail(FORMAT, e.to_string()))?;
+                let meta = context_meta
+                    .into_iter()
+                    .map(|value| match value {
+                        Value::Null => Ok(EntryMeta::default()),
+                        value => serde_json::from_value(value),
+                    })
+                    .collect::<Result<Vec<EntryMeta>, _>>()
+                    .map_err(|e| fail(FORMAT, format!("entry bookkeeping: {e}")))?;
+                record.client.hashes = trail
+                    .iter()
+                    .map(|value| {
+                        value
+                            .as_str()
+                            .and_then(|hex| u128::from_str_radix(hex, 16).ok())
+                            .ok_or_else(|| fail(FORMAT, format!("client fingerprint {value}")))
+                    })
+                    .collect::<Result<_, _>>()?;
+                let state = with_meta(context, meta, record.compactions, record.appended);
+                let mut unknown = record.unknown;
+                unknown.remove("format");
+                (state, record.client, unknown)
+            }
+            Some(FORMAT_V2) => {
+                let record: EngineRecord =
+                    serde_json::from_value(engine).map_err(|e| fail(FORMAT_V2, e.to_string()))?;
                 let state = with_meta(context, record.meta, record.compactions, record.appended);
                 let mut unknown = record.unknown;
                 unknown.remove("format");
@@ -250,6 +339,7 @@ impl Snapshot {
             created_at_ms,
             unknown,
             engine_unknown,
+            stored: None,
         })
     }
 
@@ -286,21 +376,49 @@ pub struct SnapshotRef<'a> {
 impl SnapshotRef<'_> {
     /// The state to store (see [`Snapshot::encode`]).
     pub fn encode(&self) -> AgentState {
+        self.encode_after(0, 0)
+    }
+
+    /// The state to store after the first `entries` context entries and `fingerprints` client
+    /// fingerprints, which the store already holds: the head and what follows them, for
+    /// [`ContextWrite::Append`](ctxkeeper_store::ContextWrite::Append). Costs O(what follows).
+    pub fn encode_after(&self, entries: usize, fingerprints: usize) -> AgentState {
         let record = EngineRecord {
             format: FORMAT.into(),
-            meta: self
-                .context
-                .entries
-                .iter()
-                .map(|e| e.meta.clone())
-                .collect(),
+            meta: Vec::new(),
             compactions: self.context.compactions,
             appended: self.context.appended,
-            client: self.client.clone(),
+            client: ClientRecord {
+                hashes: Vec::new(),
+                verbatim: self.client.verbatim,
+                learned_window: self.client.learned_window,
+            },
             unknown: self.engine_unknown.clone(),
         };
+        let new = self.context.entries.get(entries..).unwrap_or_default();
         let mut state = AgentState::new();
-        state.context = self.context.to_messages();
+        state.context = new.iter().map(|entry| entry.message.clone()).collect();
+        state.context_meta = new
+            .iter()
+            .map(|entry| {
+                if entry.meta == EntryMeta::default() {
+                    Value::Null
+                } else {
+                    serde_json::to_value(&entry.meta).unwrap_or(Value::Null)
+                }
+            })
+            .collect();
+        if state.context_meta.iter().all(Value::is_null) {
+            state.context_meta.clear();
+        }
+        state.trail = self
+            .client
+            .hashes
+            .get(fingerprints..)
+            .unwrap_or_default()
+            .iter()
+            .map(|hash| Value::String(format!("{hash:032x}")))
+            .collect();
         state.summary = self
             .context
             .summary
@@ -377,7 +495,8 @@ impl From<StoreError> for PersistError {
     }
 }
 
-/// Loads a session's snapshot and its version (`None`: never saved).
+/// Loads a session's snapshot and its version (`None`: never saved). A snapshot read from a
+/// stored generation this build wrote knows its [`stored`](Snapshot::stored) shape.
 pub async fn load(
     store: &dyn SessionStore,
     key: &SessionKey,
@@ -386,11 +505,18 @@ pub async fn load(
         return Ok(None);
     };
     let version = versioned.version;
-    let snapshot = Snapshot::decode(versioned.state).map_err(|error| PersistError::Unreadable {
-        session: key.to_string(),
-        version,
-        error,
-    })?;
+    let current = versioned.generation.is_some()
+        && versioned.state.engine.get("format").and_then(Value::as_str) == Some(FORMAT);
+    let fingerprints = versioned.state.trail.len();
+    let mut snapshot =
+        Snapshot::decode(versioned.state).map_err(|error| PersistError::Unreadable {
+            session: key.to_string(),
+            version,
+            error,
+        })?;
+    if current {
+        snapshot.stored = Some(StoredShape::of(&snapshot.context, fingerprints));
+    }
     Ok(Some((snapshot, version)))
 }
 
@@ -597,6 +723,65 @@ mod tests {
         assert_eq!(back.engine_unknown["future"], json!({"x": 1}));
         assert_eq!(back.unknown["later_field"], json!(true));
         assert_eq!(back.encode().engine, snapshot.encode().engine);
+    }
+
+    #[test]
+    fn the_record_before_incremental_saves_decodes() {
+        let messages = conversation();
+        let mut v2 = AgentState::new();
+        v2.context = messages.clone();
+        let hashes: Vec<String> = messages
+            .iter()
+            .map(|m| format!("{:032x}", message_hash(m)))
+            .collect();
+        v2.engine = json!({"format": "ctxkeeper/2", "meta": [{"pinned": true}, {}, {}],
+            "compactions": 1, "appended": 3, "client": {"hashes": hashes, "verbatim": true}});
+        let decoded = Snapshot::decode(v2).unwrap();
+        assert!(decoded.context.entries[0].meta.pinned);
+        assert_eq!(
+            decoded.client.hashes,
+            ClientRecord::of_messages(&messages).hashes
+        );
+        // Written again, the bookkeeping and fingerprints leave the engine record.
+        let stored = decoded.encode();
+        assert_eq!(stored.engine["format"], FORMAT);
+        assert!(stored.engine.get("meta").is_none());
+        assert_eq!((stored.context_meta.len(), stored.trail.len()), (3, 3));
+        let back = Snapshot::decode(stored).unwrap();
+        assert!(back.context.entries[0].meta.pinned);
+        assert_eq!(back.client.hashes, decoded.client.hashes);
+    }
+
+    #[test]
+    fn a_step_that_appended_encodes_only_what_it_appended() {
+        let messages = conversation();
+        let mut snapshot = Snapshot::new(ContextState::from_messages(messages.clone()))
+            .with_client(ClientRecord::of_messages(&messages));
+        let stored = StoredShape::of(&snapshot.context, snapshot.client.hashes.len());
+        let stored_hashes = snapshot.client.hashes.clone();
+        let next = Message::user("and now?");
+        snapshot.context.push(next.clone());
+        snapshot.client.hashes.push(message_hash(&next));
+        assert!(stored.continued_by(&snapshot.context, &snapshot.client.hashes, &stored_hashes));
+        let delta = snapshot
+            .borrowed()
+            .encode_after(stored.entries, stored.fingerprints);
+        assert_eq!(delta.context, vec![next]);
+        assert_eq!(delta.trail.len(), 1);
+        // A replaced newest entry, a compaction or a changed history is not a continuation.
+        let mut edited = snapshot.context.clone();
+        let mut entries = std::mem::take(&mut edited.entries);
+        entries.truncate(2);
+        edited.replace_entries(entries);
+        edited.push(Message::assistant("edited"));
+        edited.push(Message::user("again"));
+        assert!(!stored.continued_by(&edited, &snapshot.client.hashes, &stored_hashes));
+        let mut compacted = snapshot.context.clone();
+        compacted.compactions += 1;
+        assert!(!stored.continued_by(&compacted, &snapshot.client.hashes, &stored_hashes));
+        let mut other = snapshot.client.hashes.clone();
+        other[0] ^= 1;
+        assert!(!stored.continued_by(&snapshot.context, &other, &stored_hashes));
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Saving a session: one compare-and-swapped write of the state with the step's new log
-//! entries, and what a lost swap means.
+//! entries, and what a lost swap means. A step that only appended writes only what it
+//! appended (the store's current generation continues); a step that rewrote the context
+//! writes it as a new generation.
 
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot};
 use ctxkeeper_core::model::Message;
@@ -48,6 +50,8 @@ impl Sessions {
                 verbatim,
                 ..ClientRecord::of_messages(&logged)
             };
+            // The store holds no fingerprints: the next save writes them with a generation.
+            snapshot.stored = None;
         }
         Ok(Some((snapshot, version)))
     }
@@ -93,12 +97,14 @@ impl Sessions {
         slot: &mut Slot,
         log: &[Message],
     ) -> Result<(), StoreError> {
-        let state = Self::state_to_store(slot);
+        let incremental = self.store.saves_incrementally();
+        let (state, write) = Self::state_to_store(slot, incremental);
         let committed = self
             .store
-            .save_and_append(key, &state, slot.version, log)
+            .commit(key, &state, write, slot.version, log)
             .await?;
         slot.version = Some(committed.version);
+        slot.stored_shape = incremental.then(|| Self::shape_of(slot));
         Ok(())
     }
 

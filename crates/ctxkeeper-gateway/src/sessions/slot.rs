@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxkeeper::snapshot::{ClientRecord, Snapshot, SnapshotRef};
+use ctxkeeper::snapshot::{ClientRecord, Snapshot, SnapshotRef, StoredShape};
 use ctxkeeper::{ContextManager, Settings};
 use ctxkeeper_core::engine::{ContextState, Event};
 use ctxkeeper_core::model::ToolSpec;
 use ctxkeeper_core::tokens::TokenModel;
-use ctxkeeper_store::{AgentState, SessionKey};
+use ctxkeeper_store::{AgentState, ContextWrite, SessionKey};
 use serde_json::{Map, Value};
 use tokio::sync::{Mutex, broadcast};
 
@@ -88,6 +88,9 @@ pub(super) struct Slot {
     /// The client fingerprints of the stored state (`hashes` runs ahead between a step and
     /// its commit): the log of a commit is what the client sent beyond them.
     pub(super) stored_hashes: Vec<u128>,
+    /// What the store's current generation holds of this session, when this slot knows it
+    /// (read from it, or saved it): the base a save that only appended continues.
+    pub(super) stored_shape: Option<StoredShape>,
     /// The in-memory context differs from the stored one.
     pub(super) unsaved: bool,
     /// Counts steps; the newest step's ticket.
@@ -242,8 +245,10 @@ impl Sessions {
             created_at_ms,
             unknown,
             engine_unknown,
+            stored,
         } = snapshot;
         slot.version = Some(version);
+        slot.stored_shape = stored;
         slot.created_at_ms = created_at_ms;
         slot.extensions = extensions;
         slot.unknown = unknown;
@@ -258,18 +263,41 @@ impl Sessions {
     }
 
     /// The state to store for the slot, from its parts (nothing is cloned but what the
-    /// stored form copies anyway).
-    pub(super) fn state_to_store(slot: &Slot) -> AgentState {
+    /// stored form copies anyway), and how to write it: only what follows the stored
+    /// generation when the context continues it and `incremental` (the store saves in
+    /// generations), else the whole context as a new generation.
+    pub(super) fn state_to_store(slot: &Slot, incremental: bool) -> (AgentState, ContextWrite) {
         let empty = ContextState::default();
-        SnapshotRef {
-            context: slot.state_ref().unwrap_or(&empty),
+        let context = slot.state_ref().unwrap_or(&empty);
+        let parts = SnapshotRef {
+            context,
             client: &slot.client,
             extensions: &slot.extensions,
             created_at_ms: slot.created_at_ms,
             unknown: &slot.unknown,
             engine_unknown: &slot.engine_unknown,
+        };
+        match slot.stored_shape {
+            Some(shape)
+                if incremental
+                    && shape.continued_by(context, &slot.client.hashes, &slot.stored_hashes) =>
+            {
+                (
+                    parts.encode_after(shape.entries, shape.fingerprints),
+                    ContextWrite::Append {
+                        context: shape.entries,
+                        trail: shape.fingerprints,
+                    },
+                )
+            }
+            _ => (parts.encode(), ContextWrite::Generation),
         }
-        .encode()
+    }
+
+    /// The stored shape of the slot once its state is saved.
+    pub(super) fn shape_of(slot: &Slot) -> StoredShape {
+        let empty = ContextState::default();
+        StoredShape::of(slot.state_ref().unwrap_or(&empty), slot.client.hashes.len())
     }
 
     /// Makes sure a manager with the request's settings runs, rebuilding it around the

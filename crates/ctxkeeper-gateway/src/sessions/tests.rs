@@ -47,6 +47,135 @@ async fn only_new_messages_reach_the_log() {
     assert_eq!(log.len(), conversation(3).len(), "each message logged once");
 }
 
+/// A store that records how each save wrote the context: (write, messages, fingerprints).
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<dyn SessionStore>,
+    writes: std::sync::Mutex<Vec<(ctxkeeper_store::ContextWrite, usize, usize)>>,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Recording {
+    fn backend(&self) -> &'static str {
+        "recording"
+    }
+    async fn load(
+        &self,
+        key: &SessionKey,
+    ) -> Result<Option<ctxkeeper_store::Versioned>, StoreError> {
+        self.inner.load(key).await
+    }
+    async fn save(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        expected: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        self.inner.save(key, state, expected).await
+    }
+    async fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[Message],
+    ) -> Result<ctxkeeper_store::AppendOutcome, StoreError> {
+        self.inner.append(key, messages).await
+    }
+    fn commits_atomically(&self) -> bool {
+        true
+    }
+    fn saves_incrementally(&self) -> bool {
+        true
+    }
+    async fn commit(
+        &self,
+        key: &SessionKey,
+        state: &AgentState,
+        write: ctxkeeper_store::ContextWrite,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<ctxkeeper_store::Committed, StoreError> {
+        self.writes.lock().expect("not poisoned").push((
+            write,
+            state.context.len(),
+            state.trail.len(),
+        ));
+        self.inner
+            .commit(key, state, write, expected, messages)
+            .await
+    }
+    async fn list(
+        &self,
+        filter: &ctxkeeper_store::SessionFilter,
+    ) -> Result<Vec<ctxkeeper_store::SessionInfo>, StoreError> {
+        self.inner.list(filter).await
+    }
+    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn history(
+        &self,
+        key: &SessionKey,
+        page: HistoryPage,
+    ) -> Result<Vec<ctxkeeper_store::LogEntry>, StoreError> {
+        self.inner.history(key, page).await
+    }
+    async fn search(
+        &self,
+        query: &ctxkeeper_store::SearchQuery,
+    ) -> Result<Vec<ctxkeeper_store::SearchHit>, StoreError> {
+        self.inner.search(query).await
+    }
+    async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
+        self.inner.purge_before(tenant, cutoff_ms).await
+    }
+}
+
+#[tokio::test]
+async fn a_step_that_only_appended_saves_only_what_it_appended() {
+    use ctxkeeper_store::ContextWrite;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let inner = ctxkeeper_store::open_store("memory://")
+        .await
+        .expect("a memory store");
+    let recording = Arc::new(Recording {
+        inner: inner.clone(),
+        writes: std::sync::Mutex::new(Vec::new()),
+    });
+    let sessions = sessions(recording.clone(), dir.path()).await;
+    let key = SessionKey::simple("s").expect("a key");
+    for rounds in [1, 2, 3] {
+        let incoming = Incoming::new(Some("gpt-4o".into()), conversation(rounds), &[]);
+        sessions.step(&key, &incoming, &[]).await.expect("a step");
+    }
+    // A second gateway loads the session and goes on from the stored generation.
+    let dir2 = tempfile::tempdir().expect("a temporary directory");
+    let second = self::sessions(recording.clone(), dir2.path()).await;
+    let incoming = Incoming::new(Some("gpt-4o".into()), conversation(4), &[]);
+    second.step(&key, &incoming, &[]).await.expect("a step");
+    let writes = recording.writes.lock().expect("not poisoned").clone();
+    assert_eq!(writes.len(), 4, "{writes:?}");
+    assert_eq!(writes[0], (ContextWrite::Generation, 4, 4));
+    for (i, write) in writes[1..].iter().enumerate() {
+        let stored = 4 + 2 * i;
+        assert_eq!(
+            *write,
+            (
+                ContextWrite::Append {
+                    context: stored,
+                    trail: stored
+                },
+                2,
+                2
+            ),
+            "step {} wrote more than its two new messages",
+            i + 2
+        );
+    }
+    let loaded = inner.load(&key).await.expect("load").expect("saved");
+    assert_eq!(loaded.state.context, conversation(4));
+    assert_eq!(loaded.generation, Some(1));
+}
+
 #[tokio::test]
 async fn reading_stats_keeps_a_warm_session_calibrated() {
     let dir = tempfile::tempdir().unwrap();

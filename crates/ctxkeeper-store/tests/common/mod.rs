@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod archive_suite;
+pub mod generations_suite;
 pub mod store_suite;
 
 use std::sync::atomic::{AtomicU64, Ordering};

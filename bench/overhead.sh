@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Session state: overhead vs conversation size, and growing-conversation throughput.
+#
+#   BENCH_RESULTS=bench/results BENCH_BIN_DIR=target/release bench/overhead.sh
+#
+# 1. ctxkeeper-bench-overhead grows one conversation to 1,000 messages (~800k tokens) through
+#    an in-process gateway and a zero-delay mock (1M-window model), on SQLite and, when
+#    CTXKEEPER_BENCH_POSTGRES_URL is set, PostgreSQL: the gateway's added latency and the bytes
+#    its store is handed per step, at 50 ... 1,000 messages.
+# 2. The growing-conversation load of bench/gateway.sh: 32 connections, 64 sessions
+#    restarting after 50 exchanges, against the mock alone and through the gateway (SQLite),
+#    on the same bodies, both served in one process by ctxkeeper-bench-overhead.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+: "${BENCH_RESULTS:?BENCH_RESULTS must name the results directory}"
+: "${BENCH_BIN_DIR:?BENCH_BIN_DIR must name the release binaries directory (target/release)}"
+BIN_DIR=$(cd "$BENCH_BIN_DIR" && pwd)
+OVERHEAD_BIN="$BIN_DIR/ctxkeeper-bench-overhead"
+LOAD_BIN="$BIN_DIR/ctxkeeper-bench-load"
+SECONDS_PER_RUN=${BENCH_GROW_SECONDS:-8}
+mkdir -p "$BENCH_RESULTS"
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "   overhead: sqlite" >&2
+"$OVERHEAD_BIN" --store "sqlite://$WORK/overhead.db" >"$BENCH_RESULTS/overhead-sqlite.json"
+if [ -n "${CTXKEEPER_BENCH_POSTGRES_URL:-}" ]; then
+  echo "   overhead: postgres" >&2
+  "$OVERHEAD_BIN" --store "$CTXKEEPER_BENCH_POSTGRES_URL" >"$BENCH_RESULTS/overhead-postgres.json"
+fi
+
+# The mock and a gateway (SQLite store) in one process, so neither has a core of its own:
+# the same conditions for the mock alone and for the gateway in front of it.
+"$OVERHEAD_BIN" --store "sqlite://$WORK/grow.db" --model gpt-4o-mini \
+  --serve-for $((2 * SECONDS_PER_RUN + 30)) >"$WORK/serve.stdout" 2>"$WORK/serve.log" &
+PIDS+=("$!")
+for i in $(seq 1 300); do
+  grep -q '^gateway ' "$WORK/serve.stdout" 2>/dev/null && break
+  sleep 0.1
+done
+MOCK=$(sed -n 's/^mock //p' "$WORK/serve.stdout")
+GATEWAY=$(sed -n 's/^gateway //p' "$WORK/serve.stdout")
+[ -n "$GATEWAY" ] || { echo "bench/overhead.sh: the servers did not start" >&2; cat "$WORK/serve.log" >&2; exit 1; }
+echo "   grow throughput: mock alone, then through ctxkeeper" >&2
+"$LOAD_BIN" --url "$MOCK/v1" --connections 32 --duration "$SECONDS_PER_RUN" --warmup 1 \
+  --grow --sessions 64 --exchanges-per-conversation 50 --session-prefix grow-max \
+  >"$BENCH_RESULTS/overhead-grow-direct.json"
+"$LOAD_BIN" --url "$GATEWAY/v1" --connections 32 --duration "$SECONDS_PER_RUN" --warmup 1 \
+  --grow --sessions 64 --exchanges-per-conversation 50 --session-prefix grow-max \
+  >"$BENCH_RESULTS/overhead-grow-ctxkeeper.json"
+echo "   load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
