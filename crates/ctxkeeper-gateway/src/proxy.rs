@@ -135,6 +135,28 @@ async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, req: Request<Body>) -> Res
     response
 }
 
+/// Whether a request's `context_management` hands the context to the provider: an
+/// Anthropic edit that clears tool uses or compacts (Claude Code sends
+/// `clear_thinking_20251015` on every call, which leaves the conversation alone), or an OpenAI
+/// Responses compaction setting (`compact_threshold`).
+fn provider_manages_context(management: &Value) -> bool {
+    let compacts = |item: &Value| {
+        item.get("compact_threshold").is_some()
+            || item
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|kind| !kind.starts_with("clear_thinking"))
+    };
+    match management {
+        Value::Object(object) => match object.get("edits") {
+            Some(Value::Array(edits)) => edits.iter().any(compacts),
+            _ => object.contains_key("compact_threshold"),
+        },
+        Value::Array(items) => items.iter().any(compacts),
+        _ => false,
+    }
+}
+
 /// Above this share of the window used, a session keeps its last forwarded body for the
 /// summary call (see [`crate::summarize`]).
 const FORWARDED_KEPT_ABOVE_PCT: f64 = 40.0;
@@ -203,7 +225,7 @@ async fn proxy(
         // for. Forwarded untouched.
         || value
             .get("context_management")
-            .is_some_and(|v| !v.is_null());
+            .is_some_and(provider_manages_context);
     let request = wire.parse_request_owned(value).map_err(|e| {
         let param = match &e.position {
             ctxkeeper_core::Position::Path { path, .. } => {
@@ -888,6 +910,21 @@ pub async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request<Body>) ->
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_compacting_context_management_hands_the_context_to_the_provider() {
+        // What Claude Code sends on every call: thinking blocks only.
+        let thinking =
+            serde_json::json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]});
+        assert!(!provider_manages_context(&thinking));
+        let tools = serde_json::json!({"edits": [{"type": "clear_tool_uses_20250919"}]});
+        assert!(provider_manages_context(&tools));
+        let compact = serde_json::json!({"edits": [{"type": "compact_20260112"}]});
+        assert!(provider_manages_context(&compact));
+        let responses = serde_json::json!([{"type": "compaction", "compact_threshold": 200000}]);
+        assert!(provider_manages_context(&responses));
+        assert!(!provider_manages_context(&serde_json::json!(null)));
+    }
+
     use super::*;
 
     #[test]

@@ -37,6 +37,8 @@ fn summarizing_config(
     upstream: &str,
 ) -> ctxkeeper_gateway::config::GatewayConfig {
     let mut cfg = config(dir, upstream);
+    // What `serve` does by default (the shared test configuration pins extractive).
+    cfg.summarizer = ctxkeeper_gateway::config::GatewayConfig::new(dir.path()).summarizer;
     cfg.profiles = Profiles::from_toml_str(
         "[models.\"sum-model\"]\ncontext_window = 6000\ntokenizer = \"o200k_base\"\n",
     )

@@ -127,7 +127,7 @@ fn chosen_tool(api: Api, body: &Map<String, Value>) -> Option<String> {
 
 /// The answer to a summary instruction in the request's last user turn: a JSON object with
 /// the keys it names (`Its keys are exactly "a", "b" and "c"`), each saying what it covered.
-fn summary_answer(api: Api, body: &Map<String, Value>) -> Option<String> {
+pub(crate) fn summary_answer(api: Api, body: &Map<String, Value>) -> Option<String> {
     let field = if api == Api::Responses {
         "input"
     } else {

@@ -175,7 +175,9 @@ fn answer(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
     let progress_key = format!("{api:?}/{key}");
-    let scripted = shared.script().and_then(|script| {
+    // A summary request is answered as a model that follows it, never as a script step.
+    let summarizing = reply::summary_answer(api, body).is_some();
+    let scripted = shared.script().filter(|_| !summarizing).and_then(|script| {
         crate::script::answer(&script, api, body, shared.script_progress(&progress_key))
     });
     let (answer, scripted_step) = match scripted {

@@ -31,7 +31,7 @@
 
 use std::collections::BTreeMap;
 
-use ctxkeeper_core::engine::{ContextState, Entry, EntryMeta};
+use ctxkeeper_core::engine::{ContextState, Entry, EntryMeta, TriggerMemory};
 use ctxkeeper_core::model::{Message, Part};
 use ctxkeeper_core::summary::Summary;
 use ctxkeeper_store::{AgentState, Committed, SessionKey, SessionStore, StoreError};
@@ -162,6 +162,9 @@ struct EngineRecord {
     appended: u64,
     #[serde(default)]
     client: ClientRecord,
+    /// What the economic trigger learned (growth per step, the last compaction's size).
+    #[serde(default, skip_serializing_if = "TriggerMemory::is_empty")]
+    trigger: TriggerMemory,
     #[serde(flatten)]
     unknown: Map<String, Value>,
 }
@@ -272,7 +275,8 @@ impl Snapshot {
                             .ok_or_else(|| fail(FORMAT, format!("client fingerprint {value}")))
                     })
                     .collect::<Result<_, _>>()?;
-                let state = with_meta(context, meta, record.compactions, record.appended);
+                let mut state = with_meta(context, meta, record.compactions, record.appended);
+                state.set_trigger_memory(record.trigger);
                 let mut unknown = record.unknown;
                 unknown.remove("format");
                 (state, record.client, unknown)
@@ -393,6 +397,7 @@ impl SnapshotRef<'_> {
                 verbatim: self.client.verbatim,
                 learned_window: self.client.learned_window,
             },
+            trigger: self.context.trigger_memory(),
             unknown: self.engine_unknown.clone(),
         };
         let new = self.context.entries.get(entries..).unwrap_or_default();

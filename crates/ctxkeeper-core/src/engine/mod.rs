@@ -56,7 +56,7 @@ pub use events::{CompactionReason, Economics, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
 pub use images::{ImageOffload, image_placeholder};
 pub use stages::CLEARED_PREFIX;
-pub use state::{ContextState, Entry, EntryMeta};
+pub use state::{ContextState, Entry, EntryMeta, TriggerMemory};
 
 use serde::{Deserialize, Serialize};
 
@@ -356,7 +356,11 @@ impl Engine {
             .max(stable);
         let rewrite =
             (after - stable) as f64 * rule.cache_write + configured as f64 * rule.summary_call;
-        let cycle = (2.0 * rewrite * growth as f64 / rule.cache_read).sqrt();
+        // Never fewer than a few steps apart, whatever the prices: a compaction that keeps
+        // only what must stay costs the agent its working context, not just tokens.
+        let cycle = (2.0 * rewrite * growth as f64 / rule.cache_read)
+            .sqrt()
+            .max((MIN_STEPS_BETWEEN_COMPACTIONS * growth) as f64);
         let ceiling = hold_ceiling(budget.window);
         let floor = ((budget.window as f64 * rule.min_trigger_ratio) as u64).min(ceiling);
         let trigger = (after + cycle as u64).clamp(floor, ceiling);
@@ -856,6 +860,9 @@ impl Engine {
         })
     }
 }
+
+/// The fewest steps of growth an economic trigger leaves between two compactions.
+const MIN_STEPS_BETWEEN_COMPACTIONS: u64 = 4;
 
 /// How far a held context may grow: the window less a margin for the estimate's error.
 pub(super) fn hold_ceiling(window: u64) -> u64 {

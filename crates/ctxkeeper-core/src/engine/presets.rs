@@ -19,8 +19,8 @@
 //! summary never replaces the prefix with nothing.
 
 use super::config::{
-    Accounting, ArchiveLayout, CostRule, IngestConfig, OverflowConfig, PolicyConfig,
-    ReactiveConfig, SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+    Accounting, ArchiveLayout, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig,
+    SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 use crate::capsule::CapsuleConfig;
 use crate::summary::{SummaryField, SummarySchema};
@@ -106,13 +106,12 @@ fn none() -> PolicyConfig {
 ///   level.) Against a trigger at 80 %, this cut uncached input tokens by 0.4–7 % per shared
 ///   trace at 16k, and a session that peaks just under the window (SWE-agent pydicom) now
 ///   finishes without a compaction.
-/// - The trigger is economic ([`CostRule`]): between 30 % of the window and its ceiling, at
-///   the level where carrying the context (re-read at a tenth of the price every step) and
-///   rewriting it (a cache write at 1.25×, plus the summary call) bill the least per step;
-///   the 90 % ratio applies until the growth per step is known. Measured on the shared
-///   traces, billed input fell 3.5 % (Claude Code) and 9 % (Codex) at 16k, 34 % and 29 % at
-///   32k, 19 % and 44 % at 200k, with the user's words and file paths kept as before
-///   (bench/RESULTS.md, "Economic trigger").
+/// - `[policy.cost]` (the economic trigger, [`CostRule`]) is opt-in: on the shared traces it
+///   cut `default`'s billed input by 3.5 % (Claude Code) and 9 % (Codex) at 16k, 34 % and
+///   29 % at 32k, 19 % and 44 % at 200k, with the user's words and file paths kept
+///   (bench/RESULTS.md, "Economic trigger"). It is not the default yet: the token estimate's
+///   calibration is not kept with a session, so two gateways sharing a store can place the
+///   economic trigger a step apart, and one session must compact the same on every replica.
 fn default() -> PolicyConfig {
     PolicyConfig {
         name: "default".into(),
@@ -151,7 +150,6 @@ fn default() -> PolicyConfig {
         },
         capsule: Some(CapsuleConfig::default()),
         accounting: Accounting::Estimate,
-        cost: Some(CostRule::default()),
         ..PolicyConfig::default()
     }
 }

@@ -128,13 +128,36 @@ pub struct ContextState {
     pub reactive_in_turn: u32,
     /// The request size at the last step, and the mean growth per step since (see
     /// [`ContextState::observe_step`]).
-    #[serde(skip)]
+    ///
+    /// Kept with the state (like the last compaction's size below): the economic trigger
+    /// depends on them, and a session that moves to another gateway must compact as it
+    /// would have on this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     last_step_tokens: Option<u64>,
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     step_growth: Option<u64>,
     /// The request size the last compaction left (drives the economic trigger).
-    #[serde(skip)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     last_compaction_after: Option<u64>,
+}
+
+/// What the economic trigger learned of a session: kept with the session's state, so that a
+/// session moving to another gateway compacts as it would have on this one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggerMemory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_growth: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_compaction_after: Option<u64>,
+}
+
+impl TriggerMemory {
+    /// Nothing learned yet.
+    pub fn is_empty(&self) -> bool {
+        *self == TriggerMemory::default()
+    }
 }
 
 /// What the provider reported for a request: the exact tokens of `entries[..len]`.
@@ -325,6 +348,23 @@ impl ContextState {
             });
         }
         self.last_step_tokens = Some(tokens);
+    }
+
+    /// What the economic trigger learned of this session (growth per step, the last
+    /// compaction's size), for stores to keep with the state.
+    pub fn trigger_memory(&self) -> TriggerMemory {
+        TriggerMemory {
+            last_step_tokens: self.last_step_tokens,
+            step_growth: self.step_growth,
+            last_compaction_after: self.last_compaction_after,
+        }
+    }
+
+    /// Restores what [`ContextState::trigger_memory`] returned.
+    pub fn set_trigger_memory(&mut self, memory: TriggerMemory) {
+        self.last_step_tokens = memory.last_step_tokens;
+        self.step_growth = memory.step_growth;
+        self.last_compaction_after = memory.last_compaction_after;
     }
 
     /// The request size the last compaction left, if one ran since the state was loaded.

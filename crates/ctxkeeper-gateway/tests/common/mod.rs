@@ -73,6 +73,10 @@ pub fn config(dir: &TempDir, upstream: &str) -> GatewayConfig {
     config.profiles = profiles();
     config.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.upstream_timeout = Duration::from_secs(20);
+    // Summary calls would be among the mock's recorded requests; tests/summaries.rs covers
+    // them, the others count only the agent's requests.
+    config.summarizer =
+        ctxkeeper_gateway::summarize::SummarizerChoice::parse("extractive", None, None).unwrap();
     config
 }
 
