@@ -107,6 +107,14 @@ fn render(config: &GatewayConfig) -> Result<String> {
         put("summarizer_model", Value::String(model.to_string()));
     }
     put("summary_timeout_secs", seconds(config.summary_timeout));
+    put(
+        "prepare_summaries_at",
+        Value::Float(config.prepare_summaries_at.unwrap_or(0.0)),
+    );
+    put(
+        "responses_compaction",
+        Value::String(config.responses_compaction.name().to_string()),
+    );
 
     let policy = Value::try_from(&config.policy)
         .map_err(|e| InputError::BadOption(format!("cannot render the policy: {e}")))?;

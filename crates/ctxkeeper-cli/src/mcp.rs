@@ -48,6 +48,20 @@ pub struct McpArgs {
     #[arg(long, value_name = "TOKENS")]
     pub window: Option<u64>,
 
+    /// Who writes the `compact` tool's summaries: `extractive` (default, no model), `openai`
+    /// or `anthropic` (key from CTXKEEPER_SUMMARIZER_API_KEY, else OPENAI_API_KEY /
+    /// ANTHROPIC_API_KEY). A failed summary falls back to the extractive one.
+    #[arg(long, default_value = "extractive", value_name = "KIND")]
+    pub summarizer: String,
+
+    /// The summary model of an `openai` or `anthropic` summarizer.
+    #[arg(long, value_name = "MODEL")]
+    pub summarizer_model: Option<String>,
+
+    /// The base URL of an `openai` or `anthropic` summarizer.
+    #[arg(long, value_name = "URL")]
+    pub summarizer_url: Option<String>,
+
     /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
@@ -69,6 +83,11 @@ pub fn run(args: &McpArgs) -> Result<()> {
         policy: args.policy.clone(),
         model: args.model.clone(),
         window: args.window,
+        summarizer: Some(crate::summarizers::build(
+            &args.summarizer,
+            args.summarizer_url.as_deref(),
+            args.summarizer_model.as_deref(),
+        )?),
     };
     // Bad options are input errors (exit code 2), found before any backend is opened.
     config

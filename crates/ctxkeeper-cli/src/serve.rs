@@ -150,6 +150,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL")]
     pub summarizer_url: Option<String>,
 
+    /// Past this share of the compaction trigger, a model summary is prepared in the
+    /// background so the request that crosses the trigger does not wait for it (default
+    /// 0.75; 0 turns it off).
+    #[arg(long, value_name = "SHARE")]
+    pub prepare_summaries_at: Option<f64>,
+
+    /// Who answers an OpenAI Responses `compaction_trigger` (Codex's server-side
+    /// compaction): `auto` (default: OpenAI's own API when it is the upstream, else the
+    /// gateway), `forward` (always the upstream) or `gateway` (always the gateway, which
+    /// compacts the session and returns one compaction item).
+    #[arg(long, value_name = "MODE")]
+    pub responses_compaction: Option<String>,
+
     /// Do not mount the MCP server at /mcp.
     #[arg(long)]
     pub no_mcp: bool,
@@ -268,6 +281,20 @@ pub(crate) fn config(args: &ServeArgs) -> Result<GatewayConfig> {
         )
         .map_err(|e| InputError::BadOption(format!("--summarizer: {e}")))?;
     }
+    if let Some(share) = args.prepare_summaries_at {
+        if !(0.0..1.0).contains(&share) {
+            return Err(InputError::BadOption(format!(
+                "--prepare-summaries-at must be in [0, 1) (a share of the trigger; 0 turns preparation off), got {share}"
+            ))
+            .into());
+        }
+        config.prepare_summaries_at = (share > 0.0).then_some(share);
+    }
+    if let Some(mode) = &args.responses_compaction {
+        config.responses_compaction =
+            ctxkeeper_gateway::compaction_items::ResponsesCompaction::parse(mode)
+                .map_err(|e| InputError::BadOption(format!("--responses-compaction: {e}")))?;
+    }
     config
         .validate()
         .map_err(|e| InputError::BadOption(e.to_string()))?;
@@ -349,7 +376,16 @@ pub(crate) async fn mcp_endpoint(
     )
     .await
     {
-        Ok(services) => services,
+        // The MCP `compact` tool has no request of its own to summarize upstream on: a fixed
+        // summarizer serves it too, else the extractive one.
+        Ok(mut services) => {
+            if let ctxkeeper_gateway::summarize::SummarizerChoice::Fixed(summarizer) =
+                &gateway.config.summarizer
+            {
+                services.summarizer = summarizer.clone();
+            }
+            services
+        }
         Err(e) => {
             tracing::warn!("MCP server not mounted at /mcp: {e}");
             return Ok(None);

@@ -35,6 +35,7 @@ use ctxkeeper_core::engine::{PolicyConfig, presets};
 use ctxkeeper_core::tokens::Profiles;
 use serde::Deserialize;
 
+use crate::compaction_items::ResponsesCompaction;
 use crate::identity::TenantRule;
 use crate::summarize::SummarizerChoice;
 
@@ -99,6 +100,13 @@ pub struct GatewayConfig {
     pub summarizer: SummarizerChoice,
     /// Time allowed for one summary call; past it the extractive summary stands in.
     pub summary_timeout: Duration,
+    /// Past this share of the trigger a model summary is prepared in the background, so the
+    /// request that crosses the trigger does not wait for it (`None`: never).
+    pub prepare_summaries_at: Option<f64>,
+    /// Who answers an OpenAI Responses `compaction_trigger`: the upstream when it is OpenAI
+    /// (`auto`), always the upstream, or always the gateway
+    /// ([`crate::compaction_items`]).
+    pub responses_compaction: ResponsesCompaction,
 }
 
 impl GatewayConfig {
@@ -127,6 +135,8 @@ impl GatewayConfig {
             tenants: TenantRule::default(),
             summarizer: SummarizerChoice::Upstream { model: None },
             summary_timeout: Duration::from_secs(120),
+            prepare_summaries_at: Some(crate::sessions::DEFAULT_PREPARE_AT),
+            responses_compaction: ResponsesCompaction::Auto,
         }
     }
 
@@ -240,6 +250,11 @@ pub struct GatewaySection {
     /// The base URL of an `openai` or `anthropic` summarizer.
     pub summarizer_url: Option<String>,
     pub summary_timeout_secs: Option<u64>,
+    /// Share of the trigger past which a model summary is prepared in the background
+    /// (0.75 by default; 0 turns preparation off).
+    pub prepare_summaries_at: Option<f64>,
+    /// `auto` (default), `forward` or `gateway`: who answers a Responses `compaction_trigger`.
+    pub responses_compaction: Option<String>,
 }
 
 /// A parsed configuration file: `[gateway]`, `[models."NAME"]` and `[policy]`.
@@ -366,6 +381,18 @@ impl ConfigFile {
         }
         if let Some(secs) = g.summary_timeout_secs {
             base.summary_timeout = Duration::from_secs(secs);
+        }
+        if let Some(share) = g.prepare_summaries_at {
+            if !(0.0..1.0).contains(&share) {
+                return Err(ConfigError(format!(
+                    "[gateway] prepare_summaries_at must be in [0, 1) (a share of the trigger; 0 turns preparation off), got {share}"
+                )));
+            }
+            base.prepare_summaries_at = (share > 0.0).then_some(share);
+        }
+        if let Some(mode) = &g.responses_compaction {
+            base.responses_compaction = ResponsesCompaction::parse(mode)
+                .map_err(|e| ConfigError(format!("[gateway] responses_compaction: {e}")))?;
         }
         if let Some(models) = &self.models {
             base.profiles = Profiles::from_toml_str(models)

@@ -26,6 +26,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod admin;
+pub mod compaction_items;
 pub mod config;
 pub mod error;
 pub mod identity;
@@ -93,6 +94,7 @@ impl Gateway {
         .with_idle_ttl(config.session_idle)
         .with_max_consecutive_recoveries(config.max_consecutive_recoveries)
         .with_summarizer_choice(config.summarizer.clone())
+        .with_summary_preparation(config.prepare_summaries_at)
         .with_metrics(metrics.clone())
         .with_event_bus(bus);
         Gateway::with_sessions(config, sessions, metrics)

@@ -19,6 +19,7 @@
 //! | `ctxkeeper_client_timeouts_total` | counter (bodies not received in time) | |
 //! | `ctxkeeper_sessions_evicted_total` | counter (warm sessions dropped by count or idle time) | |
 //! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
+//! | `ctxkeeper_summaries_prepared_total` | counter (summaries started in the background before the trigger) | |
 //! | `ctxkeeper_events_dropped_total` | counter (the event publisher's queue was full) | |
 //! | `ctxkeeper_warm_sessions` | gauge | |
 //! | `ctxkeeper_event_subscriptions` | gauge (open `/v1/sessions/{id}/events` streams) | |
@@ -114,6 +115,7 @@ pub struct Metrics {
     pub sessions_evicted: AtomicU64,
     pub events_dropped: AtomicU64,
     pub session_forks: AtomicU64,
+    pub summaries_prepared: AtomicU64,
     /// Gauges, kept up to date by their owners.
     pub warm_sessions: AtomicU64,
     pub event_subscriptions: AtomicU64,
@@ -261,6 +263,11 @@ impl Metrics {
                 "ctxkeeper_session_forks_total",
                 "Conversations that diverged early from a stored session and got a session of their own.",
                 &self.session_forks,
+            ),
+            (
+                "ctxkeeper_summaries_prepared_total",
+                "Summaries started in the background before a session reached its trigger.",
+                &self.summaries_prepared,
             ),
             (
                 "ctxkeeper_events_dropped_total",

@@ -34,6 +34,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::Gateway;
+use crate::compaction_items;
 use crate::error::{ApiError, Flavor};
 use crate::identity;
 use crate::limits::BodyPermit;
@@ -158,8 +159,9 @@ fn provider_manages_context(management: &Value) -> bool {
 }
 
 /// Above this share of the window used, a session keeps its last forwarded body for the
-/// summary call (see [`crate::summarize`]).
-const FORWARDED_KEPT_ABOVE_PCT: f64 = 40.0;
+/// summary call (see [`crate::summarize`]): below the lowest trigger the economic rule
+/// places (30 % of the window), and below the share a summary is prepared at.
+const FORWARDED_KEPT_ABOVE_PCT: f64 = 20.0;
 
 /// What the gateway reports on a managed answer.
 #[derive(Debug, Clone)]
@@ -209,9 +211,25 @@ async fn proxy(
     let flavor = endpoint.flavor();
     let wire = endpoint.wire();
     let (parts, body) = req.into_parts();
-    let (bytes, _permit) = read_body(gw, body, &parts.headers, flavor).await?;
-    let value: Value = serde_json::from_slice(&bytes)
+    let (mut bytes, _permit) = read_body(gw, body, &parts.headers, flavor).await?;
+    let mut value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::invalid_request(flavor, format!("malformed JSON body: {e}")))?;
+    // Responses server-side compaction, answered here when the upstream cannot
+    // (`compaction_items`): the gateway's own items go upstream as the text they stand for,
+    // and a trigger it answers never reaches the upstream.
+    let gateway_compacts = endpoint == Endpoint::Responses
+        && gw
+            .config
+            .responses_compaction
+            .gateway_answers(&gw.config.upstream);
+    let mut client_compaction = false;
+    if gateway_compacts {
+        let expanded = compaction_items::expand_own_items(&mut value);
+        client_compaction = compaction_items::take_trigger(&mut value);
+        if expanded > 0 || client_compaction {
+            bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
+        }
+    }
     let stream = value.get("stream").and_then(Value::as_bool) == Some(true);
     // Responses continuing a stored response: the upstream holds the history, so there is no
     // context here to manage; forward as it is.
@@ -225,7 +243,11 @@ async fn proxy(
         // for. Forwarded untouched.
         || value
             .get("context_management")
-            .is_some_and(provider_manages_context);
+            .is_some_and(provider_manages_context)
+        // The provider compacts this context itself (Responses `compaction_trigger`).
+        || (endpoint == Endpoint::Responses
+            && !gateway_compacts
+            && compaction_items::has_trigger(&value));
     let request = wire.parse_request_owned(value).map_err(|e| {
         let param = match &e.position {
             ctxkeeper_core::Position::Path { path, .. } => {
@@ -342,6 +364,9 @@ async fn proxy(
     } else {
         emit(&mut managed, step.prepared.messages)
     };
+    if client_compaction {
+        return answer_compaction(gw, &managed, body, stream, report, flavor).await;
+    }
     // Kept (shared, not copied) for the next summary call's cached prefix once the context
     // nears its trigger; below that no compaction is near.
     if gw.sessions.summarizes_upstream() && report.budget_used_pct >= FORWARDED_KEPT_ABOVE_PCT {
@@ -730,6 +755,61 @@ async fn commit(gw: &Gateway, managed: &Managed) {
         gw.metrics.commit_failed();
         tracing::warn!(session = %managed.key, %err, "could not commit the session step; the next request carries its messages");
     }
+}
+
+/// Answers a Responses `compaction_trigger` in the provider's shape: the session is compacted
+/// (its summary written upstream on the request it would have forwarded, `body`) and the
+/// answer holds exactly one compaction item standing for the history.
+async fn answer_compaction(
+    gw: &Arc<Gateway>,
+    managed: &Managed,
+    body: Bytes,
+    stream: bool,
+    mut report: Report,
+    flavor: Flavor,
+) -> Result<Response, ApiError> {
+    let text = match gw
+        .sessions
+        .compact_for_client(&managed.key, managed.ticket, &managed.incoming, Some(body))
+        .await
+    {
+        Ok(text) => text,
+        Err(err) => {
+            gw.sessions.abandon(&managed.key, managed.ticket).await;
+            return Err(ApiError::internal(
+                flavor,
+                format!("session {}: could not compact: {err}", managed.key),
+            ));
+        }
+    };
+    commit(gw, managed).await;
+    report.compacted = true;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let answer = compaction_items::CompactionAnswer {
+        id: format!(
+            "{:016x}",
+            xxhash_rust::xxh3::xxh3_64(format!("{}/{}", managed.key, now.as_nanos()).as_bytes())
+        ),
+        model: managed.incoming.model.clone().unwrap_or_default(),
+        output_tokens: text.len() as u64 / 4,
+        text,
+        input_tokens: report.input_tokens,
+        created_at: now.as_secs(),
+    };
+    let mut response = if stream {
+        let mut response = Response::new(Body::from(answer.events().concat()));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        response
+    } else {
+        axum::Json(answer.body()).into_response()
+    };
+    report.apply(response.headers_mut());
+    Ok(response)
 }
 
 /// Builds the client's response from an upstream answer; for a managed session, the usage it

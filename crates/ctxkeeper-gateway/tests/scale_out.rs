@@ -70,8 +70,13 @@ async fn scale_out(store_url: &str) {
     // These replicas sit behind a proxy that names the tenant.
     cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
     // Exact counts: a gateway that reloads a session counts it as a warm one does, so the
-    // compactions are comparable with the single-gateway reference.
-    cfg.policy = cfg.policy.with_overrides("accounting = \"exact\"").unwrap();
+    // compactions are comparable with the single-gateway reference. The fixed trigger: the
+    // economic one reads the provider's usage reports, which only the replica that served a
+    // step sees (what it guarantees across replicas is tested below).
+    cfg.policy = cfg
+        .policy
+        .with_overrides("accounting = \"exact\"\n[cost]\nenabled = false")
+        .unwrap();
     let a = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
     let b = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
     let reference_store = ctxkeeper_store::open_store("memory://").await.unwrap();
@@ -166,6 +171,63 @@ async fn scale_out(store_url: &str) {
         requests.iter().all(|r| r.status == 200),
         "every forwarded request was valid"
     );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Under the default policy (the economic trigger, estimated counts), a session that moves
+/// between two gateways at every step loses and doubles nothing, never diverges, and compacts
+/// at most once more or less often than on one gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moving_session_compacts_within_a_step_of_one_gateway() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store_url = format!("sqlite://{}", dir.path().join("s.db").display());
+    let store = ctxkeeper_store::open_store(&store_url).await.unwrap();
+    let archive = ctxkeeper_store::open_archive(dir.path().join("archive").to_str().unwrap())
+        .await
+        .unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
+    assert!(cfg.policy.cost.as_ref().is_some_and(|c| c.enabled));
+    let a = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
+    let b = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
+    let reference_store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let reference_archive =
+        ctxkeeper_store::open_archive(dir.path().join("reference").to_str().unwrap())
+            .await
+            .unwrap();
+    let reference = start_shared(cfg, reference_store.clone(), reference_archive).await;
+    let session = unique("economic");
+    let steps: usize = 40;
+    for rounds in 1..=steps {
+        let gw = if rounds.is_multiple_of(2) { &b } else { &a };
+        let url = gw.url("/v1/chat/completions");
+        assert_eq!(send(&url, &session, rounds).await.0, 200);
+        let url = reference.url("/v1/chat/completions");
+        assert_eq!(send(&url, &session, rounds).await.0, 200);
+    }
+    let (compactions, log) = stored(&store, &session).await;
+    let (expected, _) = stored(&reference_store, &session).await;
+    assert!(expected > 0, "the small window must compact");
+    assert!(
+        compactions.abs_diff(expected) <= 1,
+        "{compactions} compactions moving, {expected} on one gateway"
+    );
+    assert_eq!(
+        log,
+        chat_history(steps, 700).len(),
+        "no message lost or doubled"
+    );
+    for gw in [&a, &b] {
+        assert_eq!(
+            gw.gateway
+                .metrics
+                .divergences
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
+    }
     a.stop().await;
     b.stop().await;
 }

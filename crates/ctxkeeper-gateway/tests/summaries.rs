@@ -171,3 +171,125 @@ async fn a_request_the_provider_manages_is_forwarded_untouched() {
     let forwarded = upstream.requests().last().unwrap().body.clone();
     assert_eq!(forwarded, body);
 }
+
+/// Runs the conversation through a gateway in front of a mock whose summaries take
+/// `summary_delay`, waiting after each request until any summary being prepared has arrived.
+/// Returns the latency of every request that compacted, and the summary calls' cached shares.
+async fn crossing_latencies(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<f64>, u64) {
+    let summary_delay = Duration::from_millis(400);
+    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+        window: 60_000,
+        summary_delay,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    cfg.prepare_summaries_at = prepare_at;
+    let gw = common::start(cfg).await;
+    let prepared = || {
+        gw.gateway
+            .metrics
+            .summaries_prepared
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let mut crossing = Vec::new();
+    for turns in 1..14 {
+        let started = std::time::Instant::now();
+        let response = send(&gw, &conversation(turns)).await;
+        let elapsed = started.elapsed();
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+        if response
+            .headers()
+            .get("x-ctxkeeper-compacted")
+            .is_some_and(|v| v == "true")
+        {
+            crossing.push(elapsed);
+        }
+        // A preparation started by this step has answered (and been handed back) before the
+        // next request: what an agent's own think time gives it in practice.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while (upstream
+            .requests()
+            .iter()
+            .filter(|r| is_summary_call(&r.body))
+            .count() as u64)
+            < prepared()
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shares = upstream
+        .requests()
+        .iter()
+        .filter(|r| is_summary_call(&r.body))
+        .map(|r| r.cached_tokens as f64 / r.input_tokens as f64)
+        .collect();
+    (crossing, shares, prepared())
+}
+
+#[tokio::test]
+async fn a_summary_prepared_in_the_background_spares_the_crossing_request_the_wait() {
+    let (crossing, shares, prepared) = crossing_latencies(Some(0.75)).await;
+    assert!(prepared > 0, "the context passed the soft threshold");
+    assert!(!crossing.is_empty(), "the window forced a compaction");
+    for latency in &crossing {
+        assert!(
+            *latency < Duration::from_millis(400),
+            "a crossing request waited for a summary: {crossing:?}, {prepared} prepared"
+        );
+    }
+    assert!(shares.iter().all(|share| *share >= 0.85), "{shares:?}");
+    // Without preparation the crossing request waits for the summary call.
+    let (crossing, _, prepared) = crossing_latencies(None).await;
+    assert_eq!(prepared, 0);
+    assert!(!crossing.is_empty());
+    assert!(
+        crossing.iter().any(|l| *l >= Duration::from_millis(400)),
+        "{crossing:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_summarizer_outage_of_any_kind_never_fails_the_agents_request() {
+    for status in [401, 500, 529] {
+        let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+            window: 60_000,
+            summary_status: Some(status),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let gw = common::start(summarizing_config(&dir, &upstream.anthropic_base_url())).await;
+        for turns in 1..14 {
+            let response = send(&gw, &conversation(turns)).await;
+            assert_eq!(
+                response.status(),
+                200,
+                "summary calls failing with {status}"
+            );
+        }
+        let requests = upstream.requests();
+        let failed: Vec<u16> = requests
+            .iter()
+            .filter(|r| is_summary_call(&r.body))
+            .map(|r| r.status)
+            .collect();
+        assert!(!failed.is_empty() && failed.iter().all(|s| *s == status));
+        let last = requests
+            .iter()
+            .rev()
+            .find(|r| !is_summary_call(&r.body))
+            .unwrap()
+            .body
+            .to_string();
+        assert!(
+            last.contains("without a language model"),
+            "{status}: {last}"
+        );
+    }
+}

@@ -64,7 +64,7 @@ pub mod summarizer;
 pub use anthropic::{AnthropicConfig, AnthropicSummarizer};
 pub use ctxkeeper_core::summary::{Summary, SummaryReason, SummaryRequest, SummarySchema};
 pub use error::LlmError;
-pub use extractive::{EXTRACTIVE_LABEL, ExtractiveSummarizer};
+pub use extractive::{EXTRACTIVE_LABEL, EXTRACTIVE_PRODUCER, ExtractiveSummarizer};
 pub use fallback::{FALLBACK_PRODUCER, fallback_truncation};
 pub use openai::{OpenAiConfig, OpenAiSummarizer, TokenField};
 pub use options::{Secret, SummarizerOptions};

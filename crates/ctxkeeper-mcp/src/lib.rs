@@ -94,6 +94,8 @@ pub struct ServerConfig {
     pub model: String,
     /// The context window in tokens (default: the model's).
     pub window: Option<u64>,
+    /// The summarizer `compact` uses (default: the extractive one).
+    pub summarizer: Option<Arc<dyn Summarizer>>,
 }
 
 impl ServerConfig {
@@ -108,6 +110,7 @@ impl ServerConfig {
             policy: "default".to_string(),
             model: "gpt-4o".to_string(),
             window: None,
+            summarizer: None,
         }
     }
 
@@ -139,7 +142,10 @@ impl ServerConfig {
                 store,
                 archive,
                 memory: Some(Arc::new(memory)),
-                summarizer: Arc::new(ExtractiveSummarizer::default()),
+                summarizer: self
+                    .summarizer
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(ExtractiveSummarizer::default())),
             },
             options,
         )

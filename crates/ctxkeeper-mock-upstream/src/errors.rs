@@ -90,6 +90,31 @@ impl ApiError {
         }
     }
 
+    /// A provider failure with `status`, worded as the provider words it: a rejected key
+    /// (401), an overloaded service (529 at Anthropic) or a server error (any other status).
+    pub fn failure(flavor: Flavor, status: StatusCode) -> ApiError {
+        match (flavor, status.as_u16()) {
+            (Flavor::OpenAi, 401) => ApiError::openai(
+                status,
+                "Incorrect API key provided. You can find your API key at                  https://platform.openai.com/account/api-keys."
+                    .to_owned(),
+                None,
+                Some("invalid_api_key"),
+            ),
+            (Flavor::OpenAi, _) => ApiError {
+                status,
+                body: json!({"error": {
+                    "message": "The server had an error while processing your request. Sorry about that!",
+                    "type": "server_error", "param": null, "code": null}}),
+            },
+            (Flavor::Anthropic, 401) => {
+                ApiError::anthropic(status, "authentication_error", "invalid x-api-key")
+            }
+            (Flavor::Anthropic, 529) => ApiError::anthropic(status, "overloaded_error", "Overloaded"),
+            (Flavor::Anthropic, _) => ApiError::anthropic(status, "api_error", "Internal server error"),
+        }
+    }
+
     /// The answer to a body that is not JSON.
     pub fn malformed_json(flavor: Flavor, detail: &str) -> ApiError {
         match flavor {

@@ -76,6 +76,17 @@ pub struct MockConfig {
     pub max_output_tokens: u64,
     /// A scripted agent run to answer known agents' loops with (`None`: the plain answers).
     pub script: Option<Script>,
+    /// How long a summary request (a gateway's summary instruction) waits before its answer,
+    /// on top of `delay`: a model writing a summary is slower than one answering a step.
+    pub summary_delay: Duration,
+    /// Server-side compaction as OpenAI's Responses API does it: a request whose last input
+    /// item is `{"type": "compaction_trigger"}` is answered with exactly one `compaction`
+    /// item, and `compaction` items are accepted in input. Off: both are refused with
+    /// OpenAI's "Invalid value" error, as an OpenAI-compatible server without them does.
+    pub native_compaction: bool,
+    /// Answer every summary request with this error status (401, 500, 529…) in the
+    /// provider's words: a summarizer outage while the agent's own requests succeed.
+    pub summary_status: Option<u16>,
 }
 
 impl Default for MockConfig {
@@ -86,6 +97,9 @@ impl Default for MockConfig {
             record: true,
             max_output_tokens: 64,
             script: None,
+            summary_delay: Duration::ZERO,
+            native_compaction: false,
+            summary_status: None,
         }
     }
 }

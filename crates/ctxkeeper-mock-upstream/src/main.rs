@@ -31,6 +31,16 @@ struct Args {
     /// Milliseconds to wait before each answer.
     #[arg(long, default_value_t = 0)]
     delay_ms: u64,
+    /// Milliseconds a summary request waits before its answer, on top of `--delay-ms`.
+    #[arg(long, default_value_t = 0)]
+    summary_delay_ms: u64,
+    /// Answer `compaction_trigger` with one `compaction` item, as OpenAI's Responses API
+    /// does (without it both item types are refused, as by an OpenAI-compatible server).
+    #[arg(long)]
+    native_compaction: bool,
+    /// Answer every summary request with this error status (401, 500, 529…).
+    #[arg(long, value_name = "STATUS")]
+    summary_status: Option<u16>,
     /// Output budget reserved in the window when a request states none.
     #[arg(long, default_value_t = 64)]
     max_output_tokens: u64,
@@ -66,6 +76,9 @@ async fn main() -> anyhow::Result<()> {
         delay: Duration::from_millis(args.delay_ms),
         record: !args.no_record,
         max_output_tokens: args.max_output_tokens,
+        summary_delay: Duration::from_millis(args.summary_delay_ms),
+        native_compaction: args.native_compaction,
+        summary_status: args.summary_status,
         script: args.script_steps.filter(|steps| *steps > 0).map(|steps| {
             ctxkeeper_mock_upstream::Script {
                 steps,

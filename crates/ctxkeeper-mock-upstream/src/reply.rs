@@ -21,7 +21,14 @@ pub(crate) enum Api {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Answer {
     Text(String),
-    ToolCall { name: String, arguments: String },
+    ToolCall {
+        name: String,
+        arguments: String,
+    },
+    /// Server-side compaction (Responses only): one opaque `compaction` item.
+    Compaction {
+        encrypted_content: String,
+    },
 }
 
 /// An accepted request's answer and what it costs.
@@ -85,6 +92,8 @@ pub(crate) fn answer(api: Api, body: &Map<String, Value>) -> Answer {
 pub(crate) fn output_tokens(answer: &Answer) -> u64 {
     let tokens = match answer {
         Answer::Text(text) => Encoding::O200kBase.count(text),
+        // What a server-side compaction writes is opaque; its size is the summary's.
+        Answer::Compaction { encrypted_content } => Encoding::O200kBase.count(encrypted_content),
         // Name + arguments + the framing a real model emits around a call.
         Answer::ToolCall { name, arguments } => {
             Encoding::O200kBase.count(name) + Encoding::O200kBase.count(arguments) + 3

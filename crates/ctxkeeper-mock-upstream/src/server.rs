@@ -71,6 +71,8 @@ struct Outcome {
     status: StatusCode,
     input_tokens: u64,
     cached_tokens: u64,
+    /// The request was a summary instruction (answered after the summary delay).
+    summary: bool,
 }
 
 impl Outcome {
@@ -83,6 +85,7 @@ impl Outcome {
             status,
             input_tokens: 0,
             cached_tokens: 0,
+            summary: false,
         }
     }
 }
@@ -98,7 +101,10 @@ async fn serve(
     let number = shared.next_id();
     let parsed = serde_json::from_slice::<Value>(&bytes);
     let outcome = answer(api, shared, headers, parsed.as_ref(), number);
-    let delay = shared.delay();
+    let mut delay = shared.delay();
+    if outcome.summary {
+        delay += shared.summary_delay();
+    }
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -157,7 +163,7 @@ fn answer(
     };
     let valid = match api {
         Api::Chat => crate::validate::chat(body),
-        Api::Responses => crate::validate::responses(body),
+        Api::Responses => crate::validate::responses(body, shared.native_compaction()),
         Api::Anthropic => crate::validate::anthropic(body, inline_system_allowed(headers)),
     };
     if let Err(error) = valid {
@@ -177,10 +183,22 @@ fn answer(
     let progress_key = format!("{api:?}/{key}");
     // A summary request is answered as a model that follows it, never as a script step.
     let summarizing = reply::summary_answer(api, body).is_some();
+    if summarizing && let Some(status) = shared.summary_status() {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut outcome = Outcome::error(ApiError::failure(flavor, status), number, flavor);
+        outcome.summary = true;
+        return outcome;
+    }
     let scripted = shared.script().filter(|_| !summarizing).and_then(|script| {
         crate::script::answer(&script, api, body, shared.script_progress(&progress_key))
     });
     let (answer, scripted_step) = match scripted {
+        _ if api == Api::Responses && crate::validate::asks_compaction(body) => (
+            reply::Answer::Compaction {
+                encrypted_content: format!("mock-compaction-{number}-{}", counted.input),
+            },
+            None,
+        ),
         Some((answer, step)) => (answer, Some(step)),
         None => (reply::answer(api, body), None),
     };
@@ -207,10 +225,12 @@ fn answer(
                 status: StatusCode::OK,
                 input_tokens: counted.input,
                 cached_tokens: 0,
+                summary: summarizing,
             };
         }
         let mut outcome = Outcome::error(error, number, flavor);
         outcome.input_tokens = counted.input;
+        outcome.summary = summarizing;
         return outcome;
     }
     shared.remember(&counted.prefixes);
@@ -261,6 +281,7 @@ fn answer(
         status: StatusCode::OK,
         input_tokens: counted.input,
         cached_tokens: counted.cached,
+        summary: summarizing,
     }
 }
 
@@ -527,13 +548,16 @@ async fn configure(State(handle): State<MockHandle>, bytes: Bytes) -> Response {
                 "delay_ms": u64::try_from(shared.delay().as_millis()).unwrap_or(u64::MAX),
                 "record": shared.recording(),
                 "max_output_tokens": shared.max_output_tokens(),
+                "summary_delay_ms": u64::try_from(shared.summary_delay().as_millis()).unwrap_or(u64::MAX),
+                "native_compaction": shared.native_compaction(),
+                "summary_status": shared.summary_status(),
                 "script": shared.script(),
             }))
             .into_response()
         }
         Err(error) => (
             StatusCode::BAD_REQUEST,
-            axum::Json(json!({"error": format!("invalid mock config: {error}; expected {{\"window\": N, \"delay_ms\": N, \"record\": bool, \"max_output_tokens\": N, \"script\": {{\"steps\": N, \"output_bytes\": N}}}}")})),
+            axum::Json(json!({"error": format!("invalid mock config: {error}; expected {{\"window\": N, \"delay_ms\": N, \"record\": bool, \"max_output_tokens\": N, \"summary_delay_ms\": N, \"native_compaction\": bool, \"summary_status\": N, \"script\": {{\"steps\": N, \"output_bytes\": N}}}}")})),
         )
             .into_response(),
     }

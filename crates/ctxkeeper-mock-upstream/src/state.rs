@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -65,6 +65,10 @@ pub(crate) struct ConfigPatch {
     pub delay_ms: Option<u64>,
     pub record: Option<bool>,
     pub max_output_tokens: Option<u64>,
+    pub summary_delay_ms: Option<u64>,
+    pub native_compaction: Option<bool>,
+    /// 0 answers summary requests normally again.
+    pub summary_status: Option<u16>,
     /// A script to follow from now on; `{"steps": 0, …}` turns scripting off.
     pub script: Option<Script>,
 }
@@ -114,6 +118,15 @@ impl MockHandle {
         if let Some(max) = patch.max_output_tokens {
             shared.max_output_tokens.store(max, Ordering::Relaxed);
         }
+        if let Some(delay) = patch.summary_delay_ms {
+            shared.summary_delay_ms.store(delay, Ordering::Relaxed);
+        }
+        if let Some(native) = patch.native_compaction {
+            shared.native_compaction.store(native, Ordering::Relaxed);
+        }
+        if let Some(status) = patch.summary_status {
+            shared.summary_status.store(status, Ordering::Relaxed);
+        }
         if let Some(script) = patch.script {
             *lock(&shared.script) = (script.steps > 0).then_some(script);
             lock(&shared.script_progress).clear();
@@ -131,6 +144,10 @@ impl MockHandle {
 pub(crate) struct Shared {
     window: AtomicU64,
     delay_ms: AtomicU64,
+    summary_delay_ms: AtomicU64,
+    native_compaction: AtomicBool,
+    /// 0: summary requests are answered.
+    summary_status: AtomicU16,
     record: AtomicBool,
     max_output_tokens: AtomicU64,
     script: Mutex<Option<Script>>,
@@ -151,6 +168,11 @@ impl Shared {
         Shared {
             window: AtomicU64::new(config.window),
             delay_ms: AtomicU64::new(u64::try_from(config.delay.as_millis()).unwrap_or(u64::MAX)),
+            summary_delay_ms: AtomicU64::new(
+                u64::try_from(config.summary_delay.as_millis()).unwrap_or(u64::MAX),
+            ),
+            native_compaction: AtomicBool::new(config.native_compaction),
+            summary_status: AtomicU16::new(config.summary_status.unwrap_or(0)),
             record: AtomicBool::new(config.record),
             max_output_tokens: AtomicU64::new(config.max_output_tokens),
             script: Mutex::new(config.script),
@@ -170,6 +192,19 @@ impl Shared {
 
     pub fn delay(&self) -> Duration {
         Duration::from_millis(self.delay_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn summary_delay(&self) -> Duration {
+        Duration::from_millis(self.summary_delay_ms.load(Ordering::Relaxed))
+    }
+
+    /// The status summary requests fail with, if they do.
+    pub fn summary_status(&self) -> Option<u16> {
+        Some(self.summary_status.load(Ordering::Relaxed)).filter(|s| *s != 0)
+    }
+
+    pub fn native_compaction(&self) -> bool {
+        self.native_compaction.load(Ordering::Relaxed)
     }
 
     pub fn recording(&self) -> bool {

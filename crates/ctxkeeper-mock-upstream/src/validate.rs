@@ -97,10 +97,29 @@ fn unanswered_calls(pending: Option<Vec<String>>, index: usize) -> Result<(), Ap
     }
 }
 
+/// Whether a Responses request asks for server-side compaction: its last input item is
+/// `{"type": "compaction_trigger"}`.
+pub(crate) fn asks_compaction(body: &Map<String, Value>) -> bool {
+    body.get("input")
+        .and_then(Value::as_array)
+        .and_then(|items| items.last())
+        .and_then(|item| item.get("type"))
+        .and_then(Value::as_str)
+        == Some(COMPACTION_TRIGGER)
+}
+
+const COMPACTION_TRIGGER: &str = "compaction_trigger";
+
 /// OpenAI Responses: `model`, input items of known roles, every `function_call_output`
 /// answering an earlier `function_call` and every `function_call` answered. A
-/// `previous_response_id` is refused as unknown: the mock stores no responses.
-pub(crate) fn responses(body: &Map<String, Value>) -> Result<(), ApiError> {
+/// `previous_response_id` is refused as unknown: the mock stores no responses. Server-side
+/// compaction items (`compaction_trigger`, only as the last item, and `compaction`) are
+/// accepted only when `native_compaction` is on; otherwise refused as an OpenAI-compatible
+/// server without them refuses an unknown item type.
+pub(crate) fn responses(
+    body: &Map<String, Value>,
+    native_compaction: bool,
+) -> Result<(), ApiError> {
     if !body.get("model").is_some_and(Value::is_string) {
         return Err(ApiError::openai_400(
             "Missing required parameter: 'model'.",
@@ -152,6 +171,24 @@ pub(crate) fn responses(body: &Map<String, Value>) -> Result<(), ApiError> {
                     ));
                 }
                 answered.push(id);
+            }
+            Some(kind @ (COMPACTION_TRIGGER | "compaction")) => {
+                if !native_compaction {
+                    return Err(ApiError::openai_400(
+                        format!(
+                            "Invalid value: '{kind}'. Supported values are: 'message', 'function_call', 'function_call_output', 'reasoning', 'custom_tool_call' and 'custom_tool_call_output'."
+                        ),
+                        Some(&format!("input[{index}].type")),
+                        Some("invalid_value"),
+                    ));
+                }
+                if kind == COMPACTION_TRIGGER && index + 1 != items.len() {
+                    return Err(ApiError::openai_400(
+                        "The 'compaction_trigger' item must be the final input item.",
+                        Some(&format!("input[{index}]")),
+                        None,
+                    ));
+                }
             }
             None | Some("message") => {
                 openai_role(
@@ -435,19 +472,45 @@ mod tests {
             {"role": "user", "content": "hi"},
             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "x"}]}));
-        assert_eq!(responses(&ok), Ok(()));
+        assert_eq!(responses(&ok, false), Ok(()));
         let orphan = object(json!({"model": "m", "input": [
             {"type": "function_call_output", "call_id": "c9", "output": "x"}]}));
         assert_eq!(
-            message(responses(&orphan)),
+            message(responses(&orphan, false)),
             "No tool call found for function call output with call_id c9."
         );
         let unanswered = object(json!({"model": "m", "input": [
             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}]}));
         assert_eq!(
-            message(responses(&unanswered)),
+            message(responses(&unanswered, false)),
             "No tool output found for function call c1."
         );
+    }
+
+    #[test]
+    fn compaction_items_need_native_compaction() {
+        let trigger = object(json!({"model": "m", "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "compaction_trigger"}]}));
+        assert!(asks_compaction(&trigger));
+        assert_eq!(responses(&trigger, true), Ok(()));
+        assert_eq!(
+            message(responses(&trigger, false)),
+            "Invalid value: 'compaction_trigger'. Supported values are: 'message', 'function_call', 'function_call_output', 'reasoning', 'custom_tool_call' and 'custom_tool_call_output'."
+        );
+        let early = object(json!({"model": "m", "input": [
+            {"type": "compaction_trigger"},
+            {"role": "user", "content": "hi"}]}));
+        assert!(!asks_compaction(&early));
+        assert_eq!(
+            message(responses(&early, true)),
+            "The 'compaction_trigger' item must be the final input item."
+        );
+        let item = object(json!({"model": "m", "input": [
+            {"type": "compaction", "id": "cmp_1", "encrypted_content": "x"},
+            {"role": "user", "content": "go on"}]}));
+        assert_eq!(responses(&item, true), Ok(()));
+        assert!(responses(&item, false).is_err());
     }
 
     fn anthropic_message(body: Value) -> String {

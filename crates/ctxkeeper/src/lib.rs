@@ -42,6 +42,7 @@
 //! ```
 
 mod assembly;
+mod prepared;
 pub mod replay;
 pub mod snapshot;
 pub mod summarizers;
@@ -53,6 +54,7 @@ pub use assembly::{Assembly, ContextProvider, Placement, SystemPromptHook, Trans
 pub use ctxkeeper_core as core;
 pub use ctxkeeper_llm as llm;
 pub use ctxkeeper_store as store;
+pub use prepared::{Preparations, PreparedSummary, SummaryPreparation};
 
 use ctxkeeper_core::engine::{
     ArchiveItem, Budget, CompactionReason, ContextState, Engine, Event, Ingest, Plan, PlanOutcome,
@@ -172,6 +174,10 @@ pub struct ContextManager {
     memory: Option<(Arc<LongTermMemory>, MemoryScope)>,
     /// Consecutive compactions that ended over the trigger (see `stop_compaction_loop`).
     stalled_compactions: u32,
+    /// A summary written ahead of the trigger (see [`ContextManager::summary_to_prepare`]).
+    prepared: Option<PreparedSummary>,
+    /// The compaction count of the context a preparation handed out is running for.
+    preparing: Option<u32>,
 }
 
 impl ContextManager {
@@ -216,6 +222,8 @@ impl ContextManager {
             archived_bytes: 0,
             memory: None,
             stalled_compactions: 0,
+            prepared: None,
+            preparing: None,
         }
     }
 
@@ -235,6 +243,8 @@ impl ContextManager {
     pub fn restore(&mut self, state: ContextState) {
         self.state = state;
         self.sent = None;
+        self.prepared = None;
+        self.preparing = None;
     }
 
     /// Resumes a stored session after a restart, as the policy's `[session]` says: under
@@ -390,6 +400,7 @@ impl ContextManager {
         let budget = self.budget();
         let request = PlanRequest {
             reported_usage: self.last_usage.take(),
+            summarize_through: self.prepared_span().map(|span| span.last),
             ..PlanRequest::default()
         };
         let started = Instant::now();
@@ -419,6 +430,18 @@ impl ContextManager {
         overrides: Option<&str>,
         focus: Option<String>,
     ) -> Result<bool, Error> {
+        self.compact_to(overrides, focus, None).await
+    }
+
+    /// Compacts as [`ContextManager::compact`] does, down to at most `target` tokens when
+    /// given (below the policy's own target: `Some(0)` summarizes everything but what must
+    /// stay, for a client that replaces its whole history by the result).
+    pub async fn compact_to(
+        &mut self,
+        overrides: Option<&str>,
+        focus: Option<String>,
+        target: Option<u64>,
+    ) -> Result<bool, Error> {
         let engine = match overrides {
             Some(fragment) => {
                 let policy = self
@@ -434,6 +457,7 @@ impl ContextManager {
         let request = PlanRequest {
             force: Some(CompactionReason::Manual),
             focus,
+            target_tokens: target,
             ..PlanRequest::default()
         };
         match engine.plan(&mut self.state, &budget, &request) {
@@ -637,7 +661,13 @@ impl ContextManager {
             }
         }
         let mut summaries = Vec::with_capacity(plan.summaries.len());
-        for request in &plan.summaries {
+        for (index, request) in plan.summaries.iter().enumerate() {
+            if let Some(summary) =
+                self.take_prepared(plan.summary_spans.get(index).copied().flatten())
+            {
+                summaries.push(summary);
+                continue;
+            }
             let summary = match self.summarizer.summarize(request).await {
                 Ok(summary) => summary,
                 // A failed summary never kills the turn: the extractive summary (no model, it
@@ -664,8 +694,142 @@ impl ContextManager {
         let events = engine.apply(&mut self.state, plan, PlanOutcome { refs, summaries });
         self.clock.engine += started.elapsed();
         self.emit(events);
+        // A summary prepared for the context before this compaction would now be applied
+        // over messages it never read.
+        if let Some(stale) = self.prepared.take() {
+            self.emit(vec![prepared::prepared_event(
+                stale.span,
+                "discarded",
+                None,
+            )]);
+        }
         self.stop_compaction_loop();
         Ok(())
+    }
+
+    /// The summary the next compaction would ask for, to write ahead of time: `Some` once the
+    /// request passes `soft_ratio` of the active token trigger, when the compaction would
+    /// summarize (one request, over messages of the log) and nothing is prepared or being
+    /// prepared for this context yet. Run it off the session's lock and hand the result to
+    /// [`ContextManager::accept_prepared`]. It summarizes with the summarizer set now.
+    pub fn summary_to_prepare(&mut self, soft_ratio: f64) -> Option<SummaryPreparation> {
+        let compactions = self.state.compactions;
+        if self.preparing == Some(compactions)
+            || self
+                .prepared
+                .as_ref()
+                .is_some_and(|p| p.compactions == compactions)
+        {
+            return None;
+        }
+        let budget = self.budget();
+        let (trigger, _) = self.engine.active_trigger(&self.state, &budget)?;
+        let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
+        if (tokens as f64) < trigger as f64 * soft_ratio || tokens >= trigger {
+            return None;
+        }
+        // The dry run works on a copy: planning teaches the state the growth per step, which
+        // only the step's own plan may do.
+        let mut draft = self.state.clone();
+        let request = PlanRequest {
+            force: Some(CompactionReason::Tokens),
+            ..PlanRequest::default()
+        };
+        let started = Instant::now();
+        let plan = self.engine.plan(&mut draft, &budget, &request);
+        self.clock.engine += started.elapsed();
+        let mut plan = plan?;
+        if plan.summaries.len() != 1 {
+            return None;
+        }
+        let span = plan.summary_spans.first().copied().flatten()?;
+        let request = plan.summaries.pop()?;
+        self.preparing = Some(compactions);
+        Some(SummaryPreparation::new(
+            compactions,
+            span,
+            request,
+            plan.archive.len(),
+            self.summarizer.clone(),
+        ))
+    }
+
+    /// Keeps a prepared summary for the next compaction, unless the context was compacted
+    /// since it was asked for (then it is discarded). Emits `summary_prepared`.
+    pub fn accept_prepared(&mut self, prepared: PreparedSummary) {
+        if self.preparing == Some(prepared.compactions) {
+            self.preparing = None;
+        }
+        let (outcome, cause) = match &prepared.summary {
+            Err(cause) => ("failed", Some(cause.clone())),
+            Ok(_) if !self.still_applies(&prepared) => ("discarded", None),
+            Ok(_) => ("ready", None),
+        };
+        self.emit(vec![prepared::prepared_event(
+            prepared.span,
+            outcome,
+            cause,
+        )]);
+        if outcome == "ready" {
+            self.prepared = Some(prepared);
+        }
+    }
+
+    /// Whether `prepared` was written for the context as it is: no compaction since, and the
+    /// newest message it read still in place.
+    fn still_applies(&self, prepared: &PreparedSummary) -> bool {
+        prepared.compactions == self.state.compactions
+            && self
+                .state
+                .entries
+                .iter()
+                .any(|e| e.meta.log_index == Some(prepared.span.last))
+    }
+
+    /// Moves out what this manager prepared or is preparing, for a host that rebuilds the
+    /// manager around the same context (new settings, a replaced newest message): hand it to
+    /// the new one with [`ContextManager::restore_preparations`].
+    pub fn take_preparations(&mut self) -> Preparations {
+        Preparations {
+            prepared: self.prepared.take(),
+            preparing: self.preparing.take(),
+        }
+    }
+
+    /// Takes over what [`ContextManager::take_preparations`] moved out, keeping a prepared
+    /// summary only while it still applies to this context.
+    pub fn restore_preparations(&mut self, preparations: Preparations) {
+        self.preparing = preparations.preparing;
+        self.prepared = preparations
+            .prepared
+            .filter(|prepared| self.still_applies(prepared));
+    }
+
+    /// Whether a summary is being prepared for the context as it is.
+    pub fn preparing_summary(&self) -> bool {
+        self.preparing == Some(self.state.compactions)
+    }
+
+    /// The span of a ready prepared summary for the context as it is.
+    fn prepared_span(&self) -> Option<ctxkeeper_core::engine::LogSpan> {
+        self.prepared
+            .as_ref()
+            .filter(|p| p.compactions == self.state.compactions && p.summary.is_ok())
+            .map(|p| p.span)
+    }
+
+    /// The prepared summary, when it was written for exactly the messages of `span`.
+    fn take_prepared(
+        &mut self,
+        span: Option<ctxkeeper_core::engine::LogSpan>,
+    ) -> Option<ctxkeeper_core::summary::Summary> {
+        let span = span?;
+        if self.prepared_span() != Some(span) {
+            return None;
+        }
+        let prepared = self.prepared.take()?;
+        self.emit(vec![prepared::prepared_event(span, "used", None)]);
+        prepared.summary.ok()
     }
 
     /// Summarizes with `summarizer` from now on (a host that changes summarizers per request,

@@ -168,6 +168,9 @@ pub struct ArchiveLayout {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CostRule {
+    /// `false` turns the rule off (`[policy.cost] enabled = false`): the token trigger is the
+    /// fixed one again.
+    pub enabled: bool,
     /// Price of a cached input token, as a share of an uncached one (0.1 at Anthropic and
     /// OpenAI).
     pub cache_read: f64,
@@ -185,6 +188,7 @@ pub struct CostRule {
 impl Default for CostRule {
     fn default() -> CostRule {
         CostRule {
+            enabled: true,
             cache_read: 0.1,
             cache_write: 1.25,
             min_trigger_ratio: 0.3,

@@ -132,6 +132,19 @@ pub enum Event {
     /// The summarizer failed (`cause`, never holding a key); the extractive summary stood in,
     /// marked degraded.
     SummaryFailed { summarizer: String, cause: String },
+    /// A summary prepared ahead of the trigger, for the messages at log positions
+    /// `first..=last`: `ready` when it arrived, `used` when a compaction applied it (what
+    /// arrived after `last` stayed verbatim), `discarded` when the context it was written for
+    /// had been compacted meanwhile, `failed` (with the `cause`) when the summarizer failed;
+    /// the compaction then summarizes as usual.
+    SummaryPrepared {
+        first: u64,
+        last: u64,
+        messages: usize,
+        outcome: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<String>,
+    },
     /// Facts were written to long-term memory before a compaction (`path`), or nothing was
     /// worth keeping (`None`), or the write failed (`error`).
     MemoryFlushed {
@@ -154,6 +167,7 @@ impl Event {
             Event::BudgetUsed { .. } => "budget_used",
             Event::MemoryFlushed { .. } => "memory_flushed",
             Event::SummaryFailed { .. } => "summary_failed",
+            Event::SummaryPrepared { .. } => "summary_prepared",
         }
     }
 }

@@ -88,6 +88,19 @@ pub struct PlanRequest {
     /// The overflow recovery attempt this plan serves (from 1); 0 when not stated, which lets
     /// every stage run. Gates `clear` stages (see [`OverflowConfig::clear_from_attempt`]).
     pub attempt: u32,
+    /// A summary prepared ahead of the trigger covers the messages up to this log index: a
+    /// summarizing stage ends its span there when the span would reach past it, so the
+    /// prepared summary applies to exactly the messages it read and everything appended since
+    /// stays verbatim (see [`Plan::summary_spans`]).
+    pub summarize_through: Option<u64>,
+}
+
+/// The log positions of the messages one summary request covers (first, last, how many).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSpan {
+    pub first: u64,
+    pub last: u64,
+    pub count: usize,
 }
 
 /// Content that must be archived before a plan can be applied.
@@ -195,6 +208,9 @@ pub struct Plan {
     pub archive: Vec<ArchiveItem>,
     /// Summarize these, in order, and pass the summaries to [`Engine::apply`].
     pub summaries: Vec<SummaryRequest>,
+    /// For each summary request, the log positions of the messages it covers, when every one
+    /// of them has one: what a summary prepared ahead of time is matched against.
+    pub summary_spans: Vec<Option<LogSpan>>,
     /// The economic trigger's arithmetic when a cost rule placed the trigger.
     pub economics: Option<Economics>,
     draft: Vec<Entry>,
@@ -343,7 +359,8 @@ impl Engine {
         budget: &Budget,
     ) -> Option<(u64, Option<Economics>)> {
         let configured = self.trigger_tokens(budget)?;
-        let (Some(rule), Some(growth)) = (&self.config.cost, state.step_growth()) else {
+        let rule = self.config.cost.as_ref().filter(|rule| rule.enabled);
+        let (Some(rule), Some(growth)) = (rule, state.step_growth()) else {
             return Some((configured, None));
         };
         if growth == 0 || budget.window == 0 {

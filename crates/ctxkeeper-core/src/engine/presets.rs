@@ -19,8 +19,8 @@
 //! summary never replaces the prefix with nothing.
 
 use super::config::{
-    Accounting, ArchiveLayout, IngestConfig, OverflowConfig, PolicyConfig, ReactiveConfig,
-    SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+    Accounting, ArchiveLayout, CostRule, IngestConfig, OverflowConfig, PolicyConfig,
+    ReactiveConfig, SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 use crate::capsule::CapsuleConfig;
 use crate::summary::{SummaryField, SummarySchema};
@@ -106,12 +106,16 @@ fn none() -> PolicyConfig {
 ///   level.) Against a trigger at 80 %, this cut uncached input tokens by 0.4–7 % per shared
 ///   trace at 16k, and a session that peaks just under the window (SWE-agent pydicom) now
 ///   finishes without a compaction.
-/// - `[policy.cost]` (the economic trigger, [`CostRule`]) is opt-in: on the shared traces it
-///   cut `default`'s billed input by 3.5 % (Claude Code) and 9 % (Codex) at 16k, 34 % and
-///   29 % at 32k, 19 % and 44 % at 200k, with the user's words and file paths kept
-///   (bench/RESULTS.md, "Economic trigger"). It is not the default yet: the token estimate's
-///   calibration is not kept with a session, so two gateways sharing a store can place the
-///   economic trigger a step apart, and one session must compact the same on every replica.
+/// - The economic trigger (`[policy.cost]`, [`CostRule`]) places the token trigger where the
+///   billed input per step is lowest (cache reads of what stays against the cache write a
+///   compaction causes, at the growth per step observed), between 30 % of the window and the
+///   90 % ceiling. On the shared traces it cut `default`'s billed input by 3.5 % (Claude Code)
+///   and 9 % (Codex) at 16k, 34 % and 29 % at 32k, 19 % and 44 % at 200k, with the user's
+///   words and file paths kept (bench/RESULTS.md, "Economic trigger").
+///   `[policy.cost] enabled = false` restores the fixed trigger. The growth it reads comes
+///   from the provider's usage reports, which only the gateway replica that served a step
+///   sees: a session moving between replicas may compact a step earlier or later than on
+///   one replica (never twice, never losing a message).
 fn default() -> PolicyConfig {
     PolicyConfig {
         name: "default".into(),
@@ -150,6 +154,7 @@ fn default() -> PolicyConfig {
         },
         capsule: Some(CapsuleConfig::default()),
         accounting: Accounting::Estimate,
+        cost: Some(CostRule::default()),
         ..PolicyConfig::default()
     }
 }

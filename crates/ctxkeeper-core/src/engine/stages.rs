@@ -44,6 +44,9 @@ pub(super) struct Draft<'a> {
     focus: Option<String>,
     archive: Vec<ArchiveItem>,
     summaries: Vec<crate::summary::SummaryRequest>,
+    summary_spans: Vec<Option<super::LogSpan>>,
+    /// Where a prepared summary ends (see [`PlanRequest::summarize_through`]).
+    summarize_through: Option<u64>,
     stages: Vec<String>,
     messages_before: usize,
     window: u64,
@@ -114,6 +117,8 @@ impl<'a> Draft<'a> {
             focus: request.focus.clone(),
             archive: Vec::new(),
             summaries: Vec::new(),
+            summary_spans: Vec::new(),
+            summarize_through: request.summarize_through,
             stages: Vec::new(),
             messages_before: state.entries.len(),
         };
@@ -733,6 +738,15 @@ impl<'a> Draft<'a> {
                 .map_or(cut, |r| r.end);
             cut = cut.min(end);
         }
+        if let Some(through) = self.summarize_through
+            && let Some(last) = self.entries[start..cut]
+                .iter()
+                .position(|e| e.meta.log_index == Some(through))
+        {
+            // A summary prepared ahead of the trigger read the messages up to `through`:
+            // end there, and what arrived since stays verbatim.
+            cut = start + last + 1;
+        }
         self.summarize_range(start, cut, group_threshold)
     }
 
@@ -820,6 +834,12 @@ impl<'a> Draft<'a> {
             );
             let summary_index = self.summaries.len();
             self.summaries.push(request);
+            self.summary_spans.push(match (logs.first(), logs.last()) {
+                (Some(&first), Some(&last)) if logs.len() == count => {
+                    Some(super::LogSpan { first, last, count })
+                }
+                _ => None,
+            });
             if placement == SummaryPlacement::Memory {
                 continue;
             }
@@ -952,6 +972,7 @@ impl<'a> Draft<'a> {
             messages_after: self.entries.len(),
             archive: std::mem::take(&mut self.archive),
             summaries: std::mem::take(&mut self.summaries),
+            summary_spans: std::mem::take(&mut self.summary_spans),
             economics: None,
             draft: std::mem::take(&mut self.entries),
             fixed_tokens: self.fixed_tokens,

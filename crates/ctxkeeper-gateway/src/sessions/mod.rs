@@ -37,9 +37,11 @@
 //! ```
 
 mod advance;
+mod client_compaction;
 pub mod events;
 mod inspect;
 mod persist;
+mod prepare;
 mod slot;
 #[cfg(test)]
 mod tests;
@@ -69,6 +71,7 @@ use slot::{Outbox, Pending, Slot, WarmSlots};
 
 pub use events::{SessionEvent, Subscription};
 pub use inspect::{ContextStats, PatchError};
+pub use prepare::DEFAULT_PREPARE_AT;
 pub use slot::DEFAULT_IDLE_TTL;
 
 /// The extension key holding a session's policy overrides (a TOML fragment).
@@ -261,6 +264,9 @@ pub struct Sessions {
     /// replaces the request's, if any); `self.summarizer` then serves only requests without
     /// a route.
     upstream_summaries: Option<Option<String>>,
+    /// The share of the trigger past which a summary is prepared in the background
+    /// ([`Sessions::with_summary_preparation`]).
+    prepare_at: Option<f64>,
 }
 
 impl Sessions {
@@ -289,6 +295,7 @@ impl Sessions {
             max_consecutive_recoveries: DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             metrics: Arc::new(Metrics::default()),
             upstream_summaries: None,
+            prepare_at: Some(prepare::DEFAULT_PREPARE_AT),
         }
     }
 
@@ -474,8 +481,8 @@ impl Sessions {
         tools: &[ToolSpec],
         ticket: Ticket,
     ) -> Result<(), SessionError> {
-        let slot = self.slot(key);
-        let mut slot = slot.lock().await;
+        let cell = self.slot(key);
+        let mut slot = cell.lock().await;
         let Some(pending) = slot
             .pending
             .take_if(|pending| pending.generation == ticket.0)
@@ -509,6 +516,7 @@ impl Sessions {
                 slot.stored_hashes.clone_from(&slot.client.hashes);
                 slot.last_forwarded.clone_from(&incoming.forwarded);
                 self.release(key, outbox);
+                self.prepare_ahead(&cell, slot, incoming);
                 return Ok(());
             }
             // Another writer moved the session on: redo the step on what it stored. Only

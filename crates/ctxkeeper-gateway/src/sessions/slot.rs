@@ -102,6 +102,9 @@ pub(super) struct Slot {
     /// The body of the last forwarded request, when the gateway summarizes upstream: the
     /// next summary call repeats it, so the provider serves it from its prompt cache.
     pub(super) last_forwarded: Option<bytes::Bytes>,
+    /// A summary prepared (or being prepared) by a manager that was dropped to be rebuilt
+    /// around the same context: the next manager takes it over.
+    pub(super) preparations: ctxkeeper::Preparations,
 }
 
 impl Slot {
@@ -114,7 +117,10 @@ impl Slot {
 
     pub(super) fn take_state(&mut self) -> ContextState {
         match (self.live.take(), self.state.take()) {
-            (Some(live), _) => live.manager.state().clone(),
+            (Some(mut live), _) => {
+                self.preparations = live.manager.take_preparations();
+                live.manager.state().clone()
+            }
             (None, Some(state)) => state,
             (None, None) => ContextState::default(),
         }
@@ -349,6 +355,7 @@ impl Sessions {
             self.summarizer.clone(),
         );
         manager.restore(state);
+        manager.restore_preparations(std::mem::take(&mut slot.preparations));
         let events = manager.subscribe();
         slot.live = Some(Live {
             manager,

@@ -21,7 +21,7 @@ fn usage(reply: &Reply, output: u64) -> Value {
 
 fn stop_reason(reply: &Reply) -> &'static str {
     match reply.answer {
-        Answer::Text(_) => "end_turn",
+        Answer::Text(_) | Answer::Compaction { .. } => "end_turn",
         Answer::ToolCall { .. } => "tool_use",
     }
 }
@@ -46,7 +46,10 @@ fn tool_input(arguments: &str) -> Value {
 /// The non-streaming answer.
 pub(crate) fn body(reply: &Reply) -> Value {
     let content = match &reply.answer {
-        Answer::Text(text) => json!([{"type": "text", "text": text}]),
+        Answer::Text(text)
+        | Answer::Compaction {
+            encrypted_content: text,
+        } => json!([{"type": "text", "text": text}]),
         Answer::ToolCall { name, arguments } => json!([{
             "type": "tool_use",
             "id": reply.call_id(Api::Anthropic),
@@ -66,7 +69,10 @@ pub(crate) fn events(reply: &Reply) -> Vec<Bytes> {
         &json!({"type": "message_start", "message": message(reply, json!([]), None, 1)}),
     )];
     let (block, deltas): (Value, Vec<Value>) = match &reply.answer {
-        Answer::Text(text) => (
+        Answer::Text(text)
+        | Answer::Compaction {
+            encrypted_content: text,
+        } => (
             json!({"type": "text", "text": ""}),
             text_pieces(text)
                 .into_iter()

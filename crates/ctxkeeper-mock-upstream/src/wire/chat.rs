@@ -26,7 +26,7 @@ fn usage(reply: &Reply) -> Value {
 
 fn finish_reason(reply: &Reply) -> &'static str {
     match reply.answer {
-        Answer::Text(_) => "stop",
+        Answer::Text(_) | Answer::Compaction { .. } => "stop",
         Answer::ToolCall { .. } => "tool_calls",
     }
 }
@@ -38,7 +38,10 @@ fn id(reply: &Reply) -> String {
 /// The non-streaming answer.
 pub(crate) fn body(reply: &Reply) -> Value {
     let message = match &reply.answer {
-        Answer::Text(text) => json!({
+        Answer::Text(text)
+        | Answer::Compaction {
+            encrypted_content: text,
+        } => json!({
             "role": "assistant", "content": text, "refusal": null, "annotations": []
         }),
         Answer::ToolCall { name, arguments } => json!({
@@ -93,7 +96,10 @@ pub(crate) fn events(reply: &Reply, include_usage: bool) -> Vec<Bytes> {
     let delta = |delta: Value, finish: Option<&str>| json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]);
     let mut events = Vec::new();
     match &reply.answer {
-        Answer::Text(text) => {
+        Answer::Text(text)
+        | Answer::Compaction {
+            encrypted_content: text,
+        } => {
             events.push(chunk(
                 delta(
                     json!({"role": "assistant", "content": "", "refusal": null}),

@@ -21,6 +21,7 @@ fn item_id(reply: &Reply) -> String {
     match reply.answer {
         Answer::Text(_) => format!("msg_mock{}", reply.number),
         Answer::ToolCall { .. } => format!("fc_mock{}", reply.number),
+        Answer::Compaction { .. } => format!("cmp_mock{}", reply.number),
     }
 }
 
@@ -50,6 +51,12 @@ fn item(reply: &Reply, completed: bool) -> Value {
             "arguments": if completed { arguments.as_str() } else { "" },
             "call_id": reply.call_id(Api::Responses),
             "name": name
+        }),
+        // The item arrives whole: `output_item.added` already carries the opaque content.
+        Answer::Compaction { encrypted_content } => json!({
+            "id": item_id(reply),
+            "type": "compaction",
+            "encrypted_content": encrypted_content
         }),
     }
 }
@@ -181,6 +188,10 @@ pub(crate) fn events(reply: &Reply, request: &Map<String, Value>) -> Vec<Bytes> 
                 json!({"item_id": id, "output_index": 0, "arguments": arguments}),
             );
         }
+        Answer::Compaction { .. } => stream.push(
+            "response.compaction.compacting",
+            json!({"item_id": id, "output_index": 0}),
+        ),
     }
     stream.push(
         "response.output_item.done",

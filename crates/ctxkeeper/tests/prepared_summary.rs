@@ -1,0 +1,201 @@
+//! Summaries prepared ahead of the trigger: the compaction that crosses it applies the
+//! prepared summary to exactly the messages it read, without a summarizer call, and keeps
+//! what arrived since verbatim; a summary prepared for a context compacted meanwhile is
+//! discarded; a failed preparation leaves the compaction to summarize as usual.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use ctxkeeper::core::engine::{Event, presets};
+use ctxkeeper::core::model::Message;
+use ctxkeeper::core::summary::{Summary, SummaryRequest};
+use ctxkeeper::core::tokens::{Profiles, TokenModel};
+use ctxkeeper::llm::{ExtractiveSummarizer, LlmError, Summarizer};
+use ctxkeeper::store::LocalWorkspace;
+use ctxkeeper::{ContextManager, Settings};
+use tokio::sync::broadcast::Receiver;
+
+/// Extractive summaries, counted; the first `fail_first` calls fail.
+#[derive(Debug, Default)]
+struct Counting {
+    calls: AtomicUsize,
+    fail_first: usize,
+}
+
+#[async_trait]
+impl Summarizer for Counting {
+    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst);
+        if call < self.fail_first {
+            return Err(LlmError::Status {
+                status: 503,
+                body: "overloaded".into(),
+                retry_after: None,
+            });
+        }
+        ExtractiveSummarizer::default().summarize(request).await
+    }
+
+    fn name(&self) -> &str {
+        "counting"
+    }
+}
+
+fn manager(summarizer: Arc<Counting>, dir: &tempfile::TempDir) -> ContextManager {
+    let settings = Settings {
+        policy: presets::preset("default").expect("preset"),
+        model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
+        window: 4_000,
+        fixed_tokens: 0,
+    };
+    let archive = Arc::new(LocalWorkspace::new(dir.path()).expect("workspace"));
+    ContextManager::new(settings, "s1", archive, summarizer)
+}
+
+/// One exchange of plain text (nothing for masking to clear: only a summary shrinks it).
+async fn exchange(context: &mut ContextManager, i: usize) {
+    context
+        .ingest(Message::user(format!(
+            "Request {i}: look at module_{i}.rs and report. {}",
+            "Some words about it. ".repeat(12)
+        )))
+        .await
+        .expect("ingest");
+    context
+        .ingest(Message::assistant(format!(
+            "Report {i}: module_{i}.rs is fine. {}",
+            "Details of the report. ".repeat(12)
+        )))
+        .await
+        .expect("ingest");
+}
+
+fn prepared_outcomes(events: &mut Receiver<Event>) -> Vec<String> {
+    let mut outcomes = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let Event::SummaryPrepared { outcome, .. } = event {
+            outcomes.push(outcome);
+        }
+    }
+    outcomes
+}
+
+#[tokio::test]
+async fn the_crossing_compaction_uses_the_prepared_summary_and_keeps_later_messages() {
+    let dir = tempfile::tempdir().expect("dir");
+    let summarizer = Arc::new(Counting::default());
+    let mut context = manager(summarizer.clone(), &dir);
+    let mut events = context.subscribe();
+    let mut prepared_span = None;
+    let mut calls_after_preparation = 0;
+    for i in 0..60 {
+        exchange(&mut context, i).await;
+        if prepared_span.is_none()
+            && let Some(preparation) = context.summary_to_prepare(0.6)
+        {
+            assert!(context.preparing_summary());
+            let prepared = preparation.run().await;
+            assert!(prepared.is_ready());
+            prepared_span = Some(prepared.span());
+            context.accept_prepared(prepared);
+            calls_after_preparation = summarizer.calls.load(Ordering::SeqCst);
+        }
+        let before = context.state().compactions;
+        context.prepare().await.expect("prepare");
+        if context.state().compactions > before {
+            break;
+        }
+    }
+    let span = prepared_span.expect("the context passed the soft threshold");
+    assert_eq!(context.state().compactions, 1, "the trigger fired");
+    assert_eq!(
+        summarizer.calls.load(Ordering::SeqCst),
+        calls_after_preparation,
+        "the crossing compaction called no summarizer"
+    );
+    assert_eq!(prepared_outcomes(&mut events), ["ready", "used"]);
+    // Nothing the prepared summary did not read was summarized: every message logged after
+    // its span is still in the context, verbatim.
+    let logged_after: Vec<u64> = context
+        .state()
+        .entries
+        .iter()
+        .filter_map(|e| e.meta.log_index)
+        .filter(|&i| i > span.last)
+        .collect();
+    let expected: Vec<u64> = (span.last + 1..context.state().appended).collect();
+    assert_eq!(logged_after, expected);
+    assert!(
+        context
+            .state()
+            .entries
+            .iter()
+            .filter_map(|e| e.meta.log_index)
+            .all(|i| i > span.last || i < span.first),
+        "the summarized span left the context"
+    );
+    assert!(context.state().summary.is_some());
+}
+
+#[tokio::test]
+async fn a_summary_prepared_before_another_compaction_is_discarded() {
+    let dir = tempfile::tempdir().expect("dir");
+    let summarizer = Arc::new(Counting::default());
+    let mut context = manager(summarizer.clone(), &dir);
+    let mut events = context.subscribe();
+    let mut preparation = None;
+    for i in 0..60 {
+        exchange(&mut context, i).await;
+        preparation = context.summary_to_prepare(0.6);
+        if preparation.is_some() {
+            break;
+        }
+    }
+    let preparation = preparation.expect("the context passed the soft threshold");
+    // Asked for once per context: a second call while it runs hands out nothing.
+    assert!(context.summary_to_prepare(0.6).is_none());
+    assert!(context.compact(None, None).await.expect("compact"));
+    context.accept_prepared(preparation.run().await);
+    assert_eq!(prepared_outcomes(&mut events), ["discarded"]);
+    // The next compaction summarizes for itself.
+    for i in 100..106 {
+        exchange(&mut context, i).await;
+    }
+    let calls = summarizer.calls.load(Ordering::SeqCst);
+    assert!(context.compact(None, None).await.expect("compact"));
+    assert!(summarizer.calls.load(Ordering::SeqCst) > calls);
+}
+
+#[tokio::test]
+async fn a_failed_preparation_leaves_the_compaction_to_summarize() {
+    let dir = tempfile::tempdir().expect("dir");
+    let summarizer = Arc::new(Counting {
+        fail_first: 1,
+        ..Counting::default()
+    });
+    let mut context = manager(summarizer.clone(), &dir);
+    let mut events = context.subscribe();
+    let mut prepared = false;
+    for i in 0..60 {
+        exchange(&mut context, i).await;
+        if !prepared && let Some(preparation) = context.summary_to_prepare(0.6) {
+            context.accept_prepared(preparation.run().await);
+            prepared = true;
+        }
+        let before = context.state().compactions;
+        context.prepare().await.expect("prepare");
+        if context.state().compactions > before {
+            break;
+        }
+    }
+    assert!(prepared);
+    assert_eq!(context.state().compactions, 1);
+    assert_eq!(prepared_outcomes(&mut events), ["failed"]);
+    assert_eq!(summarizer.calls.load(Ordering::SeqCst), 2);
+    let summary = context.state().summary.as_ref().expect("summary");
+    assert!(
+        !summary.degraded,
+        "the compaction's own summary call succeeded"
+    );
+}
