@@ -378,7 +378,9 @@ impl Engine {
         let cycle = (2.0 * rewrite * growth as f64 / rule.cache_read)
             .sqrt()
             .max((MIN_STEPS_BETWEEN_COMPACTIONS * growth) as f64);
-        let ceiling = hold_ceiling(budget.window);
+        // Never later than the configured trigger: what lies above it is the summary call's
+        // reserve (and a configured trigger is the operator's bound).
+        let ceiling = hold_ceiling(budget.window).min(configured);
         let floor = ((budget.window as f64 * rule.min_trigger_ratio) as u64).min(ceiling);
         let trigger = (after + cycle as u64).clamp(floor, ceiling);
         // Over a steady cycle from `after` to `level`: the mean context re-read at the

@@ -857,13 +857,25 @@ fn the_economic_trigger_follows_growth_and_rewrite_cost() {
     assert_eq!(economics.trigger, slow);
     assert_eq!(economics.expected_after, 20_000);
     assert!(economics.stable_prefix >= 2_000);
-    // Fast growth: frequent compactions would each rewrite the context; the cycle widens
-    // past the fixed trigger, up to the window's ceiling.
+    // Fast growth: frequent compactions would each rewrite the context; the cycle widens up
+    // to the configured trigger, never past it (above it lies the summary call's reserve).
     let (fast, _) = engine
         .active_trigger(&growing_state(20_000, 20_000), &budget)
         .expect("a trigger");
-    assert!(fast > configured, "{fast} vs {configured}");
+    assert_eq!(fast, configured);
     assert!(fast <= hold_ceiling(budget.window));
+    // A configured trigger below the economic floor binds: the operator's bound comes first.
+    let low = Engine::new(
+        engine
+            .config()
+            .with_overrides("trigger_ratio = 0.2")
+            .expect("valid"),
+        model(),
+    );
+    let (bound, _) = low
+        .active_trigger(&growing_state(200, 5_000), &budget)
+        .expect("a trigger");
+    assert_eq!(bound, 20_000);
     // Whatever it picks, the chosen level bills no more per step than the fixed one.
     for growth in [50, 200, 1_000, 3_000, 9_000] {
         for after in [5_000, 20_000, 60_000] {
