@@ -205,7 +205,7 @@ const MYSQL_V3: &[&str] = &[
 
 // Version 4 (SQLite) indexes where each log entry belongs beside its text: the full-text
 // table gets a `scope` column holding two tokens, the tenant's and the session's
-// ([`scope_tokens`]), so a search is restricted by tenant or session inside the index
+// ([`scope_token`]), so a search is restricted by tenant or session inside the index
 // (`scope : "s…" AND body : (…)`) and ranks only that scope's matches. The table is
 // contentless (the text lives in `ctxkeeper_log` already) and deletes by rowid. Existing rows
 // are indexed again here; versions 1–3 stay as they were written (a new database runs them
@@ -220,8 +220,10 @@ const SQLITE_V4: &[&str] = &[
     "CREATE TRIGGER ctxkeeper_log_ad AFTER DELETE ON ctxkeeper_log BEGIN DELETE FROM ctxkeeper_log_fts WHERE rowid = old.id; END",
 ];
 
-// PostgreSQL and MySQL/MariaDB already restrict a search by the log's unique key, which
-// begins with tenant and session; version 4 changes nothing there.
+// Version 4 changes nothing in PostgreSQL, whose planner already combines the GIN index with
+// the log's unique key (tenant, user, agent, session, seq) and so reads a session's rows
+// only, nor in MySQL/MariaDB, whose `FULLTEXT` search reads the whole index and then filters
+// by scope.
 const POSTGRES_V4: &[&str] = &[];
 const MYSQL_V4: &[&str] = &[];
 
