@@ -5,7 +5,9 @@
 //! queries; a [`Dialect`] supplies what differs: the schema, upserts and full-text search
 //! (SQLite FTS5 with bm25, PostgreSQL `tsvector` with `ts_rank`, MySQL/MariaDB `FULLTEXT` with
 //! `MATCH … AGAINST`). The engine finds and pre-ranks candidates; a final BM25 pass over their
-//! indexed text gives every backend the same ranking.
+//! indexed text gives every backend the same ranking. SQLite's index holds each entry's tenant
+//! and session as tokens beside its text, so a search is confined to its scope inside the
+//! index; PostgreSQL combines its index with the log's key (tenant, user, agent, session, seq).
 //!
 //! - **Schema**: created and migrated on first use, under a lock (SQLite `BEGIN IMMEDIATE`,
 //!   PostgreSQL advisory lock, MySQL `GET_LOCK`), recorded in `ctxkeeper_schema` — not in
@@ -123,9 +125,9 @@ impl Dialect {
     /// The statements of each schema version, in order.
     fn migrations(self) -> &'static [&'static [&'static str]] {
         match self {
-            Dialect::Sqlite => &[SQLITE_V1, SQLITE_V2, SQLITE_V3],
-            Dialect::Postgres => &[POSTGRES_V1, POSTGRES_V2, POSTGRES_V3],
-            Dialect::MySql => &[MYSQL_V1, MYSQL_V2, MYSQL_V3],
+            Dialect::Sqlite => &[SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4],
+            Dialect::Postgres => &[POSTGRES_V1, POSTGRES_V2, POSTGRES_V3, POSTGRES_V4],
+            Dialect::MySql => &[MYSQL_V1, MYSQL_V2, MYSQL_V3, MYSQL_V4],
         }
     }
 }
@@ -200,6 +202,44 @@ const MYSQL_V3: &[&str] = &[
     "ALTER TABLE ctxkeeper_states ADD COLUMN generation BIGINT NULL, ADD COLUMN context_len BIGINT NOT NULL DEFAULT 0, ADD COLUMN trail_len BIGINT NOT NULL DEFAULT 0",
     "CREATE TABLE IF NOT EXISTS ctxkeeper_context (tenant VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, user_id VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, agent VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, session VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, generation BIGINT NOT NULL, idx BIGINT NOT NULL, item LONGTEXT NOT NULL, PRIMARY KEY (tenant, user_id, agent, session, generation, idx)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci",
 ];
+
+// Version 4 (SQLite) indexes where each log entry belongs beside its text: the full-text
+// table gets a `scope` column holding two tokens, the tenant's and the session's
+// ([`scope_token`]), so a search is restricted by tenant or session inside the index
+// (`scope : "s…" AND body : (…)`) and ranks only that scope's matches. The table is
+// contentless (the text lives in `ctxkeeper_log` already) and deletes by rowid. Existing rows
+// are indexed again here; versions 1–3 stay as they were written (a new database runs them
+// too).
+const SQLITE_V4: &[&str] = &[
+    "DROP TRIGGER IF EXISTS ctxkeeper_log_ai",
+    "DROP TRIGGER IF EXISTS ctxkeeper_log_ad",
+    "DROP TABLE IF EXISTS ctxkeeper_log_fts",
+    "CREATE VIRTUAL TABLE ctxkeeper_log_fts USING fts5(body, scope, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2')",
+    "INSERT INTO ctxkeeper_log_fts (rowid, body, scope) SELECT id, body, 't' || hex(tenant) || ' s' || hex(tenant || char(31) || user_id || char(31) || agent || char(31) || session) FROM ctxkeeper_log",
+    "CREATE TRIGGER ctxkeeper_log_ai AFTER INSERT ON ctxkeeper_log BEGIN INSERT INTO ctxkeeper_log_fts (rowid, body, scope) VALUES (new.id, new.body, 't' || hex(new.tenant) || ' s' || hex(new.tenant || char(31) || new.user_id || char(31) || new.agent || char(31) || new.session)); END",
+    "CREATE TRIGGER ctxkeeper_log_ad AFTER DELETE ON ctxkeeper_log BEGIN DELETE FROM ctxkeeper_log_fts WHERE rowid = old.id; END",
+];
+
+// Version 4 changes nothing in PostgreSQL, whose planner already combines the GIN index with
+// the log's unique key (tenant, user, agent, session, seq) and so reads a session's rows
+// only, nor in MySQL/MariaDB, whose `FULLTEXT` search reads the whole index and then filters
+// by scope.
+const POSTGRES_V4: &[&str] = &[];
+const MYSQL_V4: &[&str] = &[];
+
+/// The token SQLite's full-text index holds for a search scope (schema version 4): `t` + the
+/// tenant's bytes in hex, or `s` + the hex of tenant, user, agent and session joined by
+/// U+001F (which no identifier holds). Hex keeps each one token whatever characters the
+/// identifiers use; the tokenizer folds SQL's upper-case `hex()` to these.
+fn scope_token(scope: &SearchScope) -> String {
+    match scope {
+        SearchScope::Tenant(tenant) => format!("t{}", hex::encode(tenant)),
+        SearchScope::Session(key) => {
+            let joined = [key.tenant(), key.user(), key.agent(), key.session()].join("\u{1f}");
+            format!("s{}", hex::encode(joined))
+        }
+    }
+}
 
 /// Rows per multi-row INSERT when appending to the log.
 const INSERT_BATCH: usize = 100;
@@ -796,8 +836,11 @@ impl SqlStore {
             ""
         };
         match self.dialect {
+            // The index is the outer loop (`CROSS JOIN` fixes the order): left to itself the
+            // planner walks the session's rows and runs the full-text query once per row.
+            // The scope column weighs nothing in the ranking.
             Dialect::Sqlite => format!(
-                "SELECT l.tenant, l.user_id, l.agent, l.session, l.seq, l.at, l.body, -bm25(ctxkeeper_log_fts) AS score FROM ctxkeeper_log_fts JOIN ctxkeeper_log l ON l.id = ctxkeeper_log_fts.rowid WHERE ctxkeeper_log_fts MATCH ? AND l.tenant = ?{key} ORDER BY score DESC, l.at DESC LIMIT ?"
+                "SELECT l.tenant, l.user_id, l.agent, l.session, l.seq, l.at, l.body, -bm25(ctxkeeper_log_fts, 1.0, 0.0) AS score FROM ctxkeeper_log_fts CROSS JOIN ctxkeeper_log l ON l.id = ctxkeeper_log_fts.rowid WHERE ctxkeeper_log_fts MATCH ? AND l.tenant = ?{key} ORDER BY score DESC, l.at DESC LIMIT ?"
             ),
             Dialect::Postgres => format!(
                 "SELECT l.tenant, l.user_id, l.agent, l.session, l.seq, l.at, l.body, CAST(ts_rank(l.tsv, q) AS DOUBLE PRECISION) AS score FROM ctxkeeper_log l, to_tsquery('simple', ?) q WHERE l.tsv @@ q AND l.tenant = ?{key} ORDER BY score DESC, l.at DESC LIMIT ?"
@@ -808,14 +851,18 @@ impl SqlStore {
         }
     }
 
-    /// The engine's query text for the terms: any term matches.
-    fn fts_query(&self, terms: &[String]) -> String {
+    /// The engine's query text for the terms: any term matches (on SQLite, inside the
+    /// query's scope).
+    fn fts_query(&self, scope: &SearchScope, terms: &[String]) -> String {
         match self.dialect {
-            Dialect::Sqlite => terms
-                .iter()
-                .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
-                .collect::<Vec<_>>()
-                .join(" OR "),
+            Dialect::Sqlite => {
+                let any = terms
+                    .iter()
+                    .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                format!("scope : \"{}\" AND body : ({any})", scope_token(scope))
+            }
             Dialect::Postgres => terms
                 .iter()
                 .map(|t| format!("'{}'", t.replace('\'', "''").replace('\\', "\\\\")))
@@ -1173,7 +1220,7 @@ impl SessionStore for SqlStore {
         };
         let text = self.search_sql(session.is_some());
         let sql = self.q(&text);
-        let fts = self.fts_query(&terms);
+        let fts = self.fts_query(&query.scope, &terms);
         let mut q = sqlx::query(sql).bind(fts.as_str());
         if self.dialect == Dialect::MySql {
             q = q.bind(fts.as_str());
@@ -1634,6 +1681,101 @@ mod tests {
         let loaded = store.load(&key).await?.ok_or("state lost in migration")?;
         assert_eq!((loaded.version, loaded.state), (3, state));
         assert_eq!(store.save(&key, &AgentState::new(), Some(3)).await?, 4);
+        Ok(())
+    }
+
+    /// A version 3 database (the full-text index without scopes) migrates to version 4: its
+    /// logged messages are indexed again with their tenant and session, searches stay inside
+    /// their scope, and new appends and deletes keep the index in step.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_version_3_database_migrates_its_search_index()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use sqlx::Executor;
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("v3.db").display());
+        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
+        pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
+            .await?;
+        for (version, statements) in [SQLITE_V1, SQLITE_V2, SQLITE_V3].iter().enumerate() {
+            for statement in *statements {
+                pool.execute(*statement).await?;
+            }
+            sqlx::query("INSERT INTO ctxkeeper_schema (version) VALUES (?)")
+                .bind(version as i64 + 1)
+                .execute(&pool)
+                .await?;
+        }
+        let logged = [
+            ("a", 1, "the quokka crossed the road"),
+            ("a", 2, "nothing to see"),
+            ("b", 1, "another quokka, elsewhere"),
+        ];
+        for (session, seq, text) in logged {
+            let message = Message::user(text);
+            sqlx::query("INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES ('default', 'default', 'default', ?, ?, 1, ?, ?)")
+                .bind(session)
+                .bind(seq as i64)
+                .bind(serde_json::to_string(&message)?)
+                .bind(indexed_body(&message))
+                .execute(&pool)
+                .await?;
+        }
+        for (session, logged) in [("a", 2), ("b", 1)] {
+            sqlx::query("INSERT INTO ctxkeeper_sessions (tenant, user_id, agent, session, log_len, created_at, updated_at) VALUES ('default', 'default', 'default', ?, ?, 1, 1)")
+                .bind(session)
+                .bind(logged)
+                .execute(&pool)
+                .await?;
+        }
+        pool.close().await;
+
+        let store = SqlStore::connect(&url).await?;
+        let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM ctxkeeper_schema")
+            .fetch_one(&store.pool)
+            .await?;
+        assert_eq!(version, 4);
+        let (a, b) = (SessionKey::simple("a")?, SessionKey::simple("b")?);
+        let found = |hits: Vec<SearchHit>| -> Vec<(String, u64)> {
+            let mut found: Vec<_> = hits
+                .into_iter()
+                .map(|h| (h.key.session().to_string(), h.seq))
+                .collect();
+            found.sort();
+            found
+        };
+        let in_a = store
+            .search(&SearchQuery::session(a.clone(), "quokka"))
+            .await?;
+        assert_eq!(found(in_a), [("a".to_string(), 1)]);
+        let in_tenant = store
+            .search(&SearchQuery::tenant("default", "quokka"))
+            .await?;
+        assert_eq!(
+            found(in_tenant),
+            [("a".to_string(), 1), ("b".to_string(), 1)]
+        );
+        assert!(
+            store
+                .search(&SearchQuery::tenant("other", "quokka"))
+                .await?
+                .is_empty()
+        );
+        store.append(&b, &[Message::user("a third quokka")]).await?;
+        let in_b = store
+            .search(&SearchQuery::session(b.clone(), "quokka"))
+            .await?;
+        assert_eq!(found(in_b), [("b".to_string(), 1), ("b".to_string(), 2)]);
+        assert!(store.delete(&b).await?);
+        let in_tenant = store
+            .search(&SearchQuery::tenant("default", "quokka"))
+            .await?;
+        assert_eq!(found(in_tenant), [("a".to_string(), 1)]);
+        let indexed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ctxkeeper_log_fts")
+            .fetch_one(&store.pool)
+            .await?;
+        assert_eq!(indexed, 2, "the deleted session's entries left the index");
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! `ctxkeeper-bench-report`: rewrites bench/RESULTS.md and bench/charts/*.svg from the JSON
-//! results `bench/run` leaves in bench/results/.
+//! results `bench/run` leaves in bench/results/, keeping the page's hand-written sections
+//! (see `markdown::hand_written`).
 //!
 //! ```text
 //! ctxkeeper-bench-report [--results bench/results] [--out bench/RESULTS.md] [--charts bench/charts]
@@ -57,7 +58,19 @@ fn run(args: &Args) -> Result<()> {
     }
     let results = Results::load(&args.results)?;
     let written = charts::write_all(&results, &args.charts)?;
-    let page = markdown::render(&results, &relative_charts(&args.out, &args.charts));
+    let charts_dir = relative_charts(&args.out, &args.charts);
+    // Sections no stage measures are written by hand; the page keeps them.
+    let kept = match std::fs::read_to_string(&args.out) {
+        Ok(existing) => {
+            let fresh = markdown::render(&results, &charts_dir);
+            markdown::hand_written(&existing, &markdown::generated_headings(&fresh))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(err) => {
+            return Err(err).with_context(|| format!("cannot read {}", args.out.display()));
+        }
+    };
+    let page = markdown::render_keeping(&results, &charts_dir, &kept);
     std::fs::write(&args.out, page)
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     eprintln!(

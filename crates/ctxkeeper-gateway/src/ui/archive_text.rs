@@ -7,7 +7,8 @@
 //! session ([`MAX_SESSION_BYTES`]: larger archives are grepped by the archive itself) and in
 //! total ([`MAX_TOTAL_BYTES`], least recently searched sessions leave first). Lines match as
 //! in [`Offloader::grep`](ctxkeeper_store::archive::Offloader::grep): the item's text read
-//! lossily as UTF-8, line by line, items in the archive's listing order.
+//! lossily as UTF-8, line by line, items in the archive's listing order; the pattern is looked
+//! for in an item's whole text first ([`matching_lines`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -93,19 +94,20 @@ impl ArchiveText {
             texts
         };
         let mut hits = Vec::new();
-        'items: for (reference, text) in texts {
-            for (index, line) in text.lines().enumerate() {
-                if pattern.is_match(line) {
-                    hits.push(GrepHit {
-                        reference: reference.clone(),
-                        line: index as u64 + 1,
-                        text: line.to_string(),
-                    });
-                    if hits.len() >= limit {
-                        break 'items;
-                    }
-                }
+        for (reference, text) in texts {
+            let left = limit.saturating_sub(hits.len());
+            if left == 0 {
+                break;
             }
+            hits.extend(
+                matching_lines(&text, pattern)
+                    .take(left)
+                    .map(|(line, text)| GrepHit {
+                        reference: reference.clone(),
+                        line,
+                        text: text.to_string(),
+                    }),
+            );
         }
         Ok(hits)
     }
@@ -115,6 +117,40 @@ impl ArchiveText {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The lines of `text` (as [`str::lines`] splits it) that `pattern` matches, numbered from 1.
+/// The pattern is looked for in the whole text and each line it lands in is checked on its
+/// own, so an item without a match costs one scan rather than a match per line. Equal to
+/// matching line by line for a pattern that matches inside one line (no anchors, no line
+/// break), as the console's escaped queries do.
+fn matching_lines<'t>(
+    text: &'t str,
+    pattern: &'t regex::Regex,
+) -> impl Iterator<Item = (u64, &'t str)> + 't {
+    // `from` starts line number `number`.
+    let (mut from, mut number) = (0, 1u64);
+    std::iter::from_fn(move || {
+        while from < text.len() {
+            let found = pattern.find_at(text, from)?.start();
+            let start = text[from..found].rfind('\n').map_or(from, |i| from + i + 1);
+            number += text[from..start].bytes().filter(|&b| b == b'\n').count() as u64;
+            let (end, next) = match text[found..].find('\n') {
+                Some(i) => (found + i, found + i + 1),
+                None => (text.len(), text.len()),
+            };
+            let mut line = &text[start..end];
+            if end < text.len() {
+                line = line.strip_suffix('\r').unwrap_or(line);
+            }
+            let at = number;
+            (from, number) = (next, number + 1);
+            if pattern.is_match(line) {
+                return Some((at, line));
+            }
+        }
+        None
+    })
 }
 
 /// Drops the least recently searched sessions (never `keep`) until the total fits.
@@ -139,6 +175,35 @@ fn evict(sessions: &mut HashMap<ArchiveScope, SessionText>, keep: &ArchiveScope)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_text_matching_finds_the_lines_a_line_by_line_match_finds() {
+        let pattern = regex::RegexBuilder::new(&regex::escape("needle"))
+            .case_insensitive(true)
+            .build()
+            .expect("regex");
+        for text in [
+            "",
+            "needle",
+            "alpha\nNEEDLE one\r\nbeta\n\nneedle needle\nneedle",
+            "\n\nneedle\n",
+            "no match here\nnor here\n",
+            "nee\ndle\nneedle\r",
+            "ééé\nnéédle needle ü\n",
+        ] {
+            let expected: Vec<(u64, &str)> = text
+                .lines()
+                .enumerate()
+                .filter(|(_, line)| pattern.is_match(line))
+                .map(|(i, line)| (i as u64 + 1, line))
+                .collect();
+            assert_eq!(
+                matching_lines(text, &pattern).collect::<Vec<_>>(),
+                expected,
+                "{text:?}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn matches_like_the_archive_and_reads_each_item_once() {

@@ -694,9 +694,33 @@ pub async fn hostile_identifiers(store: &dyn SessionStore) {
         store.list(&SessionFilter::tenant(&t)).await.unwrap().len(),
         ids.len()
     );
+    // A session's search finds its own log, not a look-alike's.
+    for id in ids {
+        let k = SessionKey::new(&t, id, id, id).unwrap();
+        let said = format!("lookalike {id}");
+        store.append(&k, &[Message::user(said)]).await.unwrap();
+    }
+    for id in ids {
+        let k = SessionKey::new(&t, id, id, id).unwrap();
+        let hits = store
+            .search(&SearchQuery::session(k.clone(), "lookalike"))
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 1, "{id}: {hits:?}");
+        assert_eq!(hits[0].key, k);
+    }
     let long = "x".repeat(ctxkeeper_store::state::MAX_IDENTIFIER_LEN);
     let k = SessionKey::new(&long, &long, &long, &long).unwrap();
     store.save(&k, &AgentState::new(), None).await.unwrap();
     assert!(store.load(&k).await.unwrap().is_some());
+    store
+        .append(&k, &[Message::user("lookalike")])
+        .await
+        .unwrap();
+    let hits = store
+        .search(&SearchQuery::session(k.clone(), "lookalike"))
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
     store.delete(&k).await.unwrap();
 }
