@@ -50,6 +50,11 @@ use crate::time::{date_string, now_ms};
 /// The long-term memory file.
 pub const MEMORY_FILE: &str = "MEMORY.md";
 
+/// Today's date (UTC) as the daily files name it: `YYYY-MM-DD`.
+pub fn today() -> String {
+    date_string(now_ms())
+}
+
 /// Whose memory: a tenant and a user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryScope {

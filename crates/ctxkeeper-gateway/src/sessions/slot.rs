@@ -349,6 +349,7 @@ impl Sessions {
             self.summarizer.clone(),
         );
         manager.restore(state);
+        let manager = self.attach_memory(key, manager);
         let events = manager.subscribe();
         slot.live = Some(Live {
             manager,
