@@ -41,12 +41,15 @@ def tool_output(step: int, size: int = 600) -> str:
 
 
 def run_agent(client: openai.OpenAI, steps: int, session: str) -> list[dict]:
-    """A tool-calling loop (the mock always calls a tool); returns the final history."""
+    """A tool-calling loop (the mock always calls a tool) over two user turns, the first with
+    the user's constraint; returns the final history."""
     messages = [
         {"role": "system", "content": "You are a coding agent. Use read_file to inspect files."},
         {"role": "user", "content": f"Find where invoice totals are rounded and fix it. {CONSTRAINT}"},
     ]
     for step in range(steps):
+        if step == steps // 2:
+            messages.append({"role": "user", "content": "Now do the same for the tax module."})
         reply = client.chat.completions.create(
             model="gpt-4o",
             messages=messages,

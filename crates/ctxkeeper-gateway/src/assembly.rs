@@ -153,24 +153,27 @@ impl RequestContext {
         (!lines.is_empty()).then(|| format!("[context]\n{}", lines.join("\n")))
     }
 
-    /// The history with the providers' message after it, or `None` when nothing is added: no
-    /// provider had anything to say, or the history ends with the assistant (a prefill the
-    /// model continues, which a message after it would turn into a finished turn).
+    /// The history with the providers' message after it, or the history unchanged (`Err`)
+    /// when nothing is added: no provider had anything to say, or the history ends with the
+    /// assistant (a prefill the model continues, which a message after it would turn into a
+    /// finished turn).
     pub fn assemble(
         &self,
         providers: &[ContextProvider],
         history: Vec<Message>,
-    ) -> Option<Vec<Message>> {
+    ) -> Result<Vec<Message>, Vec<Message>> {
         if history.last().is_none_or(|m| m.role == Role::Assistant) {
-            return None;
+            return Err(history);
         }
-        let text = self.text(providers)?;
+        let Some(text) = self.text(providers) else {
+            return Err(history);
+        };
         // No base prompt: the client's own instructions stay where they are, in the history.
         let mut assembly = Assembly::new("");
         assembly.add_provider(Placement::AfterHistory, move |_: &[Message]| {
             vec![Message::user(text.clone())]
         });
-        Some(assembly.assemble(history))
+        Ok(assembly.assemble(history))
     }
 }
 
@@ -187,16 +190,12 @@ pub async fn complete(
     }
     let context = RequestContext::gather(providers, memory, key, prepared).await;
     let history = std::mem::take(&mut prepared.messages);
-    match context.assemble(providers, history.clone()) {
-        Some(messages) => {
-            prepared.messages = messages;
-            true
-        }
-        None => {
-            prepared.messages = history;
-            false
-        }
-    }
+    let (messages, added) = match context.assemble(providers, history) {
+        Ok(messages) => (messages, true),
+        Err(history) => (history, false),
+    };
+    prepared.messages = messages;
+    added
 }
 
 #[cfg(test)]
@@ -264,8 +263,11 @@ mod tests {
         assert_eq!(out[history.len()].role, Role::User);
         let mut prefill = history;
         prefill.push(Message::assistant("The answer is"));
-        assert_eq!(context().assemble(&providers, prefill), None);
-        assert_eq!(context().assemble(&providers, Vec::new()), None);
+        assert_eq!(
+            context().assemble(&providers, prefill.clone()),
+            Err(prefill)
+        );
+        assert_eq!(context().assemble(&providers, Vec::new()), Err(Vec::new()));
     }
 
     #[tokio::test]

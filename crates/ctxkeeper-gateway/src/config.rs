@@ -228,8 +228,8 @@ impl GatewayConfig {
             && !(self.memory_enabled() && self.workspace_dir().is_some())
         {
             return Err(ConfigError(
-                "context provider \"memory\" lists long-term memory, which is off (set \
-                 memory = true, or choose a policy that wants it)"
+                "context provider \"memory\" lists long-term memory, which is off (turn it on \
+                 with --memory or [gateway] memory = true, or choose a policy that wants it)"
                     .into(),
             ));
         }

@@ -201,6 +201,45 @@ async fn facts_are_flushed_when_summaries_are_written_upstream_too() {
     gw.stop().await;
 }
 
+/// CowAgent: turns trimmed past `agent_max_context_turns` are summarized "to the daily memory
+/// file", not into the context (here 4 turns instead of 20, to keep the test small).
+#[tokio::test]
+async fn cowagent_writes_the_trimmed_turns_summaries_to_the_daily_memory_file() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.policy = ctxkeeper_core::engine::presets::preset("cowagent").unwrap();
+    cfg.policy.trigger_turns = Some(4);
+    for stage in &mut cfg.policy.stages {
+        if let ctxkeeper_core::engine::Stage::TrimTurns { max_turns, .. } = stage {
+            *max_turns = 4;
+        }
+    }
+    let workspace = PathBuf::from(&cfg.workspace);
+    let gw = start(cfg).await;
+    let mut history = vec![json!({"role": "system", "content": "You book travel."})];
+    for turn in 0..6 {
+        history.push(json!({"role": "user", "content":
+            format!("Turn {turn}: book flight BA{turn}00 to Lisbon for the conference.")}));
+        history.push(json!({"role": "assistant", "content": format!("Booked BA{turn}00.")}));
+    }
+    history.push(json!({"role": "user", "content": "Now the hotel."}));
+    send(&gw, KEY_A, "cow", &history).await;
+    let sent = upstream.requests().last().unwrap().body.to_string();
+    assert!(
+        !sent.contains("BA000"),
+        "the oldest turn was trimmed: {sent}"
+    );
+    let daily = named(&workspace, &format!("{}.md", today()));
+    assert_eq!(daily.len(), 1, "{daily:?}");
+    let text = std::fs::read_to_string(&daily[0]).unwrap();
+    assert!(
+        text.contains("BA000"),
+        "the trimmed turn is in memory: {text}"
+    );
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn memory_is_off_when_the_policy_does_not_want_it_or_the_config_says_so() {
     let dir = tempfile::tempdir().unwrap();
