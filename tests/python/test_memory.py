@@ -110,7 +110,8 @@ def test_agent_loop_flushes_memory_that_only_its_tenant_finds_over_mcp(tmp_path)
         daily = daily_files(workspace)
         assert len(daily) == 1, f"one tenant wrote today's file: {daily}"
         text = daily[0].read_text()
-        assert "before compaction" in text and "billing/legacy_rates.py" in text, text
+        assert "before compaction of session memory-loop" in text, text
+        assert "billing/legacy_rates.py" in text, text
 
         # The context after the client's messages names the memory file and today's date;
         # everything before it is what the agent sent.

@@ -140,7 +140,10 @@ async fn harness_flushes_facts_to_the_tenants_daily_memory_file_before_compactin
         .join("memory");
     assert_eq!(daily[0].parent(), Some(expected.as_path()));
     let text = std::fs::read_to_string(&daily[0]).unwrap();
-    assert!(text.contains("before compaction"), "{text}");
+    assert!(
+        text.contains("before compaction of session mem-1"),
+        "{text}"
+    );
     assert!(text.contains("src/billing/part0.rs"), "{text}");
     assert!(text.contains("must not change the public API"), "{text}");
 
