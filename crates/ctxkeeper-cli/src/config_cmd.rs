@@ -93,6 +93,22 @@ fn render(config: &GatewayConfig) -> Result<String> {
     put("body_timeout_secs", seconds(config.body_timeout));
     put("session_idle_secs", seconds(config.session_idle));
     put("session_cache", count(config.session_cache));
+    // The effective value: the policy's wish resolved.
+    put(
+        "memory",
+        Value::Boolean(config.memory_enabled() && config.workspace_dir().is_some()),
+    );
+    put(
+        "context_providers",
+        Value::Array(
+            config
+                .context_providers
+                .iter()
+                .map(|p| Value::String(p.name().to_string()))
+                .collect(),
+        ),
+    );
+    put("repair", Value::Boolean(config.repair));
     put(
         "max_consecutive_recoveries",
         Value::Integer(config.max_consecutive_recoveries.into()),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use ctxkeeper::core::tokens::TokenModel;
+use ctxkeeper_gateway::assembly::ContextProvider;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, policy_preset};
 use ctxkeeper_gateway::identity::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_gateway::router::Server;
@@ -134,6 +135,26 @@ pub struct ServeArgs {
     /// recovered; the next overflow is passed to the client (default 3).
     #[arg(long, value_name = "N")]
     pub max_consecutive_recoveries: Option<u32>,
+
+    /// Long-term memory on: each tenant's MEMORY.md and memory/YYYY-MM-DD.md in the
+    /// workspace directory receive the facts flushed before each compaction (default: on
+    /// when the policy wants it, as cowagent and harness do).
+    #[arg(long, conflicts_with = "no_memory")]
+    pub memory: bool,
+
+    /// Long-term memory off, whatever the policy wants.
+    #[arg(long)]
+    pub no_memory: bool,
+
+    /// Request-time context added after the stable prefix of every managed request
+    /// (repeatable or comma-separated): date, memory, budget. Default: none.
+    #[arg(long = "context-provider", value_name = "NAME", value_delimiter = ',')]
+    pub context_providers: Vec<String>,
+
+    /// Repair broken tool-call pairs in client histories (a `history_repaired` event names
+    /// each repair) instead of refusing the request with 400.
+    #[arg(long)]
+    pub repair: bool,
 
     /// Who writes compaction summaries: `upstream` (default: the request's own upstream and
     /// model, as the caller, on its prompt cache), `extractive` (no model), `openai` or
@@ -270,6 +291,19 @@ pub(crate) fn config(args: &ServeArgs) -> Result<GatewayConfig> {
     }
     if let Some(n) = args.max_consecutive_recoveries {
         config.max_consecutive_recoveries = n;
+    }
+    if args.memory {
+        config.memory = Some(true);
+    }
+    if args.no_memory {
+        config.memory = Some(false);
+    }
+    if !args.context_providers.is_empty() {
+        config.context_providers = ContextProvider::parse_list(&args.context_providers)
+            .map_err(|e| InputError::BadOption(format!("--context-provider: {e}")))?;
+    }
+    if args.repair {
+        config.repair = true;
     }
     if args.summarizer.is_some() || args.summarizer_model.is_some() || args.summarizer_url.is_some()
     {

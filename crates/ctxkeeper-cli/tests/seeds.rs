@@ -104,6 +104,16 @@ fn policy(name: &str) -> toml::Table {
     }
 }
 
+/// `config show --policy NAME`'s `[gateway]` table: what `serve` would run with.
+fn gateway(name: &str) -> toml::Table {
+    let text = ok(run(&["config", "show", "--policy", name]));
+    let mut table: toml::Table = toml::from_str(&text).expect("config show prints TOML");
+    match table.remove("gateway") {
+        Some(toml::Value::Table(gateway)) => gateway,
+        other => panic!("no [gateway] in config show: {other:?}"),
+    }
+}
+
 /// The value at a dotted path of a TOML table (`stages.1.keep_messages`), as text.
 fn at(table: &toml::Table, path: &str) -> String {
     let mut value = toml::Value::Table(table.clone());
@@ -597,6 +607,12 @@ fn seed_conformance_table() {
         "30",
         at(&p, "session.retention_days"),
     );
+    table.row(
+        seed("Turn Trimming"),
+        "serve: long-term memory for the daily memory file",
+        "true",
+        at(&gateway("cowagent"), "memory"),
+    );
 
     let scratch = tempfile::tempdir().expect("temp dir");
     let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
@@ -704,6 +720,16 @@ fn seed_conformance_table() {
         .filter(|(_, needle)| memory.contains(needle))
         .map(|(what, _)| *what)
         .collect();
+    table.row(
+        seed("Coordination with Memory (flushBeforeCompact)"),
+        "flushBeforeCompact (default true); serve: long-term memory",
+        "true / true",
+        format!(
+            "{} / {}",
+            at(&p, "memory.flush_before_compact"),
+            at(&gateway("harness"), "memory")
+        ),
+    );
     table.row(
         seed("Coordination with Memory (flushBeforeCompact)"),
         "facts flushed to memory/ before compaction, extractive summarizer",

@@ -35,6 +35,7 @@ use ctxkeeper_core::engine::{PolicyConfig, presets};
 use ctxkeeper_core::tokens::Profiles;
 use serde::Deserialize;
 
+use crate::assembly::ContextProvider;
 use crate::compaction_items::ResponsesCompaction;
 use crate::identity::TenantRule;
 use crate::summarize::SummarizerChoice;
@@ -95,6 +96,16 @@ pub struct GatewayConfig {
     /// Who chooses a request's tenant: the API key, tenant tokens, and whether
     /// `x-ctxkeeper-tenant` is trusted.
     pub tenants: TenantRule,
+    /// Long-term memory (`MEMORY.md`, `memory/YYYY-MM-DD.md` in the workspace directory, per
+    /// tenant): `Some(true)` on, `Some(false)` off, `None` as the policy wants it
+    /// ([`PolicyConfig::wants_memory`]).
+    pub memory: Option<bool>,
+    /// Request-time context added after the stable prefix of every managed request (none by
+    /// default): [`crate::assembly`].
+    pub context_providers: Vec<ContextProvider>,
+    /// Repair broken tool-call pairs in client histories instead of refusing them (an event
+    /// names each repair): [`crate::repair`].
+    pub repair: bool,
     /// Who writes compaction summaries: the request's own upstream (the default), the
     /// extractive summarizer, or a configured model ([`crate::summarize`]).
     pub summarizer: SummarizerChoice,
@@ -133,10 +144,30 @@ impl GatewayConfig {
             max_consecutive_recoveries: crate::sessions::DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             session_cache: 10_000,
             tenants: TenantRule::default(),
+            memory: None,
+            context_providers: Vec::new(),
+            repair: false,
             summarizer: SummarizerChoice::Upstream { model: None },
             summary_timeout: Duration::from_secs(120),
             prepare_summaries_at: Some(crate::sessions::DEFAULT_PREPARE_AT),
             responses_compaction: ResponsesCompaction::Auto,
+        }
+    }
+
+    /// Whether sessions get long-term memory: as configured, else as the policy wants.
+    pub fn memory_enabled(&self) -> bool {
+        self.memory.unwrap_or_else(|| self.policy.wants_memory())
+    }
+
+    /// The directory long-term memory lives in: the workspace when it is a directory (a
+    /// path or `file://PATH`); `None` for an archive URL (`postgres://…`, `s3://…`).
+    pub fn workspace_dir(&self) -> Option<PathBuf> {
+        match self.workspace.split_once("://") {
+            None => Some(PathBuf::from(&self.workspace)),
+            Some((scheme, path)) if scheme.eq_ignore_ascii_case("file") => {
+                Some(PathBuf::from(path))
+            }
+            Some(_) => None,
         }
     }
 
@@ -196,6 +227,22 @@ impl GatewayConfig {
                 "upstream_deadline_secs must not be shorter than upstream_timeout_secs".into(),
             ));
         }
+        if self.memory == Some(true) && self.workspace_dir().is_none() {
+            return Err(ConfigError(format!(
+                "memory = true needs a workspace directory (long-term memory is files), not \
+                 the archive URL {:?}",
+                ctxkeeper_store::redact(&self.workspace)
+            )));
+        }
+        if self.context_providers.contains(&ContextProvider::Memory)
+            && !(self.memory_enabled() && self.workspace_dir().is_some())
+        {
+            return Err(ConfigError(
+                "context provider \"memory\" lists long-term memory, which is off (turn it on \
+                 with --memory or [gateway] memory = true, or choose a policy that wants it)"
+                    .into(),
+            ));
+        }
         if self.admin_token.as_deref().is_some_and(str::is_empty) {
             return Err(ConfigError("admin_token must not be empty".into()));
         }
@@ -243,6 +290,12 @@ pub struct GatewaySection {
     pub trust_tenant_header: Option<bool>,
     /// Tenant-scoped tokens: `tenant = "token"`.
     pub tenant_tokens: Option<std::collections::BTreeMap<String, String>>,
+    /// Long-term memory on or off (default: as the policy wants it).
+    pub memory: Option<bool>,
+    /// Request-time context after the stable prefix: `date`, `memory`, `budget`.
+    pub context_providers: Option<Vec<String>>,
+    /// Repair broken tool-call pairs in client histories instead of refusing them.
+    pub repair: Option<bool>,
     /// `upstream` (default), `extractive`, `openai` or `anthropic`.
     pub summarizer: Option<String>,
     /// The summary model (for `upstream`: instead of the request's model).
@@ -370,6 +423,16 @@ impl ConfigFile {
                 .with_token(tenant, token)
                 .map_err(|e| ConfigError(format!("[gateway] tenant_tokens: {e}")))?;
         }
+        if g.memory.is_some() {
+            base.memory = g.memory;
+        }
+        if let Some(names) = &g.context_providers {
+            base.context_providers = ContextProvider::parse_list(names)
+                .map_err(|e| ConfigError(format!("[gateway] context_providers: {e}")))?;
+        }
+        if let Some(repair) = g.repair {
+            base.repair = repair;
+        }
         if g.summarizer.is_some() || g.summarizer_model.is_some() || g.summarizer_url.is_some() {
             let kind = g.summarizer.as_deref().unwrap_or("upstream");
             base.summarizer = SummarizerChoice::parse(
@@ -458,6 +521,86 @@ mod tests {
             .into_config(GatewayConfig::new("/tmp/x"))
             .expect_err("unknown summarizer");
         assert!(err.0.contains("summarizer"), "{err}");
+    }
+
+    #[test]
+    fn memory_follows_the_policy_unless_the_file_says_otherwise() {
+        let config = GatewayConfig::new("/tmp/x");
+        assert!(
+            !config.memory_enabled(),
+            "the default policy does not ask for memory"
+        );
+        let file = ConfigFile::parse("[gateway]\npolicy = \"harness\"").expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert!(config.memory_enabled(), "harness flushes before compacting");
+        let file =
+            ConfigFile::parse("[gateway]\npolicy = \"cowagent\"\nmemory = false").expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert!(!config.memory_enabled());
+        let file =
+            ConfigFile::parse("[policy.memory]\nflush_before_compact = true").expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert!(config.memory_enabled(), "a policy key turns it on too");
+    }
+
+    #[test]
+    fn memory_needs_a_directory_and_the_memory_provider_needs_memory() {
+        let mut config = GatewayConfig::new("/tmp/x");
+        config.workspace = "postgres://u:secret@db/ctx".into();
+        config.memory = Some(true);
+        let err = config.validate().expect_err("memory in a database archive");
+        assert!(
+            err.0.contains("memory = true") && !err.0.contains("secret"),
+            "{err}"
+        );
+        config.memory = None;
+        assert!(
+            config.validate().is_ok(),
+            "as the policy wants: off without a directory"
+        );
+        let mut config = GatewayConfig::new("/tmp/x");
+        config.context_providers = vec![ContextProvider::Memory];
+        let err = config
+            .validate()
+            .expect_err("memory provider without memory");
+        assert!(err.0.contains("\"memory\""), "{err}");
+        config.memory = Some(true);
+        assert!(config.validate().is_ok());
+        assert_eq!(
+            GatewayConfig::new("/tmp/x").workspace_dir(),
+            Some(PathBuf::from("/tmp/x/workspace"))
+        );
+    }
+
+    #[test]
+    fn providers_and_repair_are_read_from_the_file() {
+        let file = ConfigFile::parse(
+            "[gateway]\ncontext_providers = [\"date\", \"budget\"]\nrepair = true",
+        )
+        .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert_eq!(
+            config.context_providers,
+            vec![ContextProvider::Date, ContextProvider::Budget]
+        );
+        assert!(config.repair);
+        let file =
+            ConfigFile::parse("[gateway]\ncontext_providers = [\"weather\"]").expect("parses");
+        let err = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect_err("unknown provider");
+        assert!(
+            err.0.contains("context_providers") && err.0.contains("weather"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod admin;
+pub mod assembly;
 pub mod compaction_items;
 pub mod config;
 pub mod error;
@@ -33,6 +34,7 @@ pub mod identity;
 pub mod limits;
 pub mod metrics;
 pub mod proxy;
+pub mod repair;
 pub mod router;
 pub mod sessions;
 pub mod streaming;
@@ -97,6 +99,10 @@ impl Gateway {
         .with_summary_preparation(config.prepare_summaries_at)
         .with_metrics(metrics.clone())
         .with_event_bus(bus);
+        let sessions = match open_memory(&config)? {
+            Some(memory) => sessions.with_memory(memory),
+            None => sessions,
+        };
         Gateway::with_sessions(config, sessions, metrics)
     }
 
@@ -124,4 +130,25 @@ impl Gateway {
             client,
         }))
     }
+}
+
+/// The long-term memory sessions get: in the workspace directory, when memory is on. Under a
+/// policy that wants memory, an archive that is no directory leaves it off with a warning (an
+/// explicit `memory = true` there is a configuration error, see [`GatewayConfig::validate`]).
+fn open_memory(
+    config: &GatewayConfig,
+) -> Result<Option<Arc<ctxkeeper_store::memory::LongTermMemory>>, GatewayError> {
+    if !config.memory_enabled() {
+        return Ok(None);
+    }
+    let Some(dir) = config.workspace_dir() else {
+        tracing::warn!(
+            workspace = %ctxkeeper_store::redact(&config.workspace),
+            "long-term memory off: the workspace is not a directory"
+        );
+        return Ok(None);
+    };
+    let memory = ctxkeeper_store::memory::LongTermMemory::new(&dir)
+        .map_err(|e| GatewayError::Store(format!("long-term memory in {}: {e}", dir.display())))?;
+    Ok(Some(Arc::new(memory)))
 }

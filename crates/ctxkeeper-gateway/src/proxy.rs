@@ -262,6 +262,12 @@ async fn proxy(
             error.with_param(param)
         }
     })?;
+    let mut request = request;
+    let repairs = gw
+        .config
+        .repair
+        .then(|| crate::repair::repair_history(&mut request.messages))
+        .flatten();
     if let Some(violation) = check(&request.messages, &CheckRules::openai())
         .into_iter()
         .find(|v| v.kind.is_tool_pairing())
@@ -333,8 +339,9 @@ async fn proxy(
     let incoming = Incoming::new(model.clone(), messages, &tools)
         .with_requested_output(requested_output(&extra))
         .with_pin_latest_user(pin_latest_user)
-        .with_route(route);
-    let step = gw
+        .with_route(route)
+        .with_repairs(repairs);
+    let mut step = gw
         .sessions
         .begin(&key, &incoming, &tools)
         .await
@@ -359,7 +366,15 @@ async fn proxy(
         compacted: step.prepared.compacted,
         input_tokens: step.prepared.input_tokens,
     };
-    let body = if step.verbatim {
+    // Request-time context goes after the stable prefix (`[gateway] context_providers`).
+    let added = crate::assembly::complete(
+        &gw.config.context_providers,
+        gw.sessions.memory(),
+        &managed.key,
+        &mut step.prepared,
+    )
+    .await;
+    let body = if step.verbatim && !added && managed.incoming.repairs.is_none() {
         bytes
     } else {
         emit(&mut managed, step.prepared.messages)
@@ -696,7 +711,14 @@ async fn forward(
                 )
                 .await
             {
-                Ok(prepared) => {
+                Ok(mut prepared) => {
+                    crate::assembly::complete(
+                        &gw.config.context_providers,
+                        gw.sessions.memory(),
+                        &managed.key,
+                        &mut prepared,
+                    )
+                    .await;
                     tracing::info!(
                         session = %managed.key,
                         attempt,

@@ -50,6 +50,11 @@ use crate::time::{date_string, now_ms};
 /// The long-term memory file.
 pub const MEMORY_FILE: &str = "MEMORY.md";
 
+/// Today's date (UTC) as the daily files name it: `YYYY-MM-DD`.
+pub fn today() -> String {
+    date_string(now_ms())
+}
+
 /// Whose memory: a tenant and a user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryScope {
@@ -264,6 +269,17 @@ impl LongTermMemory {
         scope: &MemoryScope,
         facts: &[String],
     ) -> Result<Option<String>, StoreError> {
+        self.flush_from(scope, None, facts).await
+    }
+
+    /// [`flush`](Self::flush) for a compaction of `session`, which the list's heading names
+    /// (a scope's memory is shared by its sessions).
+    pub async fn flush_from(
+        &self,
+        scope: &MemoryScope,
+        session: Option<&str>,
+        facts: &[String],
+    ) -> Result<Option<String>, StoreError> {
         let facts: Vec<&str> = facts
             .iter()
             .map(|f| f.trim())
@@ -274,8 +290,11 @@ impl LongTermMemory {
         }
         let now = now_ms();
         let minutes = now.div_euclid(60_000).rem_euclid(1_440);
+        let of = session.map_or(String::new(), |s| {
+            format!(" of session {}", s.replace(['\n', '\r'], " "))
+        });
         let mut text = format!(
-            "\n## {:02}:{:02} UTC — before compaction\n",
+            "\n## {:02}:{:02} UTC — before compaction{of}\n",
             minutes / 60,
             minutes % 60
         );

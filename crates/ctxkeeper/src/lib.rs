@@ -844,7 +844,8 @@ impl ContextManager {
         let Some((memory, scope)) = &self.memory else {
             return;
         };
-        let event = match memory.flush(scope, &facts).await {
+        let session = Some(self.scope.session.as_str());
+        let event = match memory.flush_from(scope, session, &facts).await {
             Ok(path) => Event::MemoryFlushed { path, error: None },
             Err(err) => Event::MemoryFlushed {
                 path: None,

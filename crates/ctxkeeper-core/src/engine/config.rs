@@ -96,6 +96,10 @@ pub struct PolicyConfig {
     /// How a stored session comes back after a restart, and how long it is kept.
     #[serde(default)]
     pub session: SessionPolicy,
+    /// Long-term memory: whether a host that has it flushes facts to it before compacting
+    /// (`[policy.memory]`).
+    #[serde(default)]
+    pub memory: MemoryPolicy,
     /// Compact when it pays on billed input rather than at a fixed share of the window
     /// (`[policy.cost]`; `None`: the token trigger is the fixed `trigger_ratio` /
     /// `trigger_tokens`).
@@ -121,6 +125,32 @@ pub struct SessionPolicy {
     /// Sessions not updated for this many days are removed (CowAgent: 30): the default age
     /// of `ctxkeeper sessions gc --policy NAME`, and swept hourly by `ctxkeeper serve`.
     pub retention_days: Option<u32>,
+}
+
+/// Long-term memory (`MEMORY.md`, `memory/YYYY-MM-DD.md`) as the policy wants it from a host
+/// that offers it (the gateway; the library attaches memory explicitly with
+/// `ContextManager::with_memory`).
+///
+/// ```toml
+/// [policy.memory]
+/// flush_before_compact = true   # Harness's flushBeforeCompact
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryPolicy {
+    /// Before a compaction summarizes, the durable facts of what it removes (decisions, file
+    /// paths, errors, the user's stated constraints) go to today's daily memory file.
+    #[serde(alias = "flushBeforeCompact")]
+    pub flush_before_compact: bool,
+}
+
+impl PolicyConfig {
+    /// Whether the policy wants long-term memory: it flushes facts before compacting, or its
+    /// summaries go to memory (`summary.placement = "memory"`), where they would otherwise be
+    /// lost.
+    pub fn wants_memory(&self) -> bool {
+        self.memory.flush_before_compact || self.summary.placement == SummaryPlacement::Memory
+    }
 }
 
 impl SessionPolicy {
@@ -267,6 +297,7 @@ impl Default for PolicyConfig {
             accounting: Accounting::Exact,
             archive: ArchiveLayout::default(),
             session: SessionPolicy::default(),
+            memory: MemoryPolicy::default(),
         }
     }
 }

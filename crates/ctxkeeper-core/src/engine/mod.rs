@@ -49,8 +49,8 @@ mod state;
 
 pub use config::{
     Accounting, ArchiveLayout, BudgetNoticeConfig, ConfigError, CostRule, IngestConfig,
-    OverflowConfig, PinRules, PolicyConfig, ReactiveConfig, SessionPolicy, Stage, SummaryConfig,
-    SummaryPlacement, ToolResultCap,
+    MemoryPolicy, OverflowConfig, PinRules, PolicyConfig, ReactiveConfig, SessionPolicy, Stage,
+    SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 pub use events::{CompactionReason, Economics, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};

@@ -18,6 +18,7 @@
 //! on the system prompt and tools), tool pairs are protected across messages, a failed
 //! summary never replaces the prefix with nothing.
 
+use super::config::MemoryPolicy;
 use super::config::{
     Accounting, ArchiveLayout, CostRule, IngestConfig, OverflowConfig, PolicyConfig,
     ReactiveConfig, SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
@@ -365,6 +366,11 @@ fn cowagent() -> PolicyConfig {
             restore_recent_turns: Some(20),
             retention_days: Some(30),
         },
+        // Trimmed turns are summarized "to the daily memory file"; what a compaction removes
+        // can still be found "via memory search".
+        memory: MemoryPolicy {
+            flush_before_compact: true,
+        },
         ..PolicyConfig::default()
     }
 }
@@ -448,6 +454,10 @@ fn harness() -> PolicyConfig {
             max_attempts: 1,
             ..OverflowConfig::default()
         },
+        // CompactionConfig.flushBeforeCompact defaults to true.
+        memory: MemoryPolicy {
+            flush_before_compact: true,
+        },
         ..PolicyConfig::default()
     }
 }
@@ -466,5 +476,13 @@ mod tests {
             }
         }
         assert!(preset("nonsense").is_none());
+    }
+
+    #[test]
+    fn the_seeds_with_long_term_memory_want_it() {
+        for name in NAMES {
+            let wanted = preset(name).is_some_and(|p| p.wants_memory());
+            assert_eq!(wanted, matches!(name, "cowagent" | "harness"), "{name}");
+        }
     }
 }

@@ -41,6 +41,11 @@ pub enum GatewayEvent {
     UpstreamError { status: u16 },
     /// A context overflow could not be recovered; the provider's error went to the client.
     OverflowUnrecovered { attempt: u32, error: String },
+    /// The client's history had broken tool-call pairs and was repaired (`[gateway]
+    /// repair`): each kind of repair with how many times it was made.
+    HistoryRepaired {
+        repairs: std::collections::BTreeMap<String, usize>,
+    },
 }
 
 impl GatewayEvent {

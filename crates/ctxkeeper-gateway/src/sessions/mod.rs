@@ -40,6 +40,7 @@ mod advance;
 mod client_compaction;
 pub mod events;
 mod inspect;
+mod memory;
 mod persist;
 mod prepare;
 mod slot;
@@ -181,6 +182,8 @@ pub struct Incoming {
     pub pin_latest_user: bool,
     /// How this request reaches its upstream (for summaries written there).
     pub route: Option<Arc<UpstreamRoute>>,
+    /// What repairing the client's history changed (`[gateway] repair`), by kind.
+    pub repairs: Option<std::collections::BTreeMap<String, usize>>,
     /// The body forwarded for this step, kept for the next summary call's cached prefix.
     pub forwarded: Option<Bytes>,
 }
@@ -198,6 +201,7 @@ impl Incoming {
             requested_output: None,
             pin_latest_user: false,
             route: None,
+            repairs: None,
             forwarded: None,
         }
     }
@@ -252,6 +256,8 @@ pub struct Sessions {
     store: Arc<dyn SessionStore>,
     offloader: Arc<dyn Offloader>,
     summarizer: Arc<dyn Summarizer>,
+    /// Long-term memory every session flushes to ([`memory`]).
+    memory: Option<Arc<ctxkeeper_store::memory::LongTermMemory>>,
     policy: PolicyConfig,
     profiles: Profiles,
     capacity: usize,
@@ -283,6 +289,7 @@ impl Sessions {
             store,
             offloader,
             summarizer: Arc::new(ExtractiveSummarizer::default()),
+            memory: None,
             policy,
             profiles,
             capacity: capacity.max(1),
@@ -362,11 +369,11 @@ impl Sessions {
         prefix: Option<Bytes>,
     ) -> Arc<dyn Summarizer> {
         match (&self.upstream_summaries, route) {
-            (Some(model), Some(route)) => Arc::new(UpstreamSummarizer::new(
+            (Some(model), Some(route)) => self.with_fact_finder(Arc::new(UpstreamSummarizer::new(
                 route.clone(),
                 prefix,
                 model.clone(),
-            )),
+            ))),
             _ => self.summarizer.clone(),
         }
     }
@@ -420,6 +427,11 @@ impl Sessions {
             let slot = self.slot(&key);
             let mut slot = slot.lock().await;
             let mut outbox = Outbox::default();
+            if let Some(repairs) = &incoming.repairs {
+                outbox.announce(&GatewayEvent::HistoryRepaired {
+                    repairs: repairs.clone(),
+                });
+            }
             let advanced = self
                 .reconcile(
                     &key,

@@ -356,6 +356,7 @@ impl Sessions {
         );
         manager.restore(state);
         manager.restore_preparations(std::mem::take(&mut slot.preparations));
+        let manager = self.attach_memory(key, manager);
         let events = manager.subscribe();
         slot.live = Some(Live {
             manager,
