@@ -55,6 +55,8 @@ pub struct Gateway {
     /// Request body bytes held at once, over every request.
     pub inflight: limits::InflightBytes,
     client: reqwest::Client,
+    /// Fingerprints of recently seen messages: a resent history is not serialized again.
+    fingerprints: identity::FingerprintMemo,
 }
 
 impl Gateway {
@@ -120,6 +122,7 @@ impl Gateway {
             metrics,
             inflight,
             client,
+            fingerprints: identity::FingerprintMemo::default(),
         }))
     }
 }

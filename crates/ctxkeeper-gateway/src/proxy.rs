@@ -308,7 +308,8 @@ async fn proxy(
             timeout: gw.config.summary_timeout,
         })
     });
-    let incoming = Incoming::new(model.clone(), messages, &tools)
+    let hashes = gw.fingerprints.fingerprints(key.tenant(), &messages);
+    let incoming = Incoming::fingerprinted(model.clone(), messages, hashes, &tools)
         .with_requested_output(requested_output(&extra))
         .with_pin_latest_user(pin_latest_user)
         .with_route(route);

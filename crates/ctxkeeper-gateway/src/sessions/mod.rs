@@ -187,6 +187,18 @@ impl Incoming {
     pub fn new(model: Option<String>, messages: Vec<Message>, tools: &[ToolSpec]) -> Incoming {
         let mut fingerprints = identity::Fingerprinter::default();
         let hashes = messages.iter().map(|m| fingerprints.message(m)).collect();
+        Incoming::fingerprinted(model, messages, hashes, tools)
+    }
+
+    /// A request's conversation whose fingerprints were already taken (`hashes[i]` is
+    /// [`identity::message_hash`] of `messages[i]`, as [`identity::FingerprintMemo`] gives).
+    pub fn fingerprinted(
+        model: Option<String>,
+        messages: Vec<Message>,
+        hashes: Vec<u128>,
+        tools: &[ToolSpec],
+    ) -> Incoming {
+        debug_assert_eq!(messages.len(), hashes.len());
         Incoming {
             model,
             messages,
