@@ -312,7 +312,8 @@ async fn proxy(
     let incoming = Incoming::fingerprinted(model.clone(), messages, hashes, &tools)
         .with_requested_output(requested_output(&extra))
         .with_pin_latest_user(pin_latest_user)
-        .with_route(route);
+        .with_route(route)
+        .with_forwards_verbatim(true);
     let step = gw
         .sessions
         .begin(&key, &incoming, &tools)

@@ -180,6 +180,9 @@ pub struct Incoming {
     pub route: Option<Arc<UpstreamRoute>>,
     /// The body forwarded for this step, kept for the next summary call's cached prefix.
     pub forwarded: Option<Bytes>,
+    /// The host forwards the client's own request when the step is verbatim, so such a step
+    /// leaves [`Prepared::messages`] empty instead of copying the context out.
+    pub forwards_verbatim: bool,
 }
 
 impl Incoming {
@@ -208,7 +211,15 @@ impl Incoming {
             pin_latest_user: false,
             route: None,
             forwarded: None,
+            forwards_verbatim: false,
         }
+    }
+
+    /// Says that the host forwards the client's own request when the step is verbatim (see
+    /// [`Incoming::forwards_verbatim`]).
+    pub fn with_forwards_verbatim(mut self, forwards: bool) -> Incoming {
+        self.forwards_verbatim = forwards;
+        self
     }
 
     /// Pins the newest user message of the request (see [`Incoming::pin_latest_user`]).
