@@ -240,7 +240,11 @@ async fn proxy(
             error.with_param(param)
         }
     })?;
-    if let Some(violation) = check(&request.messages, &CheckRules::openai())
+    let pairing = CheckRules {
+        internal_markers: false,
+        ..CheckRules::openai()
+    };
+    if let Some(violation) = check(&request.messages, &pairing)
         .into_iter()
         .find(|v| v.kind.is_tool_pairing())
     {
