@@ -353,7 +353,7 @@ async fn proxy(
     if gw.sessions.summarizes_upstream() && report.budget_used_pct >= FORWARDED_KEPT_ABOVE_PCT {
         managed.incoming.forwarded = Some(body.clone());
     }
-    forward(
+    let response = forward(
         gw,
         flavor,
         &url,
@@ -364,8 +364,16 @@ async fn proxy(
         Some(report),
         upstream_time,
     )
-    .await
+    .await;
+    // Freeing a long history's messages takes a while: not on the way to the client.
+    if managed.incoming.messages.len() >= FREE_APART_FROM {
+        tokio::task::spawn_blocking(move || drop(managed));
+    }
+    response
 }
+
+/// Requests with at least this many messages are freed on a blocking thread once answered.
+const FREE_APART_FROM: usize = 256;
 
 /// Emits the request with the managed `messages` in place of the client's, carrying the
 /// client's current cache hints.
