@@ -468,6 +468,240 @@ fn write_json<T: serde::Serialize>(buffer: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(buffer, value);
 }
 
+/// Fingerprints of the messages a gateway saw recently, found again by an exact hash of
+/// everything a message holds (every field in order, cache hints included) and the tenant
+/// that sent it. Agents resend their whole history on every call; hashing a message's fields
+/// is several times cheaper than serializing it for its fingerprint, so a resent message
+/// costs one pass over its bytes instead of a serialization. A message that differs in
+/// anything (a moved cache hint, a reordered field) is a miss and fingerprinted in full, so
+/// every fingerprint is the one [`Fingerprinter`] gives. Two generations of at most
+/// [`FingerprintMemo::GENERATION`] entries each bound its memory.
+#[derive(Debug, Default)]
+pub struct FingerprintMemo {
+    maps: std::sync::Mutex<MemoMaps>,
+}
+
+#[derive(Debug, Default)]
+struct MemoMaps {
+    current: HashMap<u128, u128>,
+    previous: HashMap<u128, u128>,
+}
+
+impl MemoMaps {
+    fn get(&mut self, key: u128) -> Option<u128> {
+        if let Some(found) = self.current.get(&key) {
+            return Some(*found);
+        }
+        let found = self.previous.remove(&key)?;
+        self.insert(key, found);
+        Some(found)
+    }
+
+    fn insert(&mut self, key: u128, fingerprint: u128) {
+        if self.current.len() >= FingerprintMemo::GENERATION {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(key, fingerprint);
+    }
+}
+
+impl FingerprintMemo {
+    /// Entries per generation (two are kept).
+    pub const GENERATION: usize = 1 << 16;
+
+    /// The fingerprints of `messages` (each equal to [`message_hash`]) sent by `tenant`.
+    pub fn fingerprints(&self, tenant: &str, messages: &[Message]) -> Vec<u128> {
+        let keys: Vec<u128> = messages.iter().map(|m| content_key(tenant, m)).collect();
+        let mut found: Vec<Option<u128>> = match self.maps.lock() {
+            Ok(mut maps) => keys.iter().map(|key| maps.get(*key)).collect(),
+            Err(_) => vec![None; keys.len()],
+        };
+        let mut fingerprints = Fingerprinter::default();
+        let mut computed = Vec::new();
+        for (index, slot) in found.iter_mut().enumerate() {
+            if slot.is_none() {
+                let fingerprint = fingerprints.message(&messages[index]);
+                *slot = Some(fingerprint);
+                computed.push((keys[index], fingerprint));
+            }
+        }
+        if !computed.is_empty()
+            && let Ok(mut maps) = self.maps.lock()
+        {
+            for (key, fingerprint) in computed {
+                maps.insert(key, fingerprint);
+            }
+        }
+        found.into_iter().flatten().collect()
+    }
+}
+
+/// An exact hash of `message` and `tenant`: every field, in order, each with its length or
+/// tag, so that different messages have different inputs. The destructuring names every
+/// field, so a field added to the model does not compile until it is hashed here.
+fn content_key(tenant: &str, message: &Message) -> u128 {
+    let mut hasher = Xxh3::new();
+    key_str(&mut hasher, tenant);
+    let Message {
+        role,
+        parts,
+        name,
+        extra,
+        hints,
+    } = message;
+    key_str(&mut hasher, role.as_str());
+    key_len(&mut hasher, parts.len());
+    for part in parts {
+        key_part(&mut hasher, part);
+    }
+    key_opt(&mut hasher, name.as_deref());
+    key_map(&mut hasher, extra);
+    let ctxkeeper_core::model::WireHints {
+        origin,
+        content_form,
+        private,
+    } = hints;
+    key_opt(&mut hasher, origin.as_deref());
+    hasher.update(&[*content_form as u8]);
+    key_map(&mut hasher, private);
+    hasher.digest128()
+}
+
+fn key_part(hasher: &mut Xxh3, part: &Part) {
+    use ctxkeeper_core::model::DataSource;
+    match part {
+        Part::Text { text, extra } => {
+            hasher.update(b"t");
+            key_str(hasher, text);
+            key_map(hasher, extra);
+        }
+        Part::Data {
+            source,
+            wire_type,
+            extra,
+        } => {
+            hasher.update(b"d");
+            match source {
+                DataSource::Url { url } => {
+                    hasher.update(b"u");
+                    key_str(hasher, url);
+                }
+                DataSource::Base64 { media_type, data } => {
+                    hasher.update(b"b");
+                    key_str(hasher, media_type);
+                    key_str(hasher, data);
+                }
+                DataSource::Archived { sha256, media_type } => {
+                    hasher.update(b"a");
+                    key_str(hasher, sha256);
+                    key_str(hasher, media_type);
+                }
+            }
+            key_opt(hasher, wire_type.as_deref());
+            key_map(hasher, extra);
+        }
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+            extra,
+        } => {
+            hasher.update(b"c");
+            key_str(hasher, id);
+            key_str(hasher, name);
+            key_str(hasher, arguments);
+            key_map(hasher, extra);
+        }
+        Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+            extra,
+        } => {
+            hasher.update(b"r");
+            key_str(hasher, call_id);
+            key_len(hasher, content.len());
+            for inner in content {
+                key_part(hasher, inner);
+            }
+            hasher.update(&[u8::from(*is_error)]);
+            key_map(hasher, extra);
+        }
+        Part::Reasoning {
+            text,
+            signature,
+            encrypted,
+            redacted,
+            extra,
+        } => {
+            hasher.update(b"z");
+            key_opt(hasher, text.as_deref());
+            key_opt(hasher, signature.as_deref());
+            key_opt(hasher, encrypted.as_deref());
+            hasher.update(&[u8::from(*redacted)]);
+            key_map(hasher, extra);
+        }
+        Part::Opaque { value } => {
+            hasher.update(b"o");
+            key_value(hasher, value);
+        }
+    }
+}
+
+fn key_len(hasher: &mut Xxh3, len: usize) {
+    hasher.update(&(len as u64).to_le_bytes());
+}
+
+fn key_str(hasher: &mut Xxh3, text: &str) {
+    key_len(hasher, text.len());
+    hasher.update(text.as_bytes());
+}
+
+fn key_opt(hasher: &mut Xxh3, text: Option<&str>) {
+    match text {
+        Some(text) => {
+            hasher.update(b"s");
+            key_str(hasher, text);
+        }
+        None => hasher.update(b"n"),
+    }
+}
+
+fn key_map(hasher: &mut Xxh3, map: &serde_json::Map<String, Value>) {
+    key_len(hasher, map.len());
+    for (name, value) in map {
+        key_str(hasher, name);
+        key_value(hasher, value);
+    }
+}
+
+fn key_value(hasher: &mut Xxh3, value: &Value) {
+    match value {
+        Value::Null => hasher.update(b"n"),
+        Value::Bool(b) => hasher.update(if *b { b"T" } else { b"F" }),
+        Value::Number(number) => {
+            // The number's own text: 1 and 1.0 are different JSON.
+            hasher.update(b"#");
+            key_str(hasher, &number.to_string());
+        }
+        Value::String(text) => {
+            hasher.update(b"s");
+            key_str(hasher, text);
+        }
+        Value::Array(items) => {
+            hasher.update(b"[");
+            key_len(hasher, items.len());
+            for item in items {
+                key_value(hasher, item);
+            }
+        }
+        Value::Object(map) => {
+            hasher.update(b"{");
+            key_map(hasher, map);
+        }
+    }
+}
+
 /// Length of the longest common prefix of two fingerprint lists.
 pub fn common_prefix(a: &[u128], b: &[u128]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -660,6 +894,89 @@ mod tests {
         let mut capped = vec![Message::user("step 1"), Message::user("step 2 [capped]")];
         carry_cache_hints(&client, &hashes, &mut capped);
         assert!(!has_volatile(&capped[0]) && has_volatile(&capped[1]));
+    }
+
+    #[test]
+    fn remembered_fingerprints_are_the_ones_computed_in_full() {
+        let memo = FingerprintMemo::default();
+        let mut call = Message::assistant("calling");
+        call.parts
+            .push(Part::tool_call("c1", "read", r#"{"path":"a.rs"}"#));
+        let messages = vec![
+            Message::system("rules"),
+            marked("task"),
+            call,
+            Message::tool_result("c1", "fn main() {}"),
+        ];
+        let expected: Vec<u128> = messages.iter().map(message_hash).collect();
+        assert_eq!(memo.fingerprints("t", &messages), expected, "computed");
+        assert_eq!(memo.fingerprints("t", &messages), expected, "remembered");
+
+        // What the memo answers is what it holds for exactly this content and tenant.
+        let planted = content_key("t", &messages[0]);
+        memo.maps.lock().unwrap().current.insert(planted, 7);
+        assert_eq!(memo.fingerprints("t", &messages[..1]), vec![7]);
+        assert_eq!(
+            memo.fingerprints("other", &messages[..1]),
+            vec![expected[0]],
+            "another tenant's entries are never used"
+        );
+    }
+
+    #[test]
+    fn messages_that_differ_in_anything_have_different_content_keys() {
+        let with_extra = |pairs: &[(&str, Value)]| {
+            let mut message = Message::user("x");
+            for (name, value) in pairs {
+                message.extra.insert((*name).into(), value.clone());
+            }
+            message
+        };
+        let named = {
+            let mut m = Message::user("x");
+            m.name = Some(String::new());
+            m
+        };
+        let split = Message::new(Role::User, vec![Part::text("a"), Part::text("b")]);
+        let cases = [
+            Message::user("x"),
+            Message::assistant("x"),
+            marked("x"),
+            named,
+            Message::user("ab"),
+            split,
+            with_extra(&[("a", serde_json::json!(1)), ("b", serde_json::json!(2))]),
+            with_extra(&[("b", serde_json::json!(2)), ("a", serde_json::json!(1))]),
+            with_extra(&[("a", serde_json::json!(1.0))]),
+            with_extra(&[("a", serde_json::json!("1"))]),
+            with_extra(&[("a", serde_json::json!([1]))]),
+        ];
+        let keys: Vec<u128> = cases.iter().map(|m| content_key("t", m)).collect();
+        for i in 0..keys.len() {
+            for j in i + 1..keys.len() {
+                assert_ne!(keys[i], keys[j], "{:?} and {:?}", cases[i], cases[j]);
+            }
+        }
+        // Equal fields in another order serialize differently, so their fingerprints differ
+        // too: the memo never answers one with the other's.
+        let memo = FingerprintMemo::default();
+        let first = memo.fingerprints("t", &cases[6..7]);
+        let second = memo.fingerprints("t", &cases[7..8]);
+        assert_eq!(first, vec![message_hash(&cases[6])]);
+        assert_eq!(second, vec![message_hash(&cases[7])]);
+        assert_ne!(first, second);
+    }
+
+    #[test]
+    fn the_memo_keeps_two_generations() {
+        let memo = FingerprintMemo::default();
+        let messages: Vec<Message> = (0..FingerprintMemo::GENERATION + 10)
+            .map(|i| Message::user(i.to_string()))
+            .collect();
+        memo.fingerprints("t", &messages);
+        let maps = memo.maps.lock().unwrap();
+        assert_eq!(maps.previous.len(), FingerprintMemo::GENERATION);
+        assert_eq!(maps.current.len(), 10);
     }
 
     #[test]

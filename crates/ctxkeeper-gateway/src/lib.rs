@@ -58,6 +58,8 @@ pub struct Gateway {
     /// Request body bytes held at once, over every request.
     pub inflight: limits::InflightBytes,
     client: reqwest::Client,
+    /// Fingerprints of recently seen messages: a resent history is not serialized again.
+    fingerprints: identity::FingerprintMemo,
 }
 
 impl Gateway {
@@ -128,6 +130,7 @@ impl Gateway {
             metrics,
             inflight,
             client,
+            fingerprints: identity::FingerprintMemo::default(),
         }))
     }
 }

@@ -268,7 +268,11 @@ async fn proxy(
         .repair
         .then(|| crate::repair::repair_history(&mut request.messages))
         .flatten();
-    if let Some(violation) = check(&request.messages, &CheckRules::openai())
+    let pairing = CheckRules {
+        internal_markers: false,
+        ..CheckRules::openai()
+    };
+    if let Some(violation) = check(&request.messages, &pairing)
         .into_iter()
         .find(|v| v.kind.is_tool_pairing())
     {
@@ -336,11 +340,13 @@ async fn proxy(
             timeout: gw.config.summary_timeout,
         })
     });
-    let incoming = Incoming::new(model.clone(), messages, &tools)
+    let hashes = gw.fingerprints.fingerprints(key.tenant(), &messages);
+    let incoming = Incoming::fingerprinted(model.clone(), messages, hashes, &tools)
         .with_requested_output(requested_output(&extra))
         .with_pin_latest_user(pin_latest_user)
         .with_route(route)
-        .with_repairs(repairs);
+        .with_repairs(repairs)
+        .with_forwards_verbatim(true);
     let mut step = gw
         .sessions
         .begin(&key, &incoming, &tools)
@@ -387,7 +393,7 @@ async fn proxy(
     if gw.sessions.summarizes_upstream() && report.budget_used_pct >= FORWARDED_KEPT_ABOVE_PCT {
         managed.incoming.forwarded = Some(body.clone());
     }
-    forward(
+    let response = forward(
         gw,
         flavor,
         &url,
@@ -398,8 +404,16 @@ async fn proxy(
         Some(report),
         upstream_time,
     )
-    .await
+    .await;
+    // Freeing a long history's messages takes a while: not on the way to the client.
+    if managed.incoming.messages.len() >= FREE_APART_FROM {
+        tokio::task::spawn_blocking(move || drop(managed));
+    }
+    response
 }
+
+/// Requests with at least this many messages are freed on a blocking thread once answered.
+const FREE_APART_FROM: usize = 256;
 
 /// Emits the request with the managed `messages` in place of the client's, carrying the
 /// client's current cache hints.

@@ -397,6 +397,15 @@ impl ContextManager {
 
     /// Compacts if a trigger fires and returns the messages to send.
     pub async fn prepare(&mut self) -> Result<Prepared, Error> {
+        let mut prepared = self.prepare_counted().await?;
+        prepared.messages = self.request_messages(prepared.budget_notice.as_deref());
+        Ok(prepared)
+    }
+
+    /// [`Self::prepare`] without copying the context out: [`Prepared::messages`] is left
+    /// empty. For a host that forwards its client's own request while the context is still
+    /// the client's messages; [`Self::request_messages`] builds them when it is not.
+    pub async fn prepare_counted(&mut self) -> Result<Prepared, Error> {
         let budget = self.budget();
         let request = PlanRequest {
             reported_usage: self.last_usage.take(),
@@ -413,7 +422,17 @@ impl ContextManager {
             }
             None => false,
         };
-        Ok(self.prepared(compacted))
+        Ok(self.counted(compacted))
+    }
+
+    /// The messages of the request [`Self::prepare_counted`] prepared: the context, with
+    /// its budget notice (if any) on the last message.
+    pub fn request_messages(&self, budget_notice: Option<&str>) -> Vec<Message> {
+        let mut messages = self.state.to_messages();
+        if let Some(notice) = budget_notice {
+            attach_notice(&mut messages, notice);
+        }
+        messages
     }
 
     /// What `prepare` would do now, without doing it (a dry run).
@@ -556,6 +575,13 @@ impl ContextManager {
     }
 
     fn prepared(&mut self, compacted: bool) -> Prepared {
+        let mut prepared = self.counted(compacted);
+        prepared.messages = self.request_messages(prepared.budget_notice.as_deref());
+        prepared
+    }
+
+    /// [`Self::prepared`] without the messages.
+    fn counted(&mut self, compacted: bool) -> Prepared {
         let budget = self.budget();
         let started = Instant::now();
         let input_tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
@@ -566,11 +592,7 @@ impl ContextManager {
             window: budget.window,
             pct: budget_used_pct,
         }]);
-        let mut messages = self.state.to_messages();
         let budget_notice = self.budget_notice(input_tokens, &budget);
-        if let Some(notice) = &budget_notice {
-            attach_notice(&mut messages, notice);
-        }
         self.sent = Some(SentRequest {
             len: self.state.entries.len(),
             compactions: self.state.compactions,
@@ -578,7 +600,7 @@ impl ContextManager {
             extra_tokens: budget_notice.as_ref().map_or(0, |n| n.len() as u64 / 4),
         });
         Prepared {
-            messages,
+            messages: Vec::new(),
             input_tokens,
             compacted,
             budget_used_pct,

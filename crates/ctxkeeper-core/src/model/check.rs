@@ -46,6 +46,9 @@ pub struct CheckRules {
     pub arguments_must_be_objects: bool,
     /// Messages without parts are allowed.
     pub allow_empty_messages: bool,
+    /// Internal fill markers in the text are reported (every preset does; a caller that asks
+    /// only about tool pairing spares the pass over every text).
+    pub internal_markers: bool,
 }
 
 impl CheckRules {
@@ -58,6 +61,7 @@ impl CheckRules {
             first_message_user: false,
             arguments_must_be_objects: false,
             allow_empty_messages: true,
+            internal_markers: true,
         }
     }
 
@@ -70,6 +74,7 @@ impl CheckRules {
             first_message_user: true,
             arguments_must_be_objects: true,
             allow_empty_messages: false,
+            internal_markers: true,
         }
     }
 
@@ -195,7 +200,7 @@ pub fn check(messages: &[Message], rules: &CheckRules) -> Vec<Violation> {
 
     for (index, message) in messages.iter().enumerate() {
         for (part_index, part) in message.parts.iter().enumerate() {
-            if part_has_internal_marker(part) {
+            if rules.internal_markers && part_has_internal_marker(part) {
                 out.push(violation(
                     index,
                     Some(part_index),
@@ -563,6 +568,18 @@ mod tests {
             ]
         );
         assert!(!has_internal_marker("ref:1 and summary:2"));
+        // A caller that asks only about tool pairing skips the markers, nothing else.
+        let pairing = CheckRules {
+            internal_markers: false,
+            ..CheckRules::openai()
+        };
+        assert!(kinds(&history, pairing).is_empty());
+        let mut orphaned = history.clone();
+        orphaned.push(Message::tool_result("b", "\u{1}ref:2\u{1}"));
+        assert_eq!(
+            kinds(&orphaned, pairing),
+            vec![(4, ViolationKind::OrphanToolResult)]
+        );
     }
 
     #[test]

@@ -116,10 +116,10 @@ impl Sessions {
             }
         }
         live.manager.set_summarizer(summarizer);
-        let prepared = live.manager.prepare().await;
+        let prepared = live.manager.prepare_counted().await;
         // The caller's credentials stay only as long as its request.
         live.manager.set_summarizer(self.summarizer.clone());
-        let prepared = prepared?;
+        let mut prepared = prepared?;
         let changed = Self::drain(live, outbox);
         slot.client.hashes.clone_from(&incoming.hashes);
         if changed || prepared.compacted {
@@ -127,7 +127,12 @@ impl Sessions {
         }
         let verbatim = slot.client.verbatim
             && prepared.budget_notice.is_none()
-            && prepared.messages.len() == incoming.messages.len();
+            && live.manager.state().entries.len() == incoming.messages.len();
+        if !(verbatim && incoming.forwards_verbatim) {
+            prepared.messages = live
+                .manager
+                .request_messages(prepared.budget_notice.as_deref());
+        }
         if start < incoming.messages.len() || diverged || prepared.compacted || changed {
             slot.unsaved = true;
         }

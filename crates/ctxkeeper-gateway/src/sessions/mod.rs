@@ -186,6 +186,9 @@ pub struct Incoming {
     pub repairs: Option<std::collections::BTreeMap<String, usize>>,
     /// The body forwarded for this step, kept for the next summary call's cached prefix.
     pub forwarded: Option<Bytes>,
+    /// The host forwards the client's own request when the step is verbatim, so such a step
+    /// leaves [`Prepared::messages`] empty instead of copying the context out.
+    pub forwards_verbatim: bool,
 }
 
 impl Incoming {
@@ -193,6 +196,18 @@ impl Incoming {
     pub fn new(model: Option<String>, messages: Vec<Message>, tools: &[ToolSpec]) -> Incoming {
         let mut fingerprints = identity::Fingerprinter::default();
         let hashes = messages.iter().map(|m| fingerprints.message(m)).collect();
+        Incoming::fingerprinted(model, messages, hashes, tools)
+    }
+
+    /// A request's conversation whose fingerprints were already taken (`hashes[i]` is
+    /// [`identity::message_hash`] of `messages[i]`, as [`identity::FingerprintMemo`] gives).
+    pub fn fingerprinted(
+        model: Option<String>,
+        messages: Vec<Message>,
+        hashes: Vec<u128>,
+        tools: &[ToolSpec],
+    ) -> Incoming {
+        debug_assert_eq!(messages.len(), hashes.len());
         Incoming {
             model,
             messages,
@@ -203,7 +218,15 @@ impl Incoming {
             route: None,
             repairs: None,
             forwarded: None,
+            forwards_verbatim: false,
         }
+    }
+
+    /// Says that the host forwards the client's own request when the step is verbatim (see
+    /// [`Incoming::forwards_verbatim`]).
+    pub fn with_forwards_verbatim(mut self, forwards: bool) -> Incoming {
+        self.forwards_verbatim = forwards;
+        self
     }
 
     /// Pins the newest user message of the request (see [`Incoming::pin_latest_user`]).

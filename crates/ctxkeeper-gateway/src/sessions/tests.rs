@@ -630,3 +630,60 @@ async fn a_second_process_continues_from_the_store() {
         .unwrap();
     assert_eq!(log.len(), conversation(3).len());
 }
+
+#[tokio::test]
+async fn a_host_that_forwards_verbatim_steps_itself_gets_the_context_only_when_it_changed() {
+    let profiles = Profiles::from_toml_str(
+        r#"
+        [models."tiny"]
+        context_window = 4000
+        max_output = 256
+        tokenizer = "o200k_base"
+        "#,
+    )
+    .unwrap();
+    let open = |dir: std::path::PathBuf| {
+        let profiles = profiles.clone();
+        async move {
+            let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+            let archive = ctxkeeper_store::open_archive(dir.to_str().unwrap())
+                .await
+                .unwrap();
+            Sessions::new(
+                store,
+                archive,
+                presets::preset("default").unwrap(),
+                profiles,
+                16,
+            )
+        }
+    };
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let forwarding = open(a.path().to_path_buf()).await;
+    let copying = open(b.path().to_path_buf()).await;
+    let key = SessionKey::simple("s").unwrap();
+    let (mut verbatim, mut rewritten) = (0, 0);
+    for rounds in 1..=40 {
+        let incoming = Incoming::new(Some("tiny".into()), conversation(rounds), &[]);
+        let fast = forwarding
+            .step(&key, &incoming.clone().with_forwards_verbatim(true), &[])
+            .await
+            .unwrap();
+        let slow = copying.step(&key, &incoming, &[]).await.unwrap();
+        assert_eq!(fast.verbatim, slow.verbatim, "round {rounds}");
+        assert_eq!(fast.prepared.input_tokens, slow.prepared.input_tokens);
+        assert_eq!(fast.prepared.compacted, slow.prepared.compacted);
+        if fast.verbatim {
+            // The host forwards the client's body: what the copying host would send is
+            // exactly the client's messages, so nothing is lost by not copying them out.
+            assert!(fast.prepared.messages.is_empty());
+            assert_eq!(slow.prepared.messages, incoming.messages);
+            verbatim += 1;
+        } else {
+            assert_eq!(fast.prepared.messages, slow.prepared.messages);
+            assert_ne!(fast.prepared.messages, incoming.messages);
+            rewritten += 1;
+        }
+    }
+    assert!(verbatim > 0 && rewritten > 0, "{verbatim} / {rewritten}");
+}
