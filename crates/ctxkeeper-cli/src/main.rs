@@ -52,7 +52,7 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Run the gateway: OpenAI- and Anthropic-compatible endpoints in front of any upstream
     /// that keep every agent's context inside its window.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run an unmodified agent (claude, codex, mini, or any OpenAI/Anthropic SDK program)
     /// through the gateway: a running one (--gateway) or one started for the agent's
     /// lifetime. Exits with the agent's exit code.
