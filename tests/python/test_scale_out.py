@@ -38,7 +38,10 @@ TOKEN = f"admin-{RUN}"
 KEY = "sk-scale-python"
 MODEL = "mock-small"
 # A 4,000-token window: the default policy compacts after a few dozen tool rounds. Exact
-# accounting, so that a process that reloads a session counts it as a warm one does.
+# accounting, so that a process that reloads a session counts it as a warm one does; the
+# fixed trigger, because the economic one reads usage reports that only the process that
+# served a step sees (crates/ctxkeeper-gateway/tests/scale_out.rs tests what it guarantees
+# across replicas).
 CONFIG = f"""
 [models."{MODEL}"]
 context_window = 4000
@@ -47,6 +50,9 @@ tokenizer = "o200k_base"
 
 [policy]
 accounting = "exact"
+
+[policy.cost]
+enabled = false
 """
 # Enough rounds to cross the 90 % trigger of that window and go on after the compaction.
 STEPS = 32

@@ -341,12 +341,14 @@ async fn proxy(
         })
     });
     let hashes = gw.fingerprints.fingerprints(key.tenant(), &messages);
+    // The client's own bytes go upstream only when nothing was repaired or added to them.
+    let forwards_verbatim = repairs.is_none() && gw.config.context_providers.is_empty();
     let incoming = Incoming::fingerprinted(model.clone(), messages, hashes, &tools)
         .with_requested_output(requested_output(&extra))
         .with_pin_latest_user(pin_latest_user)
         .with_route(route)
         .with_repairs(repairs)
-        .with_forwards_verbatim(true);
+        .with_forwards_verbatim(forwards_verbatim);
     let mut step = gw
         .sessions
         .begin(&key, &incoming, &tools)
