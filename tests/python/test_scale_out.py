@@ -36,13 +36,19 @@ from gateway_support import TOOLS, WORDS, SessionEvents, admin, metric, start_ga
 RUN = uuid.uuid4().hex[:12]
 TOKEN = f"admin-{RUN}"
 KEY = "sk-scale-python"
+# Opens every summary call a gateway writes on the agent's own upstream.
+SUMMARY_MARK = "[ctxkeeper summary request]"
 MODEL = "mock-small"
 # A 4,000-token window: the default policy compacts after a few dozen tool rounds. Exact
 # accounting, so that a process that reloads a session counts it as a warm one does; the
 # fixed trigger, because the economic one reads usage reports that only the process that
 # served a step sees (crates/ctxkeeper-gateway/tests/scale_out.rs tests what it guarantees
-# across replicas).
+# across replicas). No summary prepared ahead: a prepared summary lives in the process that
+# asked for it, so a compaction on the other one would cut at another message.
 CONFIG = f"""
+[gateway]
+prepare_summaries_at = 0
+
 [models."{MODEL}"]
 context_window = 4000
 max_output = 256
@@ -200,7 +206,8 @@ def test_a_session_started_on_one_process_continues_on_the_other(cluster):
         history = chat_history(rounds)
         response = cluster.send(serving, session, history)
         compacted.append(response.headers["x-ctxkeeper-compacted"] == "true")
-        forwarded.append(cluster.mock.requests()[-1]["body"]["messages"])
+        agent_calls = [r for r in cluster.mock.requests() if SUMMARY_MARK not in str(r["body"])]
+        forwarded.append(agent_calls[-1]["body"]["messages"])
         # The other process reads the session back from the store.
         stats = cluster.stats(other, session)
         assert stats["client_messages"] == len(history), stats

@@ -471,9 +471,14 @@ impl Engine {
         budget: &Budget,
         request: &PlanRequest,
     ) -> Option<Plan> {
-        // Every step passes here: its size teaches the growth per step.
-        let approx = state.approx_tokens() + budget.fixed_tokens;
-        state.observe_step(approx);
+        // Every step passes here: its size teaches the growth per step. Under exact
+        // accounting the size is the exact count (new entries only), so that what a plan
+        // decides never depends on a provider's report that only one host saw.
+        let size = match self.config.accounting {
+            Accounting::Exact => self.request_tokens(state, budget),
+            Accounting::Estimate => state.approx_tokens() + budget.fixed_tokens,
+        };
+        state.observe_step(size);
         let reason = match request.force {
             Some(reason) => reason,
             None => self.triggered(state, budget, request.reported_usage)?,
