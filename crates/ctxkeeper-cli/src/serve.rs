@@ -316,13 +316,8 @@ pub(crate) fn config(args: &ServeArgs) -> Result<GatewayConfig> {
         .map_err(|e| InputError::BadOption(format!("--summarizer: {e}")))?;
     }
     if let Some(share) = args.prepare_summaries_at {
-        if !(0.0..1.0).contains(&share) {
-            return Err(InputError::BadOption(format!(
-                "--prepare-summaries-at must be in [0, 1) (a share of the trigger; 0 turns preparation off), got {share}"
-            ))
-            .into());
-        }
-        config.prepare_summaries_at = (share > 0.0).then_some(share);
+        config.prepare_summaries_at = ctxkeeper_gateway::config::prepare_share(share)
+            .map_err(|e| InputError::BadOption(format!("--prepare-summaries-at {e}")))?;
     }
     if let Some(mode) = &args.responses_compaction {
         config.responses_compaction =

@@ -310,6 +310,17 @@ pub struct GatewaySection {
     pub responses_compaction: Option<String>,
 }
 
+/// The share of the trigger a summary is prepared at, from a setting in [0, 1): `None` for
+/// 0 (preparation off). The error completes a sentence naming the setting.
+pub fn prepare_share(share: f64) -> Result<Option<f64>, String> {
+    if !(0.0..1.0).contains(&share) {
+        return Err(format!(
+            "must be in [0, 1) (a share of the trigger; 0 turns preparation off), got {share}"
+        ));
+    }
+    Ok((share > 0.0).then_some(share))
+}
+
 /// A parsed configuration file: `[gateway]`, `[models."NAME"]` and `[policy]`.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigFile {
@@ -446,12 +457,8 @@ impl ConfigFile {
             base.summary_timeout = Duration::from_secs(secs);
         }
         if let Some(share) = g.prepare_summaries_at {
-            if !(0.0..1.0).contains(&share) {
-                return Err(ConfigError(format!(
-                    "[gateway] prepare_summaries_at must be in [0, 1) (a share of the trigger; 0 turns preparation off), got {share}"
-                )));
-            }
-            base.prepare_summaries_at = (share > 0.0).then_some(share);
+            base.prepare_summaries_at = prepare_share(share)
+                .map_err(|e| ConfigError(format!("[gateway] prepare_summaries_at {e}")))?;
         }
         if let Some(mode) = &g.responses_compaction {
             base.responses_compaction = ResponsesCompaction::parse(mode)
@@ -498,6 +505,24 @@ mod tests {
         let file = ConfigFile::parse("[policy]\ntrigger_ratio = 0.99").unwrap();
         let err = file.into_config(GatewayConfig::new("/tmp/x")).unwrap_err();
         assert!(err.0.contains("trigger_ratio"), "{err}");
+    }
+
+    #[test]
+    fn summaries_are_prepared_at_a_share_of_the_trigger() {
+        let at = |text: &str| {
+            ConfigFile::parse(text)
+                .expect("parses")
+                .into_config(GatewayConfig::new("/tmp/x"))
+        };
+        let default = at("").expect("valid");
+        assert_eq!(default.prepare_summaries_at, Some(0.75));
+        let off = at("[gateway]\nprepare_summaries_at = 0").expect("valid");
+        assert_eq!(off.prepare_summaries_at, None);
+        let err = at("[gateway]\nprepare_summaries_at = 1.0").expect_err("out of range");
+        assert!(
+            err.0.contains("prepare_summaries_at must be in [0, 1)"),
+            "{err}"
+        );
     }
 
     #[test]
