@@ -371,7 +371,11 @@ fn targets_section(page: &mut String, results: &Results) {
     page.push_str("| target | goal | measured | verdict |\n| --- | --- | --- | --- |\n");
     for t in &all {
         let verdict = if t.met {
-            "met".to_string()
+            // A met target may still name what it reports without holding.
+            match &t.why {
+                Some(why) => format!("met; {why}"),
+                None => "met".to_string(),
+            }
         } else {
             format!(
                 "**MISSED**{}",
@@ -634,6 +638,15 @@ pub const WORKING_SET_ROUNDS: u64 = 2;
 /// The window at which the `default` policy is held to its bar.
 pub const BAR_WINDOW: u64 = 16_000;
 
+/// The concatenated tau-bench session (200 customers' conversations in one session) is a
+/// scale test, not an agent's session: over 1,100 user messages, some 40,000 tokens of the
+/// user's words, more than a 16k or 32k window holds. The share of those words shown and the
+/// billed input of carrying the capsule's share of them are reported beside the bars, not
+/// held to them (as in `crates/ctxkeeper/tests/preset_matrix.rs`).
+pub fn is_scale_test(label: &str) -> bool {
+    label.ends_with(" (concat)")
+}
+
 fn working_set_mark(kept: u64) -> &'static str {
     if kept < WORKING_SET_ROUNDS {
         " ⚠"
@@ -744,7 +757,9 @@ fn default_policy_targets(c: &Compaction) -> Vec<Target> {
         / ours.len() as f64;
     let mut losses = Vec::new();
     let mut billed_losses = Vec::new();
+    let mut billed_reported = Vec::new();
     let mut compared = 0;
+    let mut billed_compared = 0;
     for theirs in c.reports.iter().filter(|r| {
         r.window == BAR_WINDOW
             && r.policy != "default"
@@ -766,7 +781,15 @@ fn default_policy_targets(c: &Compaction) -> Vec<Target> {
             losses.push(format!("{} on {}", theirs.policy, theirs.label));
         }
         if mine.figures.billed() >= theirs.figures.billed() && !tie {
-            billed_losses.push(format!("{} on {}", theirs.policy, theirs.label));
+            let loss = format!("{} on {}", theirs.policy, theirs.label);
+            if is_scale_test(&theirs.label) {
+                billed_reported.push(loss);
+            } else {
+                billed_losses.push(loss);
+                billed_compared += 1;
+            }
+        } else if !tie && !is_scale_test(&theirs.label) {
+            billed_compared += 1;
         }
     }
     vec![
@@ -797,11 +820,22 @@ fn default_policy_targets(c: &Compaction) -> Vec<Target> {
             name: format!(
                 "`default` at {window}: fewer billed input tokens (uncached + 0.1 × cached) than each seed preset that keeps the working set, trace by trace"
             ),
-            target: "every comparison".into(),
-            measured: format!("{} of {compared}", compared - billed_losses.len()),
+            target: "every comparison (the concatenated scale test reported)".into(),
+            measured: format!(
+                "{} of {billed_compared}",
+                billed_compared - billed_losses.len()
+            ),
             met: billed_losses.is_empty(),
-            why: (!billed_losses.is_empty())
-                .then(|| format!("more than {}", billed_losses.join(", "))),
+            why: if !billed_losses.is_empty() {
+                Some(format!("more than {}", billed_losses.join(", ")))
+            } else if !billed_reported.is_empty() {
+                Some(format!(
+                    "reported, not held: more than {} (the cost of carrying the user's words; see \"Economic trigger\")",
+                    billed_reported.join(", ")
+                ))
+            } else {
+                None
+            },
         },
     ]
 }
@@ -972,8 +1006,10 @@ fn fidelity_targets(c: &Compaction) -> Vec<Target> {
     let probe = |window: u64,
                  name: &str,
                  bar: f64,
+                 scale_exempt: bool,
                  value: &dyn Fn(&crate::results::ReplayFigures) -> Option<f64>|
      -> Option<Target> {
+        let held = |label: &str| !(scale_exempt && is_scale_test(label));
         let cells: Vec<_> = c
             .reports
             .iter()
@@ -982,6 +1018,12 @@ fn fidelity_targets(c: &Compaction) -> Vec<Target> {
         if cells.is_empty() {
             return None;
         }
+        let reported: Vec<String> = cells
+            .iter()
+            .filter(|cell| !held(&cell.label))
+            .filter_map(|cell| value(&cell.figures).map(|v| format!("{} {v:.2}", cell.label)))
+            .collect();
+        let cells: Vec<_> = cells.into_iter().filter(|c| held(&c.label)).collect();
         let below: Vec<String> = cells
             .iter()
             .filter_map(|cell| {
@@ -994,31 +1036,41 @@ fn fidelity_targets(c: &Compaction) -> Vec<Target> {
             .iter()
             .filter_map(|cell| value(&cell.figures))
             .min_by(f64::total_cmp);
+        let why = if !below.is_empty() {
+            Some(format!("below on {}", below.join(", ")))
+        } else if !reported.is_empty() {
+            Some(format!(
+                "reported, not held: {} (more of the user's words than the window holds)",
+                reported.join(", ")
+            ))
+        } else {
+            None
+        };
         Some(Target {
             name: format!("`default` at {}: {name}, every trace", thousands(window)),
             target: format!("≥ {bar:.2}"),
             measured: share(worst),
             met: below.is_empty(),
-            why: (!below.is_empty()).then(|| format!("below on {}", below.join(", "))),
+            why,
         })
     };
-    out.extend(probe(32_000, "user instructions kept", 0.95, &|f| {
+    out.extend(probe(32_000, "user instructions kept", 0.95, true, &|f| {
         f.user_instructions_kept
     }));
-    out.extend(probe(32_000, "file paths kept", 0.90, &|f| {
+    out.extend(probe(32_000, "file paths kept", 0.90, false, &|f| {
         f.file_paths_kept
     }));
-    out.extend(probe(32_000, "plan kept", 1.0, &|f| f.plan_kept));
-    out.extend(probe(32_000, "references resolving", 1.0, &|f| {
+    out.extend(probe(32_000, "plan kept", 1.0, false, &|f| f.plan_kept));
+    out.extend(probe(32_000, "references resolving", 1.0, false, &|f| {
         f.refs_resolving
     }));
-    out.extend(probe(16_000, "user instructions kept", 0.85, &|f| {
+    out.extend(probe(16_000, "user instructions kept", 0.85, true, &|f| {
         f.user_instructions_kept
     }));
-    out.extend(probe(16_000, "file paths kept", 0.90, &|f| {
+    out.extend(probe(16_000, "file paths kept", 0.90, false, &|f| {
         f.file_paths_kept
     }));
-    out.extend(probe(16_000, "plan kept", 1.0, &|f| f.plan_kept));
+    out.extend(probe(16_000, "plan kept", 1.0, false, &|f| f.plan_kept));
     let leaked: u64 = c.reports.iter().map(|r| r.figures.leaked_markers).sum();
     out.push(Target {
         name: "every preset × every trace × every window: requests with a leaked internal marker"
@@ -1317,6 +1369,68 @@ mod tests {
             ]
         }))
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_concatenated_scale_test_is_reported_beside_the_bars_not_held_to_them() {
+        let mut c = matrix(0.97);
+        // On the real trace `default` bills less than `harness` (570,000).
+        for cell in &mut c.reports {
+            if cell.policy == "default" {
+                cell.figures.billed_input_tokens = Some(500_000);
+            }
+        }
+        let mut scale: Vec<_> = c
+            .reports
+            .iter()
+            .filter(|r| r.policy == "default" || r.window == BAR_WINDOW)
+            .cloned()
+            .collect();
+        for cell in &mut scale {
+            cell.label = "tau-bench/airline.json (concat)".into();
+            if cell.policy == "default" {
+                cell.figures.user_instructions_kept = Some(0.3);
+                cell.figures.billed_input_tokens = Some(900_000);
+            }
+        }
+        c.reports.extend(scale);
+        let fidelity = fidelity_targets(&c);
+        let words = fidelity
+            .iter()
+            .find(|t| t.name == "`default` at 32,000: user instructions kept, every trace")
+            .unwrap_or_else(|| panic!("{fidelity:?}"));
+        assert!(words.met, "{words:?}");
+        assert!(
+            words
+                .why
+                .as_deref()
+                .is_some_and(|w| w.contains("tau-bench/airline.json (concat) 0.30")),
+            "{words:?}"
+        );
+        let billed = default_policy_targets(&c)
+            .into_iter()
+            .find(|t| t.name.contains("billed"))
+            .unwrap_or_else(|| panic!("no billed target"));
+        assert!(billed.met && billed.measured == "1 of 1", "{billed:?}");
+        assert!(
+            billed
+                .why
+                .as_deref()
+                .is_some_and(|w| w.contains("harness on tau-bench/airline.json (concat)")),
+            "{billed:?}"
+        );
+        // The same loss on a real trace is held.
+        let mut real = matrix(0.97);
+        for cell in &mut real.reports {
+            if cell.policy == "default" {
+                cell.figures.billed_input_tokens = Some(900_000);
+            }
+        }
+        let billed = default_policy_targets(&real)
+            .into_iter()
+            .find(|t| t.name.contains("billed"))
+            .unwrap_or_else(|| panic!("no billed target"));
+        assert!(!billed.met, "{billed:?}");
     }
 
     #[test]
