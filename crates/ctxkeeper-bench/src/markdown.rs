@@ -698,11 +698,7 @@ fn default_vs_seeds(page: &mut String, c: &Compaction) {
         let Some(ours) = cell("default") else {
             continue;
         };
-        let _ = write!(
-            page,
-            "| {label} | {} |",
-            thousands(ours.figures.billed())
-        );
+        let _ = write!(page, "| {label} | {} |", thousands(ours.figures.billed()));
         for seed in &seeds {
             match cell(seed) {
                 Some(theirs) => {
