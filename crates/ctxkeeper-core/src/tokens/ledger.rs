@@ -30,7 +30,9 @@
 //! ```
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+use xxhash_rust::xxh3::Xxh3 as ContentHasher;
 
 use super::count::TokenModel;
 use super::profiles::ModelProfile;
@@ -149,11 +151,12 @@ impl TokenLedger {
 /// The 64-bit content hash [`TokenCache`] keys messages by: everything that can change a
 /// message's count (role, name, every part with its extra fields), none of the wire hints.
 ///
-/// It uses the standard library's SipHash with fixed keys, so it is stable within one build —
-/// enough for an in-memory cache, not meant to be stored. Two different messages share a hash
-/// with probability ~2⁻⁶⁴.
+/// It uses XXH3 (a resent 3 MB history is hashed on every request: SipHash made that a
+/// few milliseconds), through `Hash`, so it is stable within one build — enough for an
+/// in-memory cache, not meant to be stored. Two different messages share a hash with
+/// probability ~2⁻⁶⁴.
 pub fn message_hash(message: &Message) -> u64 {
-    let mut hasher = DefaultHasher::new();
+    let mut hasher = ContentHasher::new();
     message.role.hash(&mut hasher);
     message.name.hash(&mut hasher);
     message.extra.hash(&mut hasher);
@@ -164,7 +167,7 @@ pub fn message_hash(message: &Message) -> u64 {
     hasher.finish()
 }
 
-fn hash_part(part: &Part, hasher: &mut DefaultHasher) {
+fn hash_part(part: &Part, hasher: &mut ContentHasher) {
     part.kind().hash(hasher);
     match part {
         Part::Text { text, extra } => {
@@ -223,7 +226,7 @@ fn hash_part(part: &Part, hasher: &mut DefaultHasher) {
 }
 
 fn tools_hash(tools: &[ToolSpec]) -> u64 {
-    let mut hasher = DefaultHasher::new();
+    let mut hasher = ContentHasher::new();
     tools.len().hash(&mut hasher);
     for tool in tools {
         (&tool.name, &tool.description, &tool.parameters, &tool.extra).hash(&mut hasher);
