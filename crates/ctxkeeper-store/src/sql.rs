@@ -738,8 +738,10 @@ impl SqlStore {
     }
 
     /// Commits a group of saves in one SQLite transaction: one write lock and one sync of
-    /// the write-ahead log for all of them. A lost compare-and-swap fails only its own save;
-    /// any other failure fails the group, and nothing of it is committed.
+    /// the write-ahead log for all of them. Each save runs in its own savepoint, so a lost
+    /// compare-and-swap or any other error of one save fails only that save, undone; only a
+    /// failure of the transaction itself (its begin, a savepoint, its commit) fails the group,
+    /// and then nothing of it is committed.
     async fn commit_group(&self, group: &[PendingCommit]) -> Vec<Result<Committed, StoreError>> {
         let now = now_ms();
         let mut tx = match self.begin().await {
@@ -754,8 +756,8 @@ impl SqlStore {
     }
 
     /// The writes of a group commit, inside `tx`, one save after the other (a session saved
-    /// twice in a group sees its first save). A lost swap or a refused append fails only its
-    /// own save, having written nothing; any other failure fails the group.
+    /// twice in a group sees its first save), each in a savepoint: a save that fails is
+    /// rolled back to it and the others go on.
     async fn group_in(
         &self,
         tx: &mut WriteTx,
@@ -764,14 +766,24 @@ impl SqlStore {
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         let mut outcomes = Vec::with_capacity(group.len());
         for commit in group {
-            match self.save_and_append_in(tx, commit, now).await {
-                Err(err) if !err.is_conflict() && !matches!(err, StoreError::InvalidInput(_)) => {
-                    return Err(err);
-                }
-                outcome => outcomes.push(outcome),
+            self.execute_in(tx, "SAVEPOINT ctxkeeper_save").await?;
+            let outcome = self.save_and_append_in(tx, commit, now).await;
+            if outcome.is_err() {
+                self.execute_in(tx, "ROLLBACK TO ctxkeeper_save").await?;
             }
+            self.execute_in(tx, "RELEASE ctxkeeper_save").await?;
+            outcomes.push(outcome);
         }
         Ok(outcomes)
+    }
+
+    /// Runs one statement without parameters inside `tx`.
+    async fn execute_in(&self, tx: &mut WriteTx, text: &'static str) -> Result<(), StoreError> {
+        sqlx::query(text)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        Ok(())
     }
 
     /// The items of one generation in order, the first `limit` of them when given.
@@ -1617,6 +1629,123 @@ mod tests {
             .await?
             .ok_or("stale has a state")?;
         assert_eq!((stale.version, stale.state.context.len()), (1, 0));
+        Ok(())
+    }
+
+    /// An error in the middle of one save (here its context insert meets a row planted
+    /// where it writes, after its swap already moved the version) undoes that save alone:
+    /// the saves before and after it in the group commit.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn an_error_inside_one_save_fails_only_that_save()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
+        for session in ["a", "bad", "b"] {
+            let key = SessionKey::simple(session)?;
+            let mut state = AgentState::new();
+            state.context = vec![Message::user("first")];
+            store
+                .save_and_append(&key, &state, None, &[Message::user("first")])
+                .await?;
+        }
+        sqlx::query("INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item) VALUES ('default', 'default', 'default', 'bad', 1, 1, '{}')")
+            .execute(&store.pool)
+            .await?;
+        let append = |session: &str| {
+            let mut commit = pending(session, Some(1), &["second"]);
+            commit.write = ContextWrite::Append {
+                context: 1,
+                trail: 0,
+            };
+            commit
+        };
+        let outcomes = store
+            .commit_group(&[append("a"), append("bad"), append("b")])
+            .await;
+        assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(2));
+        assert!(
+            matches!(&outcomes[1], Err(err) if !err.is_conflict()),
+            "{:?}",
+            outcomes[1]
+        );
+        assert_eq!(outcomes[2].as_ref().map(|c| c.version).ok(), Some(2));
+        for session in ["a", "b"] {
+            assert_eq!(
+                logged(&store, session).await,
+                [(1, "first".into()), (2, "second".into())]
+            );
+            let loaded = store
+                .load(&SessionKey::simple(session)?)
+                .await?
+                .ok_or("saved")?;
+            assert_eq!(loaded.state.context.len(), 2);
+        }
+        assert_eq!(logged(&store, "bad").await, [(1, "first".into())]);
+        let bad = store
+            .load(&SessionKey::simple("bad")?)
+            .await?
+            .ok_or("saved")?;
+        assert_eq!((bad.version, bad.state.context.len()), (1, 1));
+        Ok(())
+    }
+
+    /// Many sessions committing at once through the group commit, with stale saves of some
+    /// of them among them: every current save commits with its log entries, every stale one
+    /// fails alone and leaves nothing behind.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_commits_of_many_sessions_settle_each_on_its_own()
+    -> Result<(), Box<dyn std::error::Error>> {
+        const SESSIONS: usize = 48;
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
+        let key = |i: usize| SessionKey::simple(format!("s{i}")).expect("a valid id");
+        for i in 0..SESSIONS {
+            store
+                .save_and_append(&key(i), &AgentState::new(), None, &[Message::user("hello")])
+                .await?;
+        }
+        let mut tasks = Vec::new();
+        for i in 0..SESSIONS {
+            for (expected, text) in [(1, "current"), (9, "stale")] {
+                if text == "stale" && i % 4 != 0 {
+                    continue;
+                }
+                let store = store.clone();
+                let key = key(i);
+                tasks.push(tokio::spawn(async move {
+                    let mut state = AgentState::new();
+                    state.context = vec![Message::user(text)];
+                    let outcome = store
+                        .save_and_append(&key, &state, Some(expected), &[Message::user(text)])
+                        .await;
+                    (text, outcome)
+                }));
+            }
+        }
+        let (mut committed, mut conflicts) = (0, 0);
+        for task in tasks {
+            match task.await? {
+                ("current", Ok(c)) => {
+                    assert_eq!(c.version, 2);
+                    committed += 1;
+                }
+                ("stale", Err(err)) if err.is_conflict() => conflicts += 1,
+                other => panic!("unexpected outcome {other:?}"),
+            }
+        }
+        assert_eq!((committed, conflicts), (SESSIONS, SESSIONS / 4));
+        for i in 0..SESSIONS {
+            let page = store.history(&key(i), HistoryPage::last(10)).await?;
+            let texts: Vec<_> = page.iter().map(|e| (e.seq, e.message.text())).collect();
+            assert_eq!(texts, [(1, "hello".into()), (2, "current".into())]);
+            let loaded = store.load(&key(i)).await?.ok_or("saved")?;
+            assert_eq!(loaded.version, 2);
+            assert_eq!(loaded.state.context, vec![Message::user("current")]);
+        }
         Ok(())
     }
 
