@@ -35,6 +35,11 @@ use ctxkeeper_store::{
 };
 use serde_json::{Value, json};
 
+/// The allocator `ctxkeeper serve` runs with (the CLI's): the gateway measured here allocates
+/// as the one that ships does, and the mock beside it alike.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(about)]
 struct Args {
