@@ -361,15 +361,20 @@ impl SqlStore {
         let shown = redact(&url);
         let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
         options = match dialect {
-            Dialect::Sqlite => options.max_connections(4).after_connect(move |conn, _| {
-                Box::pin(async move {
-                    use sqlx::Executor;
-                    // Wait for the write lock instead of failing at once.
-                    conn.execute("PRAGMA busy_timeout = 30000").await?;
-                    conn.execute(synchronous.pragma()).await?;
-                    Ok(())
-                })
-            }),
+            // A connection to a local file needs no liveness check before each use (a round
+            // trip to its thread, on every group commit and load).
+            Dialect::Sqlite => options
+                .max_connections(4)
+                .test_before_acquire(false)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        use sqlx::Executor;
+                        // Wait for the write lock instead of failing at once.
+                        conn.execute("PRAGMA busy_timeout = 30000").await?;
+                        conn.execute(synchronous.pragma()).await?;
+                        Ok(())
+                    })
+                }),
             _ => options.max_connections(8),
         };
         let pool = options.connect(&url).await.map_err(|err| {
@@ -739,34 +744,20 @@ impl SqlStore {
     }
 
     /// Commits a group of saves in one SQLite transaction: one write lock and one sync of
-    /// the write-ahead log for all of them. Each save runs in its own savepoint, so a lost
-    /// compare-and-swap or any other error of one save fails only that save, undone; only a
-    /// failure of the transaction itself (its begin, a savepoint, its commit) fails the group,
-    /// and then nothing of it is committed.
+    /// the write-ahead log for all of them. Saves of distinct sessions go in a few statements
+    /// for the whole group ([`group_batched_in`](Self::group_batched_in)). When a session
+    /// appears twice (its second save must see the first), or one of those statements fails
+    /// (then the transaction is rolled back and a new one begun), the saves run one after the
+    /// other, each in its own savepoint: a lost compare-and-swap or any other error of one save
+    /// fails only that save, undone. Only a failure of the transaction itself (its begin, a
+    /// savepoint, its commit) fails the group, and then nothing of it is committed.
     async fn commit_group(&self, group: &[PendingCommit]) -> Vec<Result<Committed, StoreError>> {
         let now = now_ms();
+        let fail = |err: StoreError| group.iter().map(|_| Err(err.clone())).collect();
         let mut tx = match self.begin().await {
             Ok(tx) => tx,
-            Err(err) => return group.iter().map(|_| Err(err.clone())).collect(),
+            Err(err) => return fail(err),
         };
-        let outcomes = self.group_in(&mut tx, group, now).await;
-        match self.finish(tx, outcomes).await {
-            Ok(outcomes) => outcomes,
-            Err(err) => group.iter().map(|_| Err(err.clone())).collect(),
-        }
-    }
-
-    /// The writes of a group commit, inside `tx`. Saves of distinct sessions go in a few
-    /// statements for the whole group ([`group_batched_in`](Self::group_batched_in)); when a
-    /// session appears twice (its second save must see the first), or one of those
-    /// statements fails, they are undone and the saves run one after the other, each in its
-    /// own savepoint: a save that fails is rolled back to it and the others go on.
-    async fn group_in(
-        &self,
-        tx: &mut WriteTx,
-        group: &[PendingCommit],
-        now: i64,
-    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         let distinct = group
             .iter()
             .map(|commit| &commit.key)
@@ -774,19 +765,39 @@ impl SqlStore {
             .len()
             == group.len();
         if distinct {
-            self.execute_in(tx, "SAVEPOINT ctxkeeper_group").await?;
-            match self.group_batched_in(tx, group, now).await {
+            match self.group_batched_in(&mut tx, group, now).await {
                 Ok(outcomes) => {
-                    self.execute_in(tx, "RELEASE ctxkeeper_group").await?;
-                    return Ok(outcomes);
+                    return match self.finish(tx, Ok(outcomes)).await {
+                        Ok(outcomes) => outcomes,
+                        Err(err) => fail(err),
+                    };
                 }
                 Err(_) => {
                     // Which save failed is not known: each goes again on its own.
-                    self.execute_in(tx, "ROLLBACK TO ctxkeeper_group").await?;
-                    self.execute_in(tx, "RELEASE ctxkeeper_group").await?;
+                    let _ = tx.rollback().await;
+                    tx = match self.begin().await {
+                        Ok(tx) => tx,
+                        Err(err) => return fail(err),
+                    };
                 }
             }
         }
+        let outcomes = self.group_in(&mut tx, group, now).await;
+        match self.finish(tx, outcomes).await {
+            Ok(outcomes) => outcomes,
+            Err(err) => fail(err),
+        }
+    }
+
+    /// The saves of a group one after the other, inside `tx` (a session saved twice in a
+    /// group sees its first save), each in a savepoint: a save that fails is rolled back to
+    /// it and the others go on.
+    async fn group_in(
+        &self,
+        tx: &mut WriteTx,
+        group: &[PendingCommit],
+        now: i64,
+    ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
         let mut outcomes = Vec::with_capacity(group.len());
         for commit in group {
             self.execute_in(tx, "SAVEPOINT ctxkeeper_save").await?;
@@ -798,6 +809,15 @@ impl SqlStore {
             outcomes.push(outcome);
         }
         Ok(outcomes)
+    }
+
+    /// Runs one statement without parameters inside `tx`.
+    async fn execute_in(&self, tx: &mut WriteTx, text: &'static str) -> Result<(), StoreError> {
+        sqlx::query(text)
+            .execute(&mut **tx)
+            .await
+            .map_err(|err| self.err(err))?;
+        Ok(())
     }
 
     /// Saves of distinct sessions, inside `tx`, with one statement per table for the whole
@@ -987,15 +1007,6 @@ impl SqlStore {
         }
         self.insert_log(tx, &rows, now).await?;
         Ok(outcomes)
-    }
-
-    /// Runs one statement without parameters inside `tx`.
-    async fn execute_in(&self, tx: &mut WriteTx, text: &'static str) -> Result<(), StoreError> {
-        sqlx::query(text)
-            .execute(&mut **tx)
-            .await
-            .map_err(|err| self.err(err))?;
-        Ok(())
     }
 
     /// The items of one generation in order, the first `limit` of them when given.
