@@ -417,7 +417,14 @@ pub fn record_step(
     );
     journal.extend(step.point.map(|p| Record::Step(p).to_value()));
     let model = model.map(str::to_string).or(previous_model);
-    let mut head = serde_json::Map::new();
+    // Fields a newer build keeps in the head stay; what moved to the journal leaves.
+    let mut head = match extensions.remove(TIMELINE) {
+        Some(Value::Object(head)) => head,
+        _ => serde_json::Map::new(),
+    };
+    for moved in ["steps", "compactions", "first_step"] {
+        head.remove(moved);
+    }
     if let Some(model) = model {
         head.insert("model".into(), Value::from(model));
     }
@@ -629,7 +636,16 @@ mod tests {
         assert_eq!(Timeline::read(&ext, &journal), typed);
         assert!(ext[TIMELINE].get("steps").is_none());
         assert!(ext[TIMELINE].get("compactions").is_none());
+        assert!(ext[TIMELINE].get("first_step").is_none());
         assert_eq!(journal.len(), 1 + 1 + 4);
+        // A field a newer build keeps in the head survives a step.
+        if let Some(Value::Object(head)) = ext.get_mut(TIMELINE) {
+            head.insert("later".into(), json!(1));
+        }
+        step(&mut ext, &mut journal, &[budget(180)], None, 5);
+        assert_eq!(ext[TIMELINE]["later"], json!(1));
+        // The fingerprint, the compaction record, five points.
+        assert_eq!(journal.len(), 1 + 1 + 5);
     }
 
     #[test]
