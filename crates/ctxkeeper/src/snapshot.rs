@@ -10,6 +10,10 @@
 //! `compact` tool wrote, and the bare context `replay --store` wrote), so a session any face
 //! started can be continued by any other.
 //!
+//! A host may also append its own records at every step ([`Snapshot::journal`]: the gateway's
+//! console timeline). They ride in the state's trail beside the client fingerprints, so a
+//! step stores only the records it added, never the ones before.
+//!
 //! A face that changes the context without serving the client (MCP `compact`) keeps the
 //! client record as it is, so the gateway still recognises the client's history on the next
 //! request; a face that creates a session from a known conversation (`replay --store`) records
@@ -40,9 +44,13 @@ use serde_json::{Map, Value};
 use xxhash_rust::xxh3::xxh3_128;
 
 /// The `engine` record's format this build writes: the entries' bookkeeping rides in
-/// [`AgentState::context_meta`] and the client fingerprints in [`AgentState::trail`], so a
+/// [`AgentState::context_meta`], and the client fingerprints (strings) and the host's
+/// [`journal`](Snapshot::journal) records (any other value) in [`AgentState::trail`], so a
 /// step that appended saves only what it appended (see [`ctxkeeper_store::generations`]).
-pub const FORMAT: &str = "ctxkeeper/3";
+pub const FORMAT: &str = "ctxkeeper/4";
+/// The record before host journals: every trail value a fingerprint. Read as [`FORMAT`] is
+/// (a build that knows only this one refuses a state with journal records as newer).
+const FORMAT_V3: &str = "ctxkeeper/3";
 /// The record before incremental saves: bookkeeping and fingerprints inside it.
 const FORMAT_V2: &str = "ctxkeeper/2";
 /// The gateway's record before the shared codec.
@@ -55,8 +63,15 @@ pub struct Snapshot {
     pub context: ContextState,
     /// What the host serving the conversation knows about its client.
     pub client: ClientRecord,
-    /// Host fields compaction never touches (plan, tasks, policy overrides…).
+    /// Host fields compaction never touches (plan, tasks, policy overrides…). They are
+    /// rewritten with every save: a record that grows with the steps belongs in `journal`.
     pub extensions: BTreeMap<String, Value>,
+    /// Records a host appends beside the context as steps go (the gateway's console
+    /// timeline), in order: JSON objects each named by its host, never read by the codec.
+    /// They are stored in the current generation's trail like the client fingerprints, so
+    /// a step that appended writes only its new records; a new generation carries whatever
+    /// the host keeps here then (a host bounds its records before it writes one).
+    pub journal: Vec<Value>,
     /// When the session was created (ms since the Unix epoch; 0: now, at the first save).
     pub created_at_ms: i64,
     /// Fields of the stored state this build does not know, kept verbatim.
@@ -74,8 +89,10 @@ pub struct Snapshot {
 pub struct StoredShape {
     /// Context entries in the stored generation.
     pub entries: usize,
-    /// Client fingerprints stored (the state's trail).
+    /// Client fingerprints stored (strings of the state's trail).
     pub fingerprints: usize,
+    /// Journal records stored (the other values of the state's trail).
+    pub records: usize,
     /// The context's compaction count and appended-message count when it was stored.
     pub compactions: u32,
     pub appended: u64,
@@ -84,11 +101,12 @@ pub struct StoredShape {
 }
 
 impl StoredShape {
-    /// The shape of `context` and `fingerprints` once stored.
-    pub fn of(context: &ContextState, fingerprints: usize) -> StoredShape {
+    /// The shape of `context`, `fingerprints` and `records` once stored.
+    pub fn of(context: &ContextState, fingerprints: usize, records: usize) -> StoredShape {
         StoredShape {
             entries: context.entries.len(),
             fingerprints,
+            records,
             compactions: context.compactions,
             appended: context.appended,
             newest: context
@@ -98,19 +116,23 @@ impl StoredShape {
         }
     }
 
-    /// Whether `context` is the stored one with messages appended, and `client` the stored
-    /// fingerprints with more appended (`stored_fingerprints` are the ones stored). Anything
-    /// that rewrites a context either compacts (the count moves), removes entries (the
-    /// counts disagree with the messages appended) or replaces the newest one (its
-    /// fingerprint changes); then the context goes out as a new generation.
+    /// Whether `context` is the stored one with messages appended, `client` the stored
+    /// fingerprints with more appended (`stored_fingerprints` are the ones stored), and a
+    /// journal of `records` the stored one with records appended (a host that only appends
+    /// to its journal between saves). Anything that rewrites a context either compacts (the
+    /// count moves), removes entries (the counts disagree with the messages appended) or
+    /// replaces the newest one (its fingerprint changes); then the context goes out as a new
+    /// generation.
     pub fn continued_by(
         &self,
         context: &ContextState,
         client: &[u128],
         stored_fingerprints: &[u128],
+        records: usize,
     ) -> bool {
         let entries = context.entries.len();
         entries >= self.entries
+            && records >= self.records
             && context.compactions == self.compactions
             && context.appended >= self.appended
             && context.appended - self.appended == (entries - self.entries) as u64
@@ -235,6 +257,7 @@ impl Snapshot {
             unknown,
             ..
         } = state;
+        let mut journal = Vec::new();
         let summary = match summary {
             Some(value) => {
                 Some(
@@ -255,9 +278,9 @@ impl Snapshot {
             cause,
         };
         let (mut context_state, client, engine_unknown) = match format.as_deref() {
-            Some(FORMAT) => {
+            Some(shape @ (FORMAT | FORMAT_V3)) => {
                 let mut record: EngineRecord =
-                    serde_json::from_value(engine).map_err(|e| fail(FORMAT, e.to_string()))?;
+                    serde_json::from_value(engine).map_err(|e| fail(shape, e.to_string()))?;
                 let meta = context_meta
                     .into_iter()
                     .map(|value| match value {
@@ -265,16 +288,21 @@ impl Snapshot {
                         value => serde_json::from_value(value),
                     })
                     .collect::<Result<Vec<EntryMeta>, _>>()
-                    .map_err(|e| fail(FORMAT, format!("entry bookkeeping: {e}")))?;
-                record.client.hashes = trail
-                    .iter()
-                    .map(|value| {
-                        value
-                            .as_str()
-                            .and_then(|hex| u128::from_str_radix(hex, 16).ok())
-                            .ok_or_else(|| fail(FORMAT, format!("client fingerprint {value}")))
-                    })
-                    .collect::<Result<_, _>>()?;
+                    .map_err(|e| fail(shape, format!("entry bookkeeping: {e}")))?;
+                let mut hashes = Vec::with_capacity(trail.len());
+                for value in trail {
+                    match value {
+                        Value::String(hex) => hashes.push(
+                            u128::from_str_radix(&hex, 16)
+                                .map_err(|_| fail(shape, format!("client fingerprint {hex:?}")))?,
+                        ),
+                        record if shape == FORMAT => journal.push(record),
+                        other => {
+                            return Err(fail(shape, format!("client fingerprint {other}")));
+                        }
+                    }
+                }
+                record.client.hashes = hashes;
                 let mut state = with_meta(context, meta, record.compactions, record.appended);
                 state.set_trigger_memory(record.trigger);
                 let mut unknown = record.unknown;
@@ -340,6 +368,7 @@ impl Snapshot {
             context: context_state,
             client,
             extensions,
+            journal,
             created_at_ms,
             unknown,
             engine_unknown,
@@ -358,6 +387,7 @@ impl Snapshot {
             context: &self.context,
             client: &self.client,
             extensions: &self.extensions,
+            journal: &self.journal,
             created_at_ms: self.created_at_ms,
             unknown: &self.unknown,
             engine_unknown: &self.engine_unknown,
@@ -372,6 +402,7 @@ pub struct SnapshotRef<'a> {
     pub context: &'a ContextState,
     pub client: &'a ClientRecord,
     pub extensions: &'a BTreeMap<String, Value>,
+    pub journal: &'a [Value],
     pub created_at_ms: i64,
     pub unknown: &'a Map<String, Value>,
     pub engine_unknown: &'a Map<String, Value>,
@@ -380,13 +411,15 @@ pub struct SnapshotRef<'a> {
 impl SnapshotRef<'_> {
     /// The state to store (see [`Snapshot::encode`]).
     pub fn encode(&self) -> AgentState {
-        self.encode_after(0, 0)
+        self.encode_after(0, 0, 0)
     }
 
-    /// The state to store after the first `entries` context entries and `fingerprints` client
-    /// fingerprints, which the store already holds: the head and what follows them, for
-    /// [`ContextWrite::Append`](ctxkeeper_store::ContextWrite::Append). Costs O(what follows).
-    pub fn encode_after(&self, entries: usize, fingerprints: usize) -> AgentState {
+    /// The state to store after the first `entries` context entries, `fingerprints` client
+    /// fingerprints and `records` journal records, which the store already holds: the head
+    /// and what follows them, for
+    /// [`ContextWrite::Append`](ctxkeeper_store::ContextWrite::Append) after
+    /// `fingerprints + records` trail values. Costs O(what follows).
+    pub fn encode_after(&self, entries: usize, fingerprints: usize, records: usize) -> AgentState {
         let record = EngineRecord {
             format: FORMAT.into(),
             meta: Vec::new(),
@@ -423,6 +456,13 @@ impl SnapshotRef<'_> {
             .unwrap_or_default()
             .iter()
             .map(|hash| Value::String(format!("{hash:032x}")))
+            .chain(
+                self.journal
+                    .get(records..)
+                    .unwrap_or_default()
+                    .iter()
+                    .cloned(),
+            )
             .collect();
         state.summary = self
             .context
@@ -511,8 +551,10 @@ pub async fn load(
     };
     let version = versioned.version;
     let current = versioned.generation.is_some()
-        && versioned.state.engine.get("format").and_then(Value::as_str) == Some(FORMAT);
-    let fingerprints = versioned.state.trail.len();
+        && matches!(
+            versioned.state.engine.get("format").and_then(Value::as_str),
+            Some(FORMAT | FORMAT_V3)
+        );
     let mut snapshot =
         Snapshot::decode(versioned.state).map_err(|error| PersistError::Unreadable {
             session: key.to_string(),
@@ -520,7 +562,11 @@ pub async fn load(
             error,
         })?;
     if current {
-        snapshot.stored = Some(StoredShape::of(&snapshot.context, fingerprints));
+        snapshot.stored = Some(StoredShape::of(
+            &snapshot.context,
+            snapshot.client.hashes.len(),
+            snapshot.journal.len(),
+        ));
     }
     Ok(Some((snapshot, version)))
 }
@@ -762,17 +808,38 @@ mod tests {
         let messages = conversation();
         let mut snapshot = Snapshot::new(ContextState::from_messages(messages.clone()))
             .with_client(ClientRecord::of_messages(&messages));
-        let stored = StoredShape::of(&snapshot.context, snapshot.client.hashes.len());
+        snapshot.journal = vec![json!({"host_point": 1})];
+        let stored = StoredShape::of(&snapshot.context, snapshot.client.hashes.len(), 1);
         let stored_hashes = snapshot.client.hashes.clone();
         let next = Message::user("and now?");
         snapshot.context.push(next.clone());
         snapshot.client.hashes.push(message_hash(&next));
-        assert!(stored.continued_by(&snapshot.context, &snapshot.client.hashes, &stored_hashes));
-        let delta = snapshot
-            .borrowed()
-            .encode_after(stored.entries, stored.fingerprints);
+        snapshot.journal.push(json!({"host_point": 2}));
+        assert!(stored.continued_by(
+            &snapshot.context,
+            &snapshot.client.hashes,
+            &stored_hashes,
+            2
+        ));
+        let delta =
+            snapshot
+                .borrowed()
+                .encode_after(stored.entries, stored.fingerprints, stored.records);
         assert_eq!(delta.context, vec![next]);
-        assert_eq!(delta.trail.len(), 1);
+        assert_eq!(
+            delta.trail,
+            vec![
+                json!(format!("{:032x}", snapshot.client.hashes[3])),
+                json!({"host_point": 2})
+            ]
+        );
+        // A journal shorter than the stored one was rewritten: not a continuation.
+        assert!(!stored.continued_by(
+            &snapshot.context,
+            &snapshot.client.hashes,
+            &stored_hashes,
+            0
+        ));
         // A replaced newest entry, a compaction or a changed history is not a continuation.
         let mut edited = snapshot.context.clone();
         let mut entries = std::mem::take(&mut edited.entries);
@@ -780,13 +847,35 @@ mod tests {
         edited.replace_entries(entries);
         edited.push(Message::assistant("edited"));
         edited.push(Message::user("again"));
-        assert!(!stored.continued_by(&edited, &snapshot.client.hashes, &stored_hashes));
+        assert!(!stored.continued_by(&edited, &snapshot.client.hashes, &stored_hashes, 2));
         let mut compacted = snapshot.context.clone();
         compacted.compactions += 1;
-        assert!(!stored.continued_by(&compacted, &snapshot.client.hashes, &stored_hashes));
+        assert!(!stored.continued_by(&compacted, &snapshot.client.hashes, &stored_hashes, 2));
         let mut other = snapshot.client.hashes.clone();
         other[0] ^= 1;
-        assert!(!stored.continued_by(&snapshot.context, &other, &stored_hashes));
+        assert!(!stored.continued_by(&snapshot.context, &other, &stored_hashes, 2));
+    }
+
+    #[test]
+    fn journal_records_ride_in_the_trail_beside_the_fingerprints() {
+        let messages = conversation();
+        let mut snapshot = Snapshot::new(ContextState::from_messages(messages.clone()))
+            .with_client(ClientRecord::of_messages(&messages));
+        snapshot.journal = vec![json!({"host_point": [1, 2]}), json!({"host_note": "x"})];
+        let stored = snapshot.encode();
+        assert_eq!(stored.trail.len(), 5);
+        let back = Snapshot::decode(stored).unwrap();
+        assert_eq!(back.journal, snapshot.journal);
+        assert_eq!(back.client.hashes, snapshot.client.hashes);
+        // A `ctxkeeper/3` state holds fingerprints only, and still decodes.
+        let mut v3 = snapshot.encode();
+        v3.engine["format"] = json!("ctxkeeper/3");
+        v3.trail.truncate(3);
+        let back = Snapshot::decode(v3.clone()).unwrap();
+        assert!(back.journal.is_empty());
+        assert_eq!(back.client.hashes, snapshot.client.hashes);
+        v3.trail.push(json!({"host_point": 1}));
+        assert!(Snapshot::decode(v3).is_err());
     }
 
     #[test]

@@ -8,13 +8,15 @@
 //!
 //! One conversation grows to `--messages` messages (each about `--message-bytes` bytes of
 //! text, ~800 tokens: 1,000 messages are ~800k tokens), two messages per step, against a
-//! zero-delay mock upstream and a 1M-window model (`gpt-4.1-mini`), so nothing compacts.
+//! zero-delay mock upstream and a 1M-window model (`gpt-4.1-mini`), far from the window (the
+//! default policy's cost rule may still compact where that makes the billed input cheaper).
 //! Every step sends the same body to the mock directly and through a gateway (both
 //! in-process, over loopback HTTP); the added latency is the difference. The gateway's store
 //! is wrapped to count the bytes of the state (or of the part of it a step appended) and of
 //! the log entries every save hands it. The result is one JSON object on stdout: per
-//! reported conversation size, the p50 of the added latency and the mean bytes per step over
-//! the `--window` steps before that size.
+//! reported conversation size, the p50 of the added latency and the mean, median and largest
+//! bytes per step over the `--window` steps before that size (a step that compacted, if the
+//! policy's trigger fires, writes a whole new generation).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +36,11 @@ use ctxkeeper_store::{
     SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, Versioned,
 };
 use serde_json::{Value, json};
+
+/// The allocator `ctxkeeper serve` runs with (the CLI's): the gateway measured here allocates
+/// as the one that ships does, and the mock beside it alike.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Parser)]
 #[command(about)]
@@ -337,6 +344,10 @@ async fn main() -> Result<()> {
         let mut proxied: Vec<f64> = window.iter().map(|(_, _, g, _)| *g).collect();
         proxied.sort_by(f64::total_cmp);
         let bytes = window.iter().map(|(.., b)| *b).sum::<u64>() / window.len() as u64;
+        // A step that compacted writes a whole new generation: the median shows what a
+        // step that only appended writes, the maximum such a step.
+        let mut step_bytes: Vec<f64> = window.iter().map(|(.., b)| *b as f64).collect();
+        step_bytes.sort_by(f64::total_cmp);
         let body_bytes =
             serde_json::to_string(&messages[..at.min(messages.len())]).map_or(0, |s| s.len());
         rows.push(json!({
@@ -346,6 +357,8 @@ async fn main() -> Result<()> {
             "direct_p50_ms": percentile(&direct, 50.0),
             "gateway_p50_ms": percentile(&proxied, 50.0),
             "bytes_per_step": bytes,
+            "bytes_p50_per_step": percentile(&step_bytes, 50.0),
+            "bytes_max_per_step": percentile(&step_bytes, 100.0),
         }));
     }
     let _ = stop.send(());

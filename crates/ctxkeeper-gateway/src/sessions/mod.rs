@@ -531,14 +531,16 @@ impl Sessions {
             let saved = if slot.unsaved {
                 let model = slot.live.as_ref().map(|live| live.model.clone());
                 let (events, at) = (&outbox.events, now_ms());
+                let slot = &mut *slot;
                 crate::ui::timeline::record_step(
                     &mut slot.extensions,
+                    &mut slot.journal,
                     events,
                     model.as_deref(),
                     at,
                 );
                 let log = incoming.messages.get(start..).unwrap_or_default();
-                self.persist(key, &mut slot, log).await
+                self.persist(key, slot, log).await
             } else {
                 Ok(())
             };

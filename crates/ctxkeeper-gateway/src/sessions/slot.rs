@@ -76,6 +76,10 @@ pub(super) struct Slot {
     pub(super) version: Option<u64>,
     pub(super) created_at_ms: i64,
     pub(super) extensions: BTreeMap<String, Value>,
+    /// The records the gateway appends as steps commit (the console's timeline): those of
+    /// the stored generation, then the ones not yet saved. Bounded when a new generation is
+    /// written ([`crate::ui::timeline::bound`]).
+    pub(super) journal: Vec<Value>,
     pub(super) unknown: Map<String, Value>,
     /// Engine-record fields this build does not know, kept for the next save.
     pub(super) engine_unknown: Map<String, Value>,
@@ -248,6 +252,7 @@ impl Sessions {
             context,
             client,
             extensions,
+            journal,
             created_at_ms,
             unknown,
             engine_unknown,
@@ -257,6 +262,7 @@ impl Sessions {
         slot.stored_shape = stored;
         slot.created_at_ms = created_at_ms;
         slot.extensions = extensions;
+        slot.journal = journal;
         slot.unknown = unknown;
         slot.engine_unknown = engine_unknown;
         slot.client = client;
@@ -271,39 +277,51 @@ impl Sessions {
     /// The state to store for the slot, from its parts (nothing is cloned but what the
     /// stored form copies anyway), and how to write it: only what follows the stored
     /// generation when the context continues it and `incremental` (the store saves in
-    /// generations), else the whole context as a new generation.
-    pub(super) fn state_to_store(slot: &Slot, incremental: bool) -> (AgentState, ContextWrite) {
+    /// generations), else the whole context as a new generation, carrying only the newest
+    /// records of the journal (which the slot keeps from then on).
+    pub(super) fn state_to_store(slot: &mut Slot, incremental: bool) -> (AgentState, ContextWrite) {
         let empty = ContextState::default();
-        let context = slot.state_ref().unwrap_or(&empty);
+        let append = slot.stored_shape.filter(|shape| {
+            incremental
+                && shape.continued_by(
+                    slot.state_ref().unwrap_or(&empty),
+                    &slot.client.hashes,
+                    &slot.stored_hashes,
+                    slot.journal.len(),
+                )
+        });
+        if append.is_none() {
+            crate::ui::timeline::bound(&mut slot.journal);
+        }
         let parts = SnapshotRef {
-            context,
+            context: slot.state_ref().unwrap_or(&empty),
             client: &slot.client,
             extensions: &slot.extensions,
+            journal: &slot.journal,
             created_at_ms: slot.created_at_ms,
             unknown: &slot.unknown,
             engine_unknown: &slot.engine_unknown,
         };
-        match slot.stored_shape {
-            Some(shape)
-                if incremental
-                    && shape.continued_by(context, &slot.client.hashes, &slot.stored_hashes) =>
-            {
-                (
-                    parts.encode_after(shape.entries, shape.fingerprints),
-                    ContextWrite::Append {
-                        context: shape.entries,
-                        trail: shape.fingerprints,
-                    },
-                )
-            }
-            _ => (parts.encode(), ContextWrite::Generation),
+        match append {
+            Some(shape) => (
+                parts.encode_after(shape.entries, shape.fingerprints, shape.records),
+                ContextWrite::Append {
+                    context: shape.entries,
+                    trail: shape.fingerprints + shape.records,
+                },
+            ),
+            None => (parts.encode(), ContextWrite::Generation),
         }
     }
 
     /// The stored shape of the slot once its state is saved.
     pub(super) fn shape_of(slot: &Slot) -> StoredShape {
         let empty = ContextState::default();
-        StoredShape::of(slot.state_ref().unwrap_or(&empty), slot.client.hashes.len())
+        StoredShape::of(
+            slot.state_ref().unwrap_or(&empty),
+            slot.client.hashes.len(),
+            slot.journal.len(),
+        )
     }
 
     /// Makes sure a manager with the request's settings runs, rebuilding it around the

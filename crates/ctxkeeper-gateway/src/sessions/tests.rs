@@ -154,7 +154,8 @@ async fn a_step_that_only_appended_saves_only_what_it_appended() {
     second.step(&key, &incoming, &[]).await.expect("a step");
     let writes = recording.writes.lock().expect("not poisoned").clone();
     assert_eq!(writes.len(), 4, "{writes:?}");
-    assert_eq!(writes[0], (ContextWrite::Generation, 4, 4));
+    // The trail holds the client fingerprints and one console timeline point per step.
+    assert_eq!(writes[0], (ContextWrite::Generation, 4, 5));
     for (i, write) in writes[1..].iter().enumerate() {
         let stored = 4 + 2 * i;
         assert_eq!(
@@ -162,17 +163,21 @@ async fn a_step_that_only_appended_saves_only_what_it_appended() {
             (
                 ContextWrite::Append {
                     context: stored,
-                    trail: stored
+                    trail: stored + 1 + i
                 },
                 2,
-                2
+                3
             ),
-            "step {} wrote more than its two new messages",
+            "step {} wrote more than its two new messages and its point",
             i + 2
         );
     }
     let loaded = inner.load(&key).await.expect("load").expect("saved");
     assert_eq!(loaded.state.context, conversation(4));
+    // The timeline survives in the store: four points, read by another process.
+    let timeline =
+        crate::ui::timeline::Timeline::read(&loaded.state.extensions, &loaded.state.trail);
+    assert_eq!((timeline.steps.len(), timeline.totals.requests), (4, 4));
     assert_eq!(loaded.generation, Some(1));
 }
 

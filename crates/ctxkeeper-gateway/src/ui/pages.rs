@@ -147,7 +147,7 @@ async fn rows(console: &Console, tenant: &str) -> Result<Vec<Row>, PageError> {
             async move {
                 let stored = store.load(&info.key).await?;
                 let timeline = stored
-                    .map(|v| Timeline::from_extensions(&v.state.extensions))
+                    .map(|v| Timeline::read(&v.state.extensions, &v.state.trail))
                     .unwrap_or_default();
                 Ok::<_, PageError>(Row { info, timeline })
             }
@@ -325,7 +325,7 @@ pub(super) async fn session(
     })?;
     let snapshot = Snapshot::decode(stored.state)
         .map_err(|e| PageError::Store(format!("session {key}: {e}")))?;
-    let timeline = Timeline::from_extensions(&snapshot.extensions);
+    let timeline = Timeline::read(&snapshot.extensions, &snapshot.journal);
     let summary = entry_text(&snapshot, |m| m.summary);
     let capsule = entry_text(&snapshot, |m| m.capsule.is_some());
     let href = session_href(key);

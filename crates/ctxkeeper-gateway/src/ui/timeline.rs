@@ -1,14 +1,24 @@
 //! A session's timeline: one point per committed request (when, the input tokens the gateway
 //! sent, the window, what the agent would have sent unmanaged) and one record per compaction
 //! (trigger, stages, tokens and messages before and after, the archived items), kept in the
-//! session's state under the extension key [`TIMELINE`].
+//! session's state.
 //!
 //! Events are published, not stored, and the session log holds only messages: without this
 //! record a console started later (or `ctxkeeper ui` over a store on another host) could not
 //! show how a session's context evolved. The gateway records each step as it commits it
 //! ([`record_step`]), in the same compare-and-swapped write, so the timeline and the state
-//! never disagree. It is bounded ([`MAX_STEPS`], [`MAX_COMPACTIONS`]); the running totals
-//! keep counting past the bound.
+//! never disagree.
+//!
+//! Where it is stored keeps a step's write the same size at request 10 and at request 2,000:
+//! the points and compaction records are appended to the snapshot's journal
+//! ([`Snapshot::journal`](ctxkeeper::snapshot::Snapshot::journal), stored in the current
+//! generation's trail), as `{"console_step": [...]}` and `{"console_compaction": {...}}`; only
+//! the model and the running totals sit in the state's head, under the extension key
+//! [`TIMELINE`]. It is bounded: a new generation carries the newest [`MAX_STEPS`] points and
+//! [`MAX_COMPACTIONS`] records ([`bound`]), a reader keeps no more than those, and the running
+//! totals keep counting past the bound. States written when the whole timeline sat in the
+//! head (its `steps` and `compactions` there) still read; the next step moves those into the
+//! journal.
 //!
 //! The unmanaged size of a request is the managed size plus every token compaction shed so
 //! far (what the agent's own history holds). Billed input follows `replay`
@@ -23,8 +33,12 @@ use ctxkeeper_store::events::SessionEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The extension key the timeline is stored under.
+/// The extension key of the timeline's head (model and totals).
 pub const TIMELINE: &str = "console_timeline";
+/// The journal record of one request point.
+pub const STEP_RECORD: &str = "console_step";
+/// The journal record of one compaction.
+pub const COMPACTION_RECORD: &str = "console_compaction";
 /// Request points kept (the oldest leave first).
 pub const MAX_STEPS: usize = 2_000;
 /// Compaction records kept (the oldest leave first).
@@ -132,14 +146,82 @@ pub struct Timeline {
     pub totals: Totals,
 }
 
+/// What a session's extensions hold of its timeline: the model and the totals, and (in
+/// states written when the whole timeline sat there) the points and records.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Head {
+    model: Option<String>,
+    totals: Totals,
+    steps: Vec<StepPoint>,
+    compactions: Vec<CompactionRecord>,
+}
+
+/// A journal record of the timeline, as stored.
+#[derive(Debug, Serialize, Deserialize)]
+enum Record {
+    #[serde(rename = "console_step")]
+    Step(StepPoint),
+    #[serde(rename = "console_compaction")]
+    Compaction(CompactionRecord),
+}
+
+/// Which timeline record a journal value is, by its name alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Step,
+    Compaction,
+}
+
+impl Kind {
+    fn of(value: &Value) -> Option<Kind> {
+        let object = value.as_object()?;
+        let (name, _) = object.iter().next().filter(|_| object.len() == 1)?;
+        match name.as_str() {
+            STEP_RECORD => Some(Kind::Step),
+            COMPACTION_RECORD => Some(Kind::Compaction),
+            _ => None,
+        }
+    }
+}
+
+impl Record {
+    /// The timeline record a journal value holds (`None`: another host's record, or a value
+    /// that cannot be read: a console must show the session anyway).
+    fn of(value: &Value) -> Option<Record> {
+        Kind::of(value)?;
+        Record::deserialize(value).ok()
+    }
+
+    fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
 impl Timeline {
-    /// The timeline stored in a session's extensions (empty when there is none or it cannot
-    /// be read: a console must show the session anyway).
-    pub fn from_extensions(extensions: &BTreeMap<String, Value>) -> Timeline {
-        extensions
+    /// The timeline a session's state holds: its head in `extensions` and its records in
+    /// `records` (the snapshot's journal, or the stored state's whole trail: other values
+    /// are passed over). Empty when there is none; what cannot be read is left out.
+    pub fn read(extensions: &BTreeMap<String, Value>, records: &[Value]) -> Timeline {
+        let head = extensions
             .get(TIMELINE)
-            .and_then(|v| Timeline::deserialize(v).ok())
-            .unwrap_or_default()
+            .and_then(|v| Head::deserialize(v).ok())
+            .unwrap_or_default();
+        let mut timeline = Timeline {
+            model: head.model,
+            first_step: 0,
+            steps: head.steps,
+            compactions: head.compactions,
+            totals: head.totals,
+        };
+        for record in records.iter().filter_map(Record::of) {
+            match record {
+                Record::Step(point) => timeline.steps.push(point),
+                Record::Compaction(compaction) => timeline.compactions.push(compaction),
+            }
+        }
+        timeline.keep_newest();
+        timeline
     }
 
     /// The newest request point.
@@ -155,19 +237,28 @@ impl Timeline {
         }
         self.totals = step.totals;
         self.compactions.extend(step.compactions);
-        if let Some(point) = step.point {
-            self.first_step = self.first_step.max(1);
-            self.steps.push(point);
-        }
+        self.steps.extend(step.point);
+        self.keep_newest();
+    }
+
+    /// Keeps the newest points and records within the bounds, and numbers the first point:
+    /// every request that made a point counts in `totals.requests`, and the points kept are
+    /// the newest ones.
+    fn keep_newest(&mut self) {
         if self.steps.len() > MAX_STEPS {
-            let excess = self.steps.len() - MAX_STEPS;
-            self.steps.drain(..excess);
-            self.first_step += excess as u64;
+            self.steps.drain(..self.steps.len() - MAX_STEPS);
         }
         if self.compactions.len() > MAX_COMPACTIONS {
-            let excess = self.compactions.len() - MAX_COMPACTIONS;
-            self.compactions.drain(..excess);
+            self.compactions
+                .drain(..self.compactions.len() - MAX_COMPACTIONS);
         }
+        self.first_step = if self.steps.is_empty() {
+            0
+        } else {
+            (self.totals.requests + 1)
+                .saturating_sub(self.steps.len() as u64)
+                .max(1)
+        };
     }
 }
 
@@ -177,7 +268,6 @@ struct Advanced {
     compactions: Vec<CompactionRecord>,
     totals: Totals,
 }
-
 /// The point, compactions and totals one step adds after `previous` (the newest point).
 fn advance(
     previous: Option<StepPoint>,
@@ -272,75 +362,107 @@ fn advance(
     }
 }
 
-/// Records one committed step into a session's extensions (the gateway calls it right before
-/// the step's compare-and-swapped save). It works on the stored JSON in place, reading only
-/// the totals and the newest point, so a step costs the same at request 10 and at request
-/// 2,000.
+/// Records one committed step: the gateway calls it right before the step's
+/// compare-and-swapped save, with the session's extensions and journal. The step's point and
+/// compaction records are appended to the journal, the model and totals replaced in the head;
+/// it reads only the totals and the newest point, so a step costs the same, and adds the same
+/// bytes to the save, at request 10 and at request 2,000. A head that still holds the points
+/// and records (written before the journal) hands them over to the journal first.
 pub fn record_step(
     extensions: &mut BTreeMap<String, Value>,
+    journal: &mut Vec<Value>,
     events: &[SessionEvent],
     model: Option<&str>,
     at_ms: i64,
 ) {
-    let value = extensions
-        .entry(TIMELINE.to_string())
-        .or_insert(Value::Null);
-    let well_formed = value.as_object().is_some_and(|o| {
-        o.get("steps").is_some_and(Value::is_array)
-            && o.get("compactions").is_some_and(Value::is_array)
-    });
-    if !well_formed {
-        *value = serde_json::to_value(Timeline::default()).unwrap_or(Value::Null);
+    let head = extensions.get(TIMELINE);
+    let mut previous_model = None;
+    let mut totals = Totals::default();
+    if let Some(head) = head {
+        let legacy = head.get("steps").is_some() || head.get("compactions").is_some();
+        if legacy {
+            let head = Head::deserialize(head).unwrap_or_default();
+            journal.extend(
+                head.compactions
+                    .into_iter()
+                    .map(|c| Record::Compaction(c).to_value()),
+            );
+            journal.extend(head.steps.into_iter().map(|p| Record::Step(p).to_value()));
+            previous_model = head.model;
+            totals = head.totals;
+        } else {
+            previous_model = head
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            totals = head
+                .get("totals")
+                .and_then(|v| Totals::deserialize(v).ok())
+                .unwrap_or_default();
+        }
     }
-    let Some(timeline) = value.as_object_mut() else {
-        return;
-    };
-    let totals = timeline
-        .get("totals")
-        .and_then(|v| Totals::deserialize(v).ok())
-        .unwrap_or_default();
-    let previous = timeline
-        .get("steps")
-        .and_then(Value::as_array)
-        .and_then(|steps| steps.last())
-        .and_then(|v| StepPoint::deserialize(v).ok());
+    let previous = journal
+        .iter()
+        .rev()
+        .find(|value| Kind::of(value) == Some(Kind::Step))
+        .and_then(|value| match Record::of(value) {
+            Some(Record::Step(point)) => Some(point),
+            _ => None,
+        });
     let step = advance(previous, totals, events, at_ms);
+    journal.extend(
+        step.compactions
+            .into_iter()
+            .map(|c| Record::Compaction(c).to_value()),
+    );
+    journal.extend(step.point.map(|p| Record::Step(p).to_value()));
+    let model = model.map(str::to_string).or(previous_model);
+    // Fields a newer build keeps in the head stay; what moved to the journal leaves.
+    let mut head = match extensions.remove(TIMELINE) {
+        Some(Value::Object(head)) => head,
+        _ => serde_json::Map::new(),
+    };
+    for moved in ["steps", "compactions", "first_step"] {
+        head.remove(moved);
+    }
     if let Some(model) = model {
-        timeline.insert("model".into(), Value::from(model));
+        head.insert("model".into(), Value::from(model));
     }
-    if let Ok(totals) = serde_json::to_value(step.totals) {
-        timeline.insert("totals".into(), totals);
-    }
-    if let Some(point) = step.point {
-        let first = timeline
-            .get("first_step")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-            .max(1);
-        let mut dropped = 0;
-        if let Some(steps) = timeline.get_mut("steps").and_then(Value::as_array_mut) {
-            steps.push(serde_json::to_value(point).unwrap_or(Value::Null));
-            if steps.len() > MAX_STEPS {
-                dropped = steps.len() - MAX_STEPS;
-                steps.drain(..dropped);
-            }
-        }
-        timeline.insert("first_step".into(), Value::from(first + dropped as u64));
-    }
-    if let Some(records) = timeline
-        .get_mut("compactions")
-        .and_then(Value::as_array_mut)
-    {
-        records.extend(
-            step.compactions
-                .iter()
-                .filter_map(|c| serde_json::to_value(c).ok()),
-        );
-        if records.len() > MAX_COMPACTIONS {
-            let excess = records.len() - MAX_COMPACTIONS;
-            records.drain(..excess);
+    head.insert(
+        "totals".into(),
+        serde_json::to_value(step.totals).unwrap_or(Value::Null),
+    );
+    extensions.insert(TIMELINE.to_string(), Value::Object(head));
+}
+
+/// Bounds a journal before it goes out as a new generation: the newest [`MAX_STEPS`] points
+/// and [`MAX_COMPACTIONS`] compaction records stay, with every other host's records; the
+/// older points and records leave (the totals in the head still count them).
+pub fn bound(journal: &mut Vec<Value>) {
+    let (mut steps, mut compactions) = (0usize, 0usize);
+    for value in journal.iter() {
+        match Kind::of(value) {
+            Some(Kind::Step) => steps += 1,
+            Some(Kind::Compaction) => compactions += 1,
+            None => {}
         }
     }
+    let mut drop_steps = steps.saturating_sub(MAX_STEPS);
+    let mut drop_compactions = compactions.saturating_sub(MAX_COMPACTIONS);
+    if drop_steps == 0 && drop_compactions == 0 {
+        return;
+    }
+    journal.retain(|value| match Kind::of(value) {
+        Some(Kind::Step) if drop_steps > 0 => {
+            drop_steps -= 1;
+            false
+        }
+        Some(Kind::Compaction) if drop_compactions > 0 => {
+            drop_compactions -= 1;
+            false
+        }
+        _ => true,
+    });
 }
 
 #[cfg(test)]
@@ -362,22 +484,40 @@ mod tests {
         )
     }
 
+    /// Records one step as the gateway does.
+    fn step(
+        ext: &mut BTreeMap<String, Value>,
+        journal: &mut Vec<Value>,
+        events: &[SessionEvent],
+        model: Option<&str>,
+        at: i64,
+    ) {
+        record_step(ext, journal, events, model, at);
+    }
+
     #[test]
     fn steps_compactions_and_billed_input_add_up() {
-        let mut ext = BTreeMap::new();
-        record_step(&mut ext, &[budget(100)], Some("m"), 1);
-        record_step(&mut ext, &[budget(300)], Some("m"), 2);
+        let (mut ext, mut journal) = (BTreeMap::new(), Vec::new());
+        step(&mut ext, &mut journal, &[budget(100)], Some("m"), 1);
+        step(&mut ext, &mut journal, &[budget(300)], Some("m"), 2);
         let compaction = event(
             "context_compaction_end",
             json!({"reason": "tokens", "strategy": "s", "stages": ["mask"], "tokens_before": 500,
                    "tokens_after": 200, "messages_before": 9, "messages_after": 4,
                    "archive_refs": ["sessions/x/a.txt"], "summary_degraded": true}),
         );
-        record_step(&mut ext, &[compaction, budget(200)], Some("m2"), 3);
-        record_step(&mut ext, &[budget(250)], None, 4);
-        let t = Timeline::from_extensions(&ext);
+        step(
+            &mut ext,
+            &mut journal,
+            &[compaction, budget(200)],
+            Some("m2"),
+            3,
+        );
+        step(&mut ext, &mut journal, &[budget(250)], None, 4);
+        let t = Timeline::read(&ext, &journal);
         assert_eq!(t.model.as_deref(), Some("m2"));
         assert_eq!(t.steps.len(), 4);
+        assert_eq!(t.first_step, 1);
         assert_eq!(t.steps[2], StepPoint(3, 200, 1000, 500));
         assert_eq!(t.steps[3].unmanaged(), 550);
         assert_eq!(t.compactions[0].step, 3);
@@ -396,6 +536,9 @@ mod tests {
         assert_eq!(totals.billed(), 550 + 30);
         assert_eq!(totals.billed_unmanaged(), 550 + 90);
         assert_eq!(totals.billed_saved(), 60);
+        // Four points and one compaction record went to the journal, none to the head.
+        assert_eq!(journal.len(), 5);
+        assert!(ext[TIMELINE].get("steps").is_none(), "{}", ext[TIMELINE]);
     }
 
     #[test]
@@ -411,7 +554,7 @@ mod tests {
 
     #[test]
     fn recording_in_place_matches_the_typed_timeline() {
-        let mut ext = BTreeMap::new();
+        let (mut ext, mut journal) = (BTreeMap::new(), Vec::new());
         let mut typed = Timeline::default();
         let compaction = event(
             "context_compaction_end",
@@ -423,17 +566,97 @@ mod tests {
             if i % 700 == 5 {
                 events.insert(0, compaction.clone());
             }
-            record_step(&mut ext, &events, Some("m"), i as i64);
+            step(&mut ext, &mut journal, &events, Some("m"), i as i64);
             typed.record(&events, Some("m"), i as i64);
         }
-        assert_eq!(Timeline::from_extensions(&ext), typed);
+        assert_eq!(Timeline::read(&ext, &journal), typed);
         assert_eq!(typed.first_step, 4);
+        // A new generation carries only the newest points; the reading is the same.
+        journal.push(json!("00ff"));
+        journal.push(json!({"another_host": 1}));
+        bound(&mut journal);
+        assert_eq!(journal.len(), MAX_STEPS + 3 + 2);
+        assert_eq!(Timeline::read(&ext, &journal), typed);
+        // Recording goes on from the bounded journal.
+        step(&mut ext, &mut journal, &[budget(7)], None, 9);
+        typed.record(&[budget(7)], None, 9);
+        assert_eq!(Timeline::read(&ext, &journal), typed);
+    }
+
+    #[test]
+    fn the_head_does_not_grow_with_the_steps() {
+        let (mut ext, mut journal) = (BTreeMap::new(), Vec::new());
+        let head_size = |ext: &BTreeMap<String, Value>| ext[TIMELINE].to_string().len();
+        let mut sizes = Vec::new();
+        for i in 0..(MAX_STEPS + 10) {
+            let before = journal.len();
+            let at = 1_764_000_000_000 + i as i64;
+            step(
+                &mut ext,
+                &mut journal,
+                &[budget(100_000 + i as u64)],
+                Some("m"),
+                at,
+            );
+            assert_eq!(journal.len(), before + 1, "one point appended per step");
+            if [10, 100, 1_000, MAX_STEPS + 9].contains(&i) {
+                sizes.push(head_size(&ext));
+            }
+        }
+        // The totals' figures gain digits as they grow, nothing else.
+        let (first, last) = (sizes[0], sizes[sizes.len() - 1]);
+        assert!(last <= first + 16, "head grew from {first} to {last} bytes");
+        assert!(last < 400, "head is {last} bytes");
+        // What one step appends stays the same size.
+        let record = journal.last().expect("a point").to_string().len();
+        assert!(record < 80, "a point is {record} bytes");
+    }
+
+    #[test]
+    fn a_head_holding_the_whole_timeline_still_reads_and_moves_to_the_journal() {
+        // The shape written when the whole timeline rode in the head.
+        let mut typed = Timeline::default();
+        let compaction = event(
+            "context_compaction_end",
+            json!({"reason": "tokens", "tokens_before": 900, "tokens_after": 100}),
+        );
+        typed.record(&[budget(100)], Some("m"), 1);
+        typed.record(&[compaction, budget(120)], Some("m"), 2);
+        typed.record(&[budget(150)], Some("m"), 3);
+        let mut ext = BTreeMap::new();
+        ext.insert(
+            TIMELINE.to_string(),
+            serde_json::to_value(&typed).expect("serializes"),
+        );
+        assert!(ext[TIMELINE]["steps"].is_array());
+        let mut journal = vec![json!("00ff")];
+        assert_eq!(Timeline::read(&ext, &journal), typed);
+        step(&mut ext, &mut journal, &[budget(170)], None, 4);
+        typed.record(&[budget(170)], None, 4);
+        assert_eq!(Timeline::read(&ext, &journal), typed);
+        assert!(ext[TIMELINE].get("steps").is_none());
+        assert!(ext[TIMELINE].get("compactions").is_none());
+        assert!(ext[TIMELINE].get("first_step").is_none());
+        assert_eq!(journal.len(), 1 + 1 + 4);
+        // A field a newer build keeps in the head survives a step.
+        if let Some(Value::Object(head)) = ext.get_mut(TIMELINE) {
+            head.insert("later".into(), json!(1));
+        }
+        step(&mut ext, &mut journal, &[budget(180)], None, 5);
+        assert_eq!(ext[TIMELINE]["later"], json!(1));
+        // The fingerprint, the compaction record, five points.
+        assert_eq!(journal.len(), 1 + 1 + 5);
     }
 
     #[test]
     fn an_unreadable_record_reads_as_empty() {
         let mut ext = BTreeMap::new();
         ext.insert(TIMELINE.to_string(), json!("not a timeline"));
-        assert_eq!(Timeline::from_extensions(&ext), Timeline::default());
+        let journal = vec![
+            json!("00ff"),
+            json!({"console_step": "not a point"}),
+            json!({"another_host": [1, 2]}),
+        ];
+        assert_eq!(Timeline::read(&ext, &journal), Timeline::default());
     }
 }
