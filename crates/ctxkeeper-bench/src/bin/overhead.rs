@@ -9,7 +9,8 @@
 //! One conversation grows to `--messages` messages (each about `--message-bytes` bytes of
 //! text, ~800 tokens: 1,000 messages are ~800k tokens), two messages per step, against a
 //! zero-delay mock upstream and a 1M-window model (`gpt-4.1-mini`), far from the window (the
-//! default policy's cost rule may still compact where that makes the billed input cheaper).
+//! default policy's cost rule may still compact where that makes the billed input cheaper;
+//! `--fixed-trigger` turns it off, so that nothing compacts).
 //! Every step sends the same body to the mock directly and through a gateway (both
 //! in-process, over loopback HTTP); the added latency is the difference. The gateway's store
 //! is wrapped to count the bytes of the state (or of the part of it a step appended) and of
@@ -75,6 +76,11 @@ struct Args {
     /// (each a new generation): the cost incremental saves remove, for comparison.
     #[arg(long)]
     whole_states: bool,
+    /// Compacts only at the policy's fixed trigger (`[policy.cost] enabled = false`): on the
+    /// 1M-window model nothing compacts then, so every step carries the whole conversation
+    /// (the worst case for the gateway's state).
+    #[arg(long)]
+    fixed_trigger: bool,
 }
 
 /// A store that counts what it is handed to write.
@@ -266,6 +272,11 @@ async fn main() -> Result<()> {
     let mut config = GatewayConfig::new(dir.path());
     config.upstream = mock.openai_base_url();
     config.store_url = args.store.clone();
+    if args.fixed_trigger
+        && let Some(rule) = config.policy.cost.as_mut()
+    {
+        rule.enabled = false;
+    }
     let inner = ctxkeeper_store::open_store(&args.store)
         .await
         .with_context(|| format!("store {}", ctxkeeper_store::redact(&args.store)))?;
@@ -366,6 +377,7 @@ async fn main() -> Result<()> {
     let out = json!({
         "store": store.backend(),
         "whole_states": args.whole_states,
+        "fixed_trigger": args.fixed_trigger,
         "model": args.model,
         "messages": args.messages,
         "message_bytes": args.message_bytes,
