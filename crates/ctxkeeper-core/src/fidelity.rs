@@ -42,7 +42,7 @@
 
 use std::collections::HashSet;
 
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 use crate::artifacts::tool_call_events;
 use crate::model::{Message, Part, Role, has_internal_marker};
@@ -93,6 +93,18 @@ pub struct Probe {
     known_paths: HashSet<String>,
     /// The latest plan call's arguments, whitespace-normalised.
     plan: Option<String>,
+    /// The automaton over the needles, kept while they stay the same: texts and paths are
+    /// only ever appended, so their counts and the plan name the set. Building it took most
+    /// of a long replay's time when it was rebuilt at every step.
+    automaton: Option<(NeedleSet, AhoCorasick)>,
+}
+
+/// Which needles an automaton was built over (see [`Probe::automaton`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NeedleSet {
+    texts: usize,
+    paths: usize,
+    plan: Option<String>,
 }
 
 impl Probe {
@@ -133,7 +145,7 @@ impl Probe {
     }
 
     /// Measures `request` against the history read so far.
-    pub fn measure(&self, request: &[Message]) -> StepProbe {
+    pub fn measure(&mut self, request: &[Message]) -> StepProbe {
         let mut haystack = String::new();
         let mut leaked_marker = false;
         let mut references = Vec::new();
@@ -155,18 +167,34 @@ impl Probe {
             }
         }
 
-        let mut needles: Vec<&str> =
-            Vec::with_capacity(self.user_texts.len() + self.paths.len() + 1);
-        needles.extend(self.user_texts.iter().map(String::as_str));
-        needles.extend(self.paths.iter().map(String::as_str));
-        if let Some(plan) = &self.plan {
-            needles.push(plan);
-        }
-        let mut found = vec![false; needles.len()];
-        if !needles.is_empty()
-            && let Ok(automaton) = AhoCorasick::new(&needles)
+        let set = NeedleSet {
+            texts: self.user_texts.len(),
+            paths: self.paths.len(),
+            plan: self.plan.clone(),
+        };
+        let needles = set.texts + set.paths + usize::from(set.plan.is_some());
+        if self
+            .automaton
+            .as_ref()
+            .is_none_or(|(built, _)| *built != set)
         {
-            let mut missing = needles.len();
+            let mut patterns: Vec<&str> = Vec::with_capacity(needles);
+            patterns.extend(self.user_texts.iter().map(String::as_str));
+            patterns.extend(self.paths.iter().map(String::as_str));
+            patterns.extend(self.plan.as_deref());
+            // Rebuilt whenever the user writes again: the plain NFA builds fastest, and the
+            // haystack (one request) is small enough that its slower search does not matter.
+            self.automaton = AhoCorasick::builder()
+                .kind(Some(AhoCorasickKind::NoncontiguousNFA))
+                .build(&patterns)
+                .ok()
+                .map(|automaton| (set, automaton));
+        }
+        let mut found = vec![false; needles];
+        if needles > 0
+            && let Some((_, automaton)) = &self.automaton
+        {
+            let mut missing = needles;
             for hit in automaton.find_overlapping_iter(&haystack) {
                 let index = hit.pattern().as_usize();
                 if !found[index] {
