@@ -306,6 +306,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_kept_automaton_follows_the_history_as_it_grows() {
+        let first = Message::user("Please fix the rounding bug in invoice.py today.");
+        let second = Message::user("Also keep the database schema exactly as it is now.");
+        let mut probe = Probe::default();
+        probe.observe(std::slice::from_ref(&first));
+        let step = probe.measure(&[first.clone(), second.clone()]);
+        assert_eq!((step.user_texts, step.user_texts_kept), (1, 1));
+        // A new user text after a measurement: the next one must look for it too.
+        probe.observe(&[first.clone(), second.clone()]);
+        let step = probe.measure(std::slice::from_ref(&second));
+        assert_eq!((step.user_texts, step.user_texts_kept), (2, 1));
+        let step = probe.measure(&[first, second]);
+        assert_eq!((step.user_texts, step.user_texts_kept), (2, 2));
+    }
+
+    #[test]
     fn user_texts_are_counted_once_and_matched_whitespace_normalised() {
         let long = format!("Please {}", "refactor the parser ".repeat(30));
         let history = vec![
