@@ -6,7 +6,8 @@
 # 1. ctxkeeper-bench-overhead grows one conversation to 1,000 messages (~800k tokens) through
 #    an in-process gateway and a zero-delay mock (1M-window model), on SQLite and, when
 #    CTXKEEPER_BENCH_POSTGRES_URL is set, PostgreSQL: the gateway's added latency and the bytes
-#    its store is handed per step, at 50 ... 1,000 messages.
+#    its store is handed per step, at 50 ... 1,000 messages; once as the default policy runs
+#    and once with --fixed-trigger (nothing compacts: the worst case).
 # 2. The growing-conversation load of bench/gateway.sh: 32 connections, 64 sessions
 #    restarting after 50 exchanges, against the mock alone and through the gateway (SQLite),
 #    on the same bodies, both served in one process by ctxkeeper-bench-overhead.
@@ -31,12 +32,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "   overhead: sqlite" >&2
-"$OVERHEAD_BIN" --store "sqlite://$WORK/overhead.db" >"$BENCH_RESULTS/overhead-sqlite.json"
-if [ -n "${CTXKEEPER_BENCH_POSTGRES_URL:-}" ]; then
-  echo "   overhead: postgres" >&2
-  "$OVERHEAD_BIN" --store "$CTXKEEPER_BENCH_POSTGRES_URL" >"$BENCH_RESULTS/overhead-postgres.json"
-fi
+# Each store twice: as the default policy runs (its cost rule may compact), and with only the
+# fixed trigger (nothing compacts on the 1M window: every step carries the whole history).
+for mode in default fixed; do
+  flag=()
+  suffix=""
+  if [ "$mode" = fixed ]; then flag=(--fixed-trigger); suffix="-fixed"; fi
+  echo "   overhead: sqlite ($mode trigger)" >&2
+  rm -f "$WORK"/overhead.db*
+  "$OVERHEAD_BIN" --store "sqlite://$WORK/overhead.db" "${flag[@]}" \
+    >"$BENCH_RESULTS/overhead-sqlite$suffix.json"
+  if [ -n "${CTXKEEPER_BENCH_POSTGRES_URL:-}" ]; then
+    echo "   overhead: postgres ($mode trigger)" >&2
+    "$OVERHEAD_BIN" --store "$CTXKEEPER_BENCH_POSTGRES_URL" "${flag[@]}" \
+      >"$BENCH_RESULTS/overhead-postgres$suffix.json"
+  fi
+done
 
 # The mock and a gateway (SQLite store) in one process, so neither has a core of its own:
 # the same conditions for the mock alone and for the gateway in front of it.

@@ -93,6 +93,7 @@ fn render(config: &GatewayConfig) -> Result<String> {
     put("body_timeout_secs", seconds(config.body_timeout));
     put("session_idle_secs", seconds(config.session_idle));
     put("session_cache", count(config.session_cache));
+    put("resent_prefix_bytes", count(config.resent_prefix_bytes));
     // The effective value: the policy's wish resolved.
     put(
         "memory",

@@ -93,6 +93,10 @@ pub struct GatewayConfig {
     pub max_consecutive_recoveries: u32,
     /// Sessions kept warm in memory before idle ones are dropped (they reload from the store).
     pub session_cache: usize,
+    /// Bytes of request bodies whose parsed messages are kept, over every session, so that a
+    /// session's next request parses only what it adds ([`crate::resent`]); 0 parses every
+    /// body in full.
+    pub resent_prefix_bytes: usize,
     /// Who chooses a request's tenant: the API key, tenant tokens, and whether
     /// `x-ctxkeeper-tenant` is trusted.
     pub tenants: TenantRule,
@@ -143,6 +147,7 @@ impl GatewayConfig {
             session_idle: Duration::from_secs(30 * 60),
             max_consecutive_recoveries: crate::sessions::DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             session_cache: 10_000,
+            resent_prefix_bytes: crate::resent::ResentPrefixes::DEFAULT_BOUND,
             tenants: TenantRule::default(),
             memory: None,
             context_providers: Vec::new(),
@@ -286,6 +291,8 @@ pub struct GatewaySection {
     pub session_idle_secs: Option<u64>,
     pub max_consecutive_recoveries: Option<u32>,
     pub session_cache: Option<usize>,
+    /// Bytes of request bodies whose parsed messages are kept for the next request (0: off).
+    pub resent_prefix_bytes: Option<usize>,
     /// Honour `x-ctxkeeper-tenant` from every client (only behind an authenticating proxy).
     pub trust_tenant_header: Option<bool>,
     /// Tenant-scoped tokens: `tenant = "token"`.
@@ -424,6 +431,9 @@ impl ConfigFile {
         }
         if let Some(n) = g.session_cache {
             base.session_cache = n;
+        }
+        if let Some(bytes) = g.resent_prefix_bytes {
+            base.resent_prefix_bytes = bytes;
         }
         if let Some(trust) = g.trust_tenant_header {
             base.tenants = base.tenants.trust_header(trust);

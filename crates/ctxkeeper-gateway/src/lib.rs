@@ -35,6 +35,7 @@ pub mod limits;
 pub mod metrics;
 pub mod proxy;
 pub mod repair;
+pub mod resent;
 pub mod router;
 pub mod sessions;
 pub mod streaming;
@@ -60,6 +61,8 @@ pub struct Gateway {
     client: reqwest::Client,
     /// Fingerprints of recently seen messages: a resent history is not serialized again.
     fingerprints: identity::FingerprintMemo,
+    /// The messages of each session's previous request, for the next one that resends them.
+    resent: resent::ResentPrefixes,
 }
 
 impl Gateway {
@@ -124,6 +127,7 @@ impl Gateway {
             .build()
             .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
         let inflight = limits::InflightBytes::new(config.max_inflight_bytes, metrics.clone());
+        let resent = resent::ResentPrefixes::new(config.resent_prefix_bytes);
         Ok(Arc::new(Gateway {
             config,
             sessions,
@@ -131,6 +135,7 @@ impl Gateway {
             inflight,
             client,
             fingerprints: identity::FingerprintMemo::default(),
+            resent,
         }))
     }
 }

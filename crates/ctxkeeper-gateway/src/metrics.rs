@@ -20,6 +20,7 @@
 //! | `ctxkeeper_sessions_evicted_total` | counter (warm sessions dropped by count or idle time) | |
 //! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
 //! | `ctxkeeper_summaries_prepared_total` | counter (summaries started in the background before the trigger) | |
+//! | `ctxkeeper_resent_messages_reused_total` | counter (resent messages taken from the session's previous request, not parsed again) | |
 //! | `ctxkeeper_events_dropped_total` | counter (the event publisher's queue was full) | |
 //! | `ctxkeeper_warm_sessions` | gauge | |
 //! | `ctxkeeper_event_subscriptions` | gauge (open `/v1/sessions/{id}/events` streams) | |
@@ -116,6 +117,7 @@ pub struct Metrics {
     pub events_dropped: AtomicU64,
     pub session_forks: AtomicU64,
     pub summaries_prepared: AtomicU64,
+    pub resent_messages_reused: AtomicU64,
     /// Gauges, kept up to date by their owners.
     pub warm_sessions: AtomicU64,
     pub event_subscriptions: AtomicU64,
@@ -268,6 +270,11 @@ impl Metrics {
                 "ctxkeeper_summaries_prepared_total",
                 "Summaries started in the background before a session reached its trigger.",
                 &self.summaries_prepared,
+            ),
+            (
+                "ctxkeeper_resent_messages_reused_total",
+                "Messages of resent histories taken from the session's previous request instead of parsed again.",
+                &self.resent_messages_reused,
             ),
             (
                 "ctxkeeper_events_dropped_total",

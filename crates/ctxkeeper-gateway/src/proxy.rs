@@ -212,8 +212,16 @@ async fn proxy(
     let wire = endpoint.wire();
     let (parts, body) = req.into_parts();
     let (mut bytes, _permit) = read_body(gw, body, &parts.headers, flavor).await?;
-    let mut value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::invalid_request(flavor, format!("malformed JSON body: {e}")))?;
+    // A session named by a header may have resent the messages of its previous request:
+    // those are not parsed again (`crate::resent`).
+    let mut resent = resent_reading(gw, endpoint, &parts.headers, &bytes);
+    let bytes_len = bytes.len();
+    let skeleton = resent.as_ref().and_then(|reading| reading.skeleton(&bytes));
+    let from_skeleton = skeleton.is_some();
+    let mut value: Value = match skeleton {
+        Some(value) => value,
+        None => parse_json(&bytes, flavor)?,
+    };
     // Responses server-side compaction, answered here when the upstream cannot
     // (`compaction_items`): the gateway's own items go upstream as the text they stand for,
     // and a trigger it answers never reaches the upstream.
@@ -248,21 +256,30 @@ async fn proxy(
         || (endpoint == Endpoint::Responses
             && !gateway_compacts
             && compaction_items::has_trigger(&value));
-    let request = wire.parse_request_owned(value).map_err(|e| {
-        let param = match &e.position {
-            ctxkeeper_core::Position::Path { path, .. } => {
-                path.trim_start_matches("$.").to_string()
+    let mut request = match parse_request(wire, flavor, value) {
+        Ok(mut request) if from_skeleton => {
+            let spliced = resent
+                .as_mut()
+                .and_then(|reading| reading.splice(&mut request.messages));
+            match spliced {
+                Some(reused) => {
+                    Metrics::add(&gw.metrics.resent_messages_reused, reused as u64);
+                    request
+                }
+                None => {
+                    resent = None;
+                    parse_request(wire, flavor, parse_json(&bytes, flavor)?)?
+                }
             }
-            _ => String::new(),
-        };
-        let error = ApiError::invalid_request(flavor, format!("invalid request: {e}"));
-        if param.is_empty() {
-            error
-        } else {
-            error.with_param(param)
         }
-    })?;
-    let mut request = request;
+        Ok(request) => request,
+        // The full body gives the error its exact position.
+        Err(_) if from_skeleton => {
+            resent = None;
+            parse_request(wire, flavor, parse_json(&bytes, flavor)?)?
+        }
+        Err(error) => return Err(error),
+    };
     let repairs = gw
         .config
         .repair
@@ -340,7 +357,21 @@ async fn proxy(
             timeout: gw.config.summary_timeout,
         })
     });
-    let hashes = gw.fingerprints.fingerprints(key.tenant(), &messages);
+    let hashes = match resent
+        .as_mut()
+        .and_then(|reading| reading.known_fingerprints())
+    {
+        Some(known) if repairs.is_none() => {
+            let (lead, end) = (known.lead, known.lead + known.fingerprints.len());
+            let mut hashes = gw
+                .fingerprints
+                .fingerprints(key.tenant(), &messages[..lead]);
+            hashes.extend(known.fingerprints);
+            hashes.extend(gw.fingerprints.fingerprints(key.tenant(), &messages[end..]));
+            hashes
+        }
+        _ => gw.fingerprints.fingerprints(key.tenant(), &messages),
+    };
     // The client's own bytes go upstream only when nothing was repaired or added to them.
     let forwards_verbatim = repairs.is_none() && gw.config.context_providers.is_empty();
     let incoming = Incoming::fingerprinted(model.clone(), messages, hashes, &tools)
@@ -407,11 +438,70 @@ async fn proxy(
         upstream_time,
     )
     .await;
+    // This request's messages are what the session's next request most likely resends.
+    let mut freed = Vec::new();
+    if let Some(reading) = resent
+        && managed.incoming.repairs.is_none()
+        && let Some(record) = reading.record(
+            std::mem::take(&mut managed.incoming.messages),
+            std::mem::take(&mut managed.incoming.hashes),
+            bytes_len,
+        )
+    {
+        freed = gw.resent.put(reading.key, record);
+    }
     // Freeing a long history's messages takes a while: not on the way to the client.
-    if managed.incoming.messages.len() >= FREE_APART_FROM {
-        tokio::task::spawn_blocking(move || drop(managed));
+    let freeing: usize = freed
+        .iter()
+        .map(|record| record.messages.len())
+        .sum::<usize>()
+        + managed.incoming.messages.len();
+    if freeing >= FREE_APART_FROM {
+        tokio::task::spawn_blocking(move || drop((managed, freed)));
     }
     response
+}
+
+/// Starts reading a body for its resent prefix: for the endpoints whose message elements are
+/// one message each, when a header names the session.
+fn resent_reading(
+    gw: &Gateway,
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    bytes: &[u8],
+) -> Option<crate::resent::Reading> {
+    if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Messages) {
+        return None;
+    }
+    let tenant = gw.config.tenants.resolve(headers).ok()?;
+    let session = identity::session_header(headers)
+        .ok()
+        .flatten()
+        .or_else(|| identity::harness_session(headers))?;
+    let key = (tenant, session, endpoint.name());
+    crate::resent::Reading::start(&gw.resent, key, b"messages", bytes)
+}
+
+fn parse_json(bytes: &[u8], flavor: Flavor) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::invalid_request(flavor, format!("malformed JSON body: {e}")))
+}
+
+fn parse_request(wire: Wire, flavor: Flavor, value: Value) -> Result<WireRequest, ApiError> {
+    wire.parse_request_owned(value).map_err(|e| {
+        let param = match &e.position {
+            ctxkeeper_core::Position::Path { path, .. } => {
+                path.trim_start_matches("$.").to_string()
+            }
+            _ => String::new(),
+        };
+        let error = ApiError::invalid_request(flavor, format!("invalid request: {e}"));
+        if param.is_empty() {
+            error
+        } else {
+            error.with_param(param)
+        }
+    })
 }
 
 /// Requests with at least this many messages are freed on a blocking thread once answered.

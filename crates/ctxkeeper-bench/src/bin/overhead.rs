@@ -15,8 +15,9 @@
 //! in-process, over loopback HTTP); the added latency is the difference. The gateway's store
 //! is wrapped to count the bytes of the state (or of the part of it a step appended) and of
 //! the log entries every save hands it. The result is one JSON object on stdout: per
-//! reported conversation size, the p50 of the added latency and the mean, median and largest
-//! bytes per step over the `--window` steps before that size (a step that compacted, if the
+//! reported conversation size, the p50 of the added latency, the p50 of the time spent in the
+//! store's commit (part of the added latency: the gateway commits before it answers) and the
+//! mean, median and largest bytes per step over the `--window` steps before that size (a step that compacted, if the
 //! policy's trigger fires, writes a whole new generation).
 
 use std::net::SocketAddr;
@@ -89,6 +90,8 @@ struct Counting {
     inner: Arc<dyn SessionStore>,
     bytes: AtomicU64,
     saves: AtomicU64,
+    /// Microseconds spent in the inner store's commits and saves.
+    store_us: AtomicU64,
     /// Off when serving a load generator: counting serializes what a save is handed again.
     enabled: bool,
     /// Claims no incremental saves (`--whole-states`).
@@ -146,9 +149,14 @@ impl SessionStore for Counting {
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
         self.count(state, messages);
-        self.inner
+        let started = Instant::now();
+        let committed = self
+            .inner
             .save_and_append(key, state, expected, messages)
-            .await
+            .await;
+        self.store_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        committed
     }
     fn saves_incrementally(&self) -> bool {
         !self.whole && self.inner.saves_incrementally()
@@ -162,9 +170,14 @@ impl SessionStore for Counting {
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
         self.count(state, messages);
-        self.inner
+        let started = Instant::now();
+        let committed = self
+            .inner
             .commit(key, state, write, expected, messages)
-            .await
+            .await;
+        self.store_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        committed
     }
     async fn generation_context(
         &self,
@@ -284,6 +297,7 @@ async fn main() -> Result<()> {
         inner,
         bytes: AtomicU64::new(0),
         saves: AtomicU64::new(0),
+        store_us: AtomicU64::new(0),
         enabled: args.serve_for.is_none(),
         whole: args.whole_states,
     });
@@ -323,8 +337,8 @@ async fn main() -> Result<()> {
     let client = reqwest::Client::new();
     let session = format!("overhead-{}-{}", store.backend(), std::process::id());
 
-    // (messages, direct ms, gateway ms, bytes handed to the store)
-    let mut steps: Vec<(usize, f64, f64, u64)> = Vec::new();
+    // (messages, direct ms, gateway ms, bytes handed to the store, ms in the store)
+    let mut steps: Vec<(usize, f64, f64, u64, f64)> = Vec::new();
     let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."})];
     let started = Instant::now();
     while messages.len() < args.messages {
@@ -333,9 +347,11 @@ async fn main() -> Result<()> {
         let body = json!({"model": args.model, "max_tokens": 16, "messages": messages}).to_string();
         let direct = post(&client, &direct_url, &session, &body).await?;
         let before = store.bytes.load(Ordering::Relaxed);
+        let store_before = store.store_us.load(Ordering::Relaxed);
         let proxied = post(&client, &gateway_url, &session, &body).await?;
         let written = store.bytes.load(Ordering::Relaxed) - before;
-        steps.push((messages.len(), direct, proxied, written));
+        let in_store = (store.store_us.load(Ordering::Relaxed) - store_before) as f64 / 1000.0;
+        steps.push((messages.len(), direct, proxied, written, in_store));
     }
     let mut rows = Vec::new();
     for &at in &args.at {
@@ -348,16 +364,18 @@ async fn main() -> Result<()> {
         if window.is_empty() {
             continue;
         }
-        let mut added: Vec<f64> = window.iter().map(|(_, d, g, _)| g - d).collect();
+        let mut added: Vec<f64> = window.iter().map(|(_, d, g, ..)| g - d).collect();
         added.sort_by(f64::total_cmp);
         let mut direct: Vec<f64> = window.iter().map(|(_, d, ..)| *d).collect();
         direct.sort_by(f64::total_cmp);
-        let mut proxied: Vec<f64> = window.iter().map(|(_, _, g, _)| *g).collect();
+        let mut proxied: Vec<f64> = window.iter().map(|(_, _, g, ..)| *g).collect();
         proxied.sort_by(f64::total_cmp);
-        let bytes = window.iter().map(|(.., b)| *b).sum::<u64>() / window.len() as u64;
+        let bytes = window.iter().map(|(.., b, _)| *b).sum::<u64>() / window.len() as u64;
+        let mut in_store: Vec<f64> = window.iter().map(|(.., ms)| *ms).collect();
+        in_store.sort_by(f64::total_cmp);
         // A step that compacted writes a whole new generation: the median shows what a
         // step that only appended writes, the maximum such a step.
-        let mut step_bytes: Vec<f64> = window.iter().map(|(.., b)| *b as f64).collect();
+        let mut step_bytes: Vec<f64> = window.iter().map(|(.., b, _)| *b as f64).collect();
         step_bytes.sort_by(f64::total_cmp);
         let body_bytes =
             serde_json::to_string(&messages[..at.min(messages.len())]).map_or(0, |s| s.len());
@@ -367,6 +385,7 @@ async fn main() -> Result<()> {
             "added_p50_ms": percentile(&added, 50.0),
             "direct_p50_ms": percentile(&direct, 50.0),
             "gateway_p50_ms": percentile(&proxied, 50.0),
+            "store_p50_ms": percentile(&in_store, 50.0),
             "bytes_per_step": bytes,
             "bytes_p50_per_step": percentile(&step_bytes, 50.0),
             "bytes_max_per_step": percentile(&step_bytes, 100.0),
