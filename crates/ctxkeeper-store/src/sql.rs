@@ -297,9 +297,18 @@ impl GroupCommit {
         )>();
         tokio::spawn(async move {
             let mut group = Vec::with_capacity(MAX_GROUP);
+            // The connection every group writes on, taken from the pool for the first group
+            // and again after a group failed as a whole (its connection may be broken).
+            let mut writer: Option<sqlx::pool::PoolConnection<sqlx::Any>> = None;
             while pending.recv_many(&mut group, MAX_GROUP).await > 0 {
                 let (commits, replies): (Vec<_>, Vec<_>) = group.drain(..).unzip();
-                let outcomes = store.commit_group(&commits).await;
+                if writer.is_none() {
+                    writer = store.pool.acquire().await.ok();
+                }
+                let outcomes = store.commit_group(writer.as_deref_mut(), &commits).await;
+                if outcomes.iter().all(Result::is_err) {
+                    writer = None;
+                }
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
                     // A caller that gave up waiting is gone; its save stands either way.
                     let _ = reply.send(outcome);
@@ -317,13 +326,14 @@ impl GroupCommit {
     }
 }
 
-/// A write transaction, holding this process's SQLite writer slot until it ends.
-struct WriteTx {
-    tx: sqlx::Transaction<'static, sqlx::Any>,
+/// A write transaction, holding this process's SQLite writer slot until it ends: on a
+/// pooled connection (`'static`), or on the group commit's own connection.
+struct WriteTx<'c> {
+    tx: sqlx::Transaction<'c, sqlx::Any>,
     _writer: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
-impl WriteTx {
+impl WriteTx<'_> {
     async fn commit(self) -> Result<(), sqlx::Error> {
         self.tx.commit().await
     }
@@ -334,7 +344,7 @@ impl WriteTx {
 }
 
 /// Derefs to the connection, like the transaction it wraps: `&mut *tx` executes in it.
-impl std::ops::Deref for WriteTx {
+impl std::ops::Deref for WriteTx<'_> {
     type Target = sqlx::AnyConnection;
 
     fn deref(&self) -> &Self::Target {
@@ -342,7 +352,7 @@ impl std::ops::Deref for WriteTx {
     }
 }
 
-impl std::ops::DerefMut for WriteTx {
+impl std::ops::DerefMut for WriteTx<'_> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.tx
     }
@@ -418,7 +428,7 @@ impl SqlStore {
         AssertSqlSafe(self.dialect.sql(text))
     }
 
-    async fn begin(&self) -> Result<WriteTx, StoreError> {
+    async fn begin(&self) -> Result<WriteTx<'static>, StoreError> {
         let (tx, writer) = match self.dialect {
             // Take the write lock up front so concurrent writers queue on busy_timeout rather
             // than fail when upgrading a read lock.
@@ -431,6 +441,25 @@ impl SqlStore {
         Ok(WriteTx {
             tx: tx.map_err(|err| self.err(err))?,
             _writer: writer,
+        })
+    }
+
+    /// Begins a write transaction on `conn` (the group commit's own connection), or on a
+    /// pooled one when `None`.
+    async fn begin_on<'c>(
+        &self,
+        conn: Option<&'c mut sqlx::AnyConnection>,
+    ) -> Result<WriteTx<'c>, StoreError> {
+        let Some(conn) = conn else {
+            return self.begin().await;
+        };
+        let writer = Arc::clone(&self.writers).lock_owned().await;
+        let tx = sqlx::Connection::begin_with(conn, "BEGIN IMMEDIATE")
+            .await
+            .map_err(|err| self.err(err))?;
+        Ok(WriteTx {
+            tx,
+            _writer: Some(writer),
         })
     }
 
@@ -508,7 +537,11 @@ impl SqlStore {
 
     /// Commits `tx` when its writes succeeded, rolls it back (releasing the write lock at
     /// once, not when the pool next touches the connection) when they failed.
-    async fn finish<T>(&self, tx: WriteTx, result: Result<T, StoreError>) -> Result<T, StoreError> {
+    async fn finish<T>(
+        &self,
+        tx: WriteTx<'_>,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         match result {
             Ok(value) => {
                 tx.commit().await.map_err(|err| self.err(err))?;
@@ -526,7 +559,7 @@ impl SqlStore {
     /// having changed nothing (so a group commit can go on with its other saves).
     async fn cas_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         key: &SessionKey,
         expected: Option<u64>,
         logged: usize,
@@ -575,7 +608,7 @@ impl SqlStore {
     /// row exists; generation 0 for a row written whole, before generations).
     async fn shape_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         key: &SessionKey,
     ) -> Result<(Option<u64>, Option<Shape>), StoreError> {
         let row = sqlx::query(self.q("SELECT s.version, t.generation, t.context_len, t.trail_len, t.tenant FROM ctxkeeper_sessions s LEFT JOIN ctxkeeper_states t ON t.tenant = s.tenant AND t.user_id = s.user_id AND t.agent = s.agent AND t.session = s.session WHERE s.tenant = ? AND s.user_id = ? AND s.agent = ? AND s.session = ?"))
@@ -610,7 +643,7 @@ impl SqlStore {
     /// change together.
     async fn state_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         key: &SessionKey,
         split: &Split,
         before: Option<Shape>,
@@ -661,7 +694,7 @@ impl SqlStore {
     /// `log_len` already includes: they take the numbers up to it.
     async fn log_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         key: &SessionKey,
         rows: &[(String, String)],
         now: i64,
@@ -687,7 +720,7 @@ impl SqlStore {
     /// Inserts numbered log rows (of one session or several), [`INSERT_BATCH`] per statement.
     async fn insert_log(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         rows: &[(&SessionKey, i64, &(String, String))],
         now: i64,
     ) -> Result<(), StoreError> {
@@ -716,7 +749,7 @@ impl SqlStore {
     /// continue the stored generation, changes nothing.
     async fn save_and_append_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         commit: &PendingCommit,
         now: i64,
     ) -> Result<Committed, StoreError> {
@@ -751,10 +784,19 @@ impl SqlStore {
     /// other, each in its own savepoint: a lost compare-and-swap or any other error of one save
     /// fails only that save, undone. Only a failure of the transaction itself (its begin, a
     /// savepoint, its commit) fails the group, and then nothing of it is committed.
-    async fn commit_group(&self, group: &[PendingCommit]) -> Vec<Result<Committed, StoreError>> {
+    ///
+    /// `conn` is the connection to write on: the group commit's own, whose page cache stays
+    /// valid from one group to the next (the pool hands its idle connections out in turn, and
+    /// one that another connection wrote after drops its cache and reads the pages again);
+    /// `None` takes one from the pool.
+    async fn commit_group(
+        &self,
+        mut conn: Option<&mut sqlx::AnyConnection>,
+        group: &[PendingCommit],
+    ) -> Vec<Result<Committed, StoreError>> {
         let now = now_ms();
         let fail = |err: StoreError| group.iter().map(|_| Err(err.clone())).collect();
-        let mut tx = match self.begin().await {
+        let mut tx = match self.begin_on(conn.as_deref_mut()).await {
             Ok(tx) => tx,
             Err(err) => return fail(err),
         };
@@ -775,7 +817,7 @@ impl SqlStore {
                 Err(_) => {
                     // Which save failed is not known: each goes again on its own.
                     let _ = tx.rollback().await;
-                    tx = match self.begin().await {
+                    tx = match self.begin_on(conn).await {
                         Ok(tx) => tx,
                         Err(err) => return fail(err),
                     };
@@ -794,7 +836,7 @@ impl SqlStore {
     /// it and the others go on.
     async fn group_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         group: &[PendingCommit],
         now: i64,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
@@ -812,7 +854,7 @@ impl SqlStore {
     }
 
     /// Runs one statement without parameters inside `tx`.
-    async fn execute_in(&self, tx: &mut WriteTx, text: &'static str) -> Result<(), StoreError> {
+    async fn execute_in(&self, tx: &mut WriteTx<'_>, text: &'static str) -> Result<(), StoreError> {
         sqlx::query(text)
             .execute(&mut **tx)
             .await
@@ -831,7 +873,7 @@ impl SqlStore {
     /// an `Err` means a statement failed, and the caller undoes the group.
     async fn group_batched_in(
         &self,
-        tx: &mut WriteTx,
+        tx: &mut WriteTx<'_>,
         group: &[PendingCommit],
         now: i64,
     ) -> Result<Vec<Result<Committed, StoreError>>, StoreError> {
@@ -1797,6 +1839,53 @@ mod tests {
         page.iter().map(|e| (e.seq, e.message.text())).collect()
     }
 
+    /// The group commit writes on a connection of its own, kept from one group to the next;
+    /// what pooled connections write in between (a deletion here) is what its next group
+    /// reads and judges against.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn the_group_commit_connection_sees_what_pooled_connections_wrote()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("w.db").display())).await?;
+        let key = SessionKey::simple("kept")?;
+        let first = store
+            .save_and_append(&key, &AgentState::new(), None, &[Message::user("one")])
+            .await?;
+        let second = store
+            .save_and_append(
+                &key,
+                &AgentState::new(),
+                Some(first.version),
+                &[Message::user("two")],
+            )
+            .await?;
+        assert_eq!(second.version, 2);
+        assert!(store.delete(&key).await?, "the pool deletes the session");
+        // A save still expecting version 2 finds the session gone.
+        let stale = store
+            .save_and_append(&key, &AgentState::new(), Some(2), &[Message::user("late")])
+            .await;
+        assert!(
+            matches!(
+                stale,
+                Err(StoreError::Conflict {
+                    expected: Some(2),
+                    actual: None
+                })
+            ),
+            "{stale:?}"
+        );
+        // A save that starts the session anew succeeds and numbers its log from 1.
+        let fresh = store
+            .save_and_append(&key, &AgentState::new(), None, &[Message::user("again")])
+            .await?;
+        assert_eq!(fresh.version, 1);
+        assert_eq!(logged(&store, "kept").await, vec![(1, "again".to_string())]);
+        Ok(())
+    }
+
     /// One group, many sessions: every winner gets its state and numbered log entries, the
     /// one stale save gets a conflict and leaves nothing behind.
     #[cfg(feature = "sqlite")]
@@ -1818,7 +1907,7 @@ mod tests {
             pending("b", Some(1), &[]),
             pending("new", None, &["n1"]),
         ];
-        let outcomes = store.commit_group(&group).await;
+        let outcomes = store.commit_group(None, &group).await;
         let summary: Vec<_> = outcomes
             .iter()
             .map(|o| {
@@ -1969,7 +2058,7 @@ mod tests {
             commit
         };
         let outcomes = store
-            .commit_group(&[append("a"), append("bad"), append("b")])
+            .commit_group(None, &[append("a"), append("bad"), append("b")])
             .await;
         assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(2));
         assert!(
@@ -2070,7 +2159,7 @@ mod tests {
             pending("s", Some(1), &["two"]),
             pending("s", Some(1), &["late"]),
         ];
-        let outcomes = store.commit_group(&group).await;
+        let outcomes = store.commit_group(None, &group).await;
         assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(1));
         assert_eq!(outcomes[1].as_ref().map(|c| c.version).ok(), Some(2));
         assert!(
