@@ -211,10 +211,20 @@ async fn proxy(
     let flavor = endpoint.flavor();
     let wire = endpoint.wire();
     let (parts, body) = req.into_parts();
-    let (mut bytes, _permit) = read_body(gw, body, &parts.headers, flavor).await?;
     // A session named by a header may have resent the messages of its previous request:
-    // those are not parsed again (`crate::resent`).
-    let mut resent = resent_reading(gw, endpoint, &parts.headers, &bytes);
+    // those are not parsed again (`crate::resent`). The body's elements are found and hashed
+    // while it arrives.
+    let mut scan = resent_scan(gw, endpoint, &parts.headers);
+    let (mut bytes, _permit) = read_body(
+        gw,
+        body,
+        &parts.headers,
+        flavor,
+        scan.as_mut().map(|(_, scanner)| scanner),
+    )
+    .await?;
+    let mut resent =
+        scan.and_then(|(key, scanner)| crate::resent::Reading::start(&gw.resent, key, scanner));
     let bytes_len = bytes.len();
     let skeleton = resent.as_ref().and_then(|reading| reading.skeleton(&bytes));
     let from_skeleton = skeleton.is_some();
@@ -462,15 +472,17 @@ async fn proxy(
     response
 }
 
-/// Starts reading a body for its resent prefix: for the endpoints whose message elements are
-/// one message each, when a header names the session.
-fn resent_reading(
+/// The scanner that looks for a body's resent prefix while it arrives, with the key of the
+/// session's kept record: for the endpoints whose message elements are one message each, when
+/// a header names the session and the gateway keeps prefixes at all.
+fn resent_scan(
     gw: &Gateway,
     endpoint: Endpoint,
     headers: &HeaderMap,
-    bytes: &[u8],
-) -> Option<crate::resent::Reading> {
-    if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Messages) {
+) -> Option<(crate::resent::PrefixKey, crate::resent::ElementScanner)> {
+    if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Messages)
+        || gw.config.resent_prefix_bytes == 0
+    {
         return None;
     }
     let tenant = gw.config.tenants.resolve(headers).ok()?;
@@ -479,7 +491,7 @@ fn resent_reading(
         .flatten()
         .or_else(|| identity::harness_session(headers))?;
     let key = (tenant, session, endpoint.name());
-    crate::resent::Reading::start(&gw.resent, key, b"messages", bytes)
+    Some((key, crate::resent::ElementScanner::new(b"messages")))
 }
 
 fn parse_json(bytes: &[u8], flavor: Flavor) -> Result<Value, ApiError> {
@@ -539,6 +551,7 @@ async fn read_body(
     body: Body,
     headers: &HeaderMap,
     flavor: Flavor,
+    mut scanner: Option<&mut crate::resent::ElementScanner>,
 ) -> Result<(Bytes, BodyPermit), ApiError> {
     let limit = gw.config.body_limit;
     let announced = headers
@@ -576,6 +589,9 @@ async fn read_body(
                 return Err(overloaded());
             }
             buffer.extend_from_slice(&chunk);
+            if let Some(scanner) = scanner.as_deref_mut() {
+                scanner.feed(&buffer);
+            }
         }
         Ok(Bytes::from(buffer))
     };
@@ -1082,7 +1098,7 @@ pub async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request<Body>) ->
     let started = Instant::now();
     let flavor = Flavor::Anthropic;
     let (parts, body) = req.into_parts();
-    let response = match read_body(&gw, body, &parts.headers, flavor).await {
+    let response = match read_body(&gw, body, &parts.headers, flavor, None).await {
         Ok((bytes, _permit)) => {
             let mut url = join(&gw.config.anthropic_upstream, "/v1/messages/count_tokens");
             if let Some(query) = parts.uri.query() {

@@ -3,10 +3,11 @@
 //! fingerprinting those again is most of what a long conversation costs the gateway, so it
 //! recognises them from their raw bytes first:
 //!
-//! 1. [`MessageSpans::scan`] finds the byte span of each element of the body's message array
-//!    without building any JSON value (strings are skipped with `memchr`);
-//! 2. each span is hashed (XXH3-128), and the hashes are compared with the ones kept for the
-//!    session's previous request ([`ResentPrefixes`]);
+//! 1. an [`ElementScanner`] finds the byte span of each element of the body's message array
+//!    without building any JSON value (strings are skipped with `memchr`), while the body
+//!    arrives: it is fed after every chunk and resumes where it stopped;
+//! 2. each span is hashed (XXH3-128) as soon as it is complete, and the hashes are compared
+//!    with the ones kept for the session's previous request ([`ResentPrefixes`]);
 //! 3. the body is parsed with only the elements after the common prefix
 //!    ([`MessageSpans::skeleton`]), and the kept messages and fingerprints of the prefix are
 //!    put back in front of them.
@@ -52,47 +53,16 @@ impl MessageSpans {
     /// does not validate the elements' insides: the caller parses whatever it does not
     /// already know.
     pub fn scan(body: &[u8], field: &[u8]) -> Option<MessageSpans> {
-        let mut scan = Scanner { body, at: 0 };
-        scan.whitespace();
-        scan.eat(b'{')?;
-        let mut found = None;
-        scan.whitespace();
-        if scan.peek()? == b'}' {
-            return None;
-        }
-        loop {
-            scan.whitespace();
-            let key = scan.string()?;
-            let key = &body[key.start + 1..key.end - 1];
-            if key.contains(&b'\\') {
-                return None;
-            }
-            scan.whitespace();
-            scan.eat(b':')?;
-            scan.whitespace();
-            if key == field {
-                if found.is_some() {
-                    return None;
-                }
-                found = Some(scan.array()?);
-            } else {
-                scan.value()?;
-            }
-            scan.whitespace();
-            match scan.next()? {
-                b',' => continue,
-                b'}' => break,
-                _ => return None,
-            }
-        }
-        found
+        let mut scanner = ElementScanner::new(field);
+        scanner.feed(body);
+        scanner.finish().map(|(spans, _)| spans)
     }
 
     /// The hash of each element's bytes.
     pub fn hashes(&self, body: &[u8]) -> Vec<u128> {
         self.elements
             .iter()
-            .map(|span| xxhash_rust::xxh3::xxh3_128(&body[span.clone()]))
+            .map(|span| element_hash(&body[span.clone()]))
             .collect()
     }
 
@@ -113,122 +83,307 @@ impl MessageSpans {
     }
 }
 
-/// A cursor over JSON bytes that finds where values end without decoding them.
-struct Scanner<'a> {
-    body: &'a [u8],
-    at: usize,
+fn element_hash(bytes: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(bytes)
 }
 
-impl Scanner<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.body.get(self.at).copied()
-    }
+/// Finds the elements of a body's `field` array while the body arrives, hashing each one as
+/// soon as its last byte is there: fed the body read so far after every chunk, it resumes
+/// where it stopped, so by the time the last chunk is in only that chunk is left to scan.
+///
+/// ```
+/// use ctxkeeper_gateway::resent::ElementScanner;
+///
+/// let body = br#"{"messages":[{"role":"user","content":"a \"quoted\" word"},{"role":"assistant","content":"b"}]}"#;
+/// let mut scanner = ElementScanner::new(b"messages");
+/// // The body in two pieces, cut inside a string.
+/// scanner.feed(&body[..30]);
+/// scanner.feed(body);
+/// let (spans, hashes) = scanner.finish().unwrap();
+/// assert_eq!(spans.elements.len(), 2);
+/// assert_eq!(hashes.len(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ElementScanner {
+    field: Vec<u8>,
+    /// Bytes of the body scanned so far.
+    at: usize,
+    state: State,
+    /// Where the key being read, or the element being skipped, starts.
+    start: usize,
+    value: ValueSkip,
+    array: Option<Range<usize>>,
+    /// Whether the value being read is the `field` array.
+    in_field: bool,
+    elements: Vec<Range<usize>>,
+    hashes: Vec<u128>,
+}
 
-    fn next(&mut self) -> Option<u8> {
-        let byte = self.peek()?;
-        self.at += 1;
-        Some(byte)
-    }
+/// Where the scanner is in the body's top-level object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Before the object's `{`.
+    Start,
+    /// After `{`: the first key, or `}`.
+    FirstKey,
+    /// After `,`: a key.
+    Key,
+    /// Inside a key's quotes.
+    InKey,
+    /// After a key: `:`.
+    Colon,
+    /// After `:`: the value.
+    Value,
+    /// Skipping a value that is not the array.
+    Skip,
+    /// After the array's `[`: the first element, or `]`.
+    FirstElement,
+    /// After `,` in the array: an element.
+    Element,
+    /// Inside an element.
+    InElement,
+    /// After an element: `,` or `]`.
+    AfterElement,
+    /// After a value: `,` or `}`.
+    AfterValue,
+    /// The object is closed.
+    Done,
+    /// Not a body this scanner reads.
+    Failed,
+}
 
-    fn eat(&mut self, byte: u8) -> Option<()> {
-        (self.next()? == byte).then_some(())
-    }
+/// Skips one JSON value without decoding it: strings are crossed with `memchr`, brackets
+/// counted outside them (their pairing is left to the parser).
+#[derive(Debug, Clone, Copy, Default)]
+struct ValueSkip {
+    started: bool,
+    scalar: bool,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
 
-    fn whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
-            self.at += 1;
-        }
-    }
-
-    /// A string, from its opening quote; the span includes both quotes.
-    fn string(&mut self) -> Option<Range<usize>> {
-        let start = self.at;
-        self.eat(b'"')?;
+impl ValueSkip {
+    /// Advances over `body` from `*at`; the value's end once it is there, `None` when more
+    /// bytes are needed, `Err` when the bytes cannot start a value.
+    fn advance(&mut self, body: &[u8], at: &mut usize) -> Result<Option<usize>, ()> {
         loop {
-            let offset = memchr::memchr2(b'"', b'\\', &self.body[self.at..])?;
-            self.at += offset + 1;
-            if self.body[self.at - 1] == b'"' {
-                return Some(start..self.at);
-            }
-            // An escape: the next byte is escaped (`\"`, `\\`, `\u…`).
-            self.next()?;
-        }
-    }
-
-    /// Any value; returns its span.
-    fn value(&mut self) -> Option<Range<usize>> {
-        let start = self.at;
-        match self.peek()? {
-            b'"' => {
-                self.string()?;
-            }
-            b'{' | b'[' => self.nested()?,
-            _ => {
-                while let Some(byte) = self.peek() {
-                    if matches!(byte, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
-                        break;
-                    }
-                    self.at += 1;
-                }
-                if self.at == start {
-                    return None;
-                }
-            }
-        }
-        Some(start..self.at)
-    }
-
-    /// An object or array, skipped by counting brackets outside strings.
-    fn nested(&mut self) -> Option<()> {
-        let mut depth = 0usize;
-        loop {
-            match self.peek()? {
-                b'"' => {
-                    self.string()?;
+            let Some(&byte) = body.get(*at) else {
+                return Ok(None);
+            };
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                    *at += 1;
                     continue;
                 }
-                b'{' | b'[' => depth += 1,
+                let Some(offset) = memchr::memchr2(b'"', b'\\', &body[*at..]) else {
+                    *at = body.len();
+                    return Ok(None);
+                };
+                *at += offset + 1;
+                if body[*at - 1] == b'\\' {
+                    self.escaped = true;
+                } else {
+                    self.in_string = false;
+                    if self.depth == 0 {
+                        return Ok(Some(*at));
+                    }
+                }
+                continue;
+            }
+            if self.scalar {
+                if matches!(byte, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                    return Ok(Some(*at));
+                }
+                *at += 1;
+                continue;
+            }
+            if !self.started {
+                self.started = true;
+                match byte {
+                    b'"' => self.in_string = true,
+                    b'{' | b'[' => self.depth = 1,
+                    b',' | b'}' | b']' | b':' => return Err(()),
+                    _ => {
+                        self.scalar = true;
+                        continue;
+                    }
+                }
+                *at += 1;
+                continue;
+            }
+            match byte {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
                 b'}' | b']' => {
-                    depth = depth.checked_sub(1)?;
-                    if depth == 0 {
-                        self.at += 1;
-                        return Some(());
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        *at += 1;
+                        return Ok(Some(*at));
                     }
                 }
                 _ => {}
             }
-            self.at += 1;
+            *at += 1;
+        }
+    }
+}
+
+impl ElementScanner {
+    pub fn new(field: &[u8]) -> ElementScanner {
+        ElementScanner {
+            field: field.to_vec(),
+            at: 0,
+            state: State::Start,
+            start: 0,
+            value: ValueSkip::default(),
+            array: None,
+            in_field: false,
+            elements: Vec::new(),
+            hashes: Vec::new(),
         }
     }
 
-    /// An array and the spans of its elements.
-    fn array(&mut self) -> Option<MessageSpans> {
-        let start = self.at;
-        self.eat(b'[')?;
-        let mut elements = Vec::new();
-        self.whitespace();
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(MessageSpans {
-                array: start..self.at,
-                elements,
-            });
-        }
-        loop {
-            self.whitespace();
-            elements.push(self.value()?);
-            self.whitespace();
-            match self.next()? {
-                b',' => continue,
-                b']' => break,
-                _ => return None,
+    /// Scans what `body` (the body read so far: the previous call's bytes and more) adds.
+    pub fn feed(&mut self, body: &[u8]) {
+        while self.at < body.len() {
+            if self.step(body).is_err() {
+                self.state = State::Failed;
+            }
+            if matches!(self.state, State::Done | State::Failed) {
+                return;
             }
         }
-        Some(MessageSpans {
-            array: start..self.at,
-            elements,
-        })
     }
+
+    /// The array's spans and the hash of each element, once the whole object was fed; `None`
+    /// when the body did not scan (see [`MessageSpans::scan`]).
+    pub fn finish(self) -> Option<(MessageSpans, Vec<u128>)> {
+        if self.state != State::Done {
+            return None;
+        }
+        let array = self.array?;
+        Some((
+            MessageSpans {
+                array,
+                elements: self.elements,
+            },
+            self.hashes,
+        ))
+    }
+
+    /// One move of the object's state machine, from `self.at` (which is inside `body`).
+    fn step(&mut self, body: &[u8]) -> Result<(), ()> {
+        let byte = body[self.at];
+        let space = matches!(byte, b' ' | b'\n' | b'\r' | b'\t');
+        let waits_for_token = !matches!(
+            self.state,
+            State::InKey | State::Skip | State::InElement | State::Done | State::Failed
+        );
+        if space && waits_for_token {
+            self.at += 1;
+            return Ok(());
+        }
+        match self.state {
+            State::Start => {
+                expect(byte, b'{')?;
+                self.at += 1;
+                self.state = State::FirstKey;
+            }
+            State::FirstKey | State::Key => {
+                // An empty object holds no array.
+                expect(byte, b'"')?;
+                self.start = self.at;
+                self.at += 1;
+                self.state = State::InKey;
+            }
+            State::InKey => {
+                let offset = memchr::memchr2(b'"', b'\\', &body[self.at..]).ok_or(());
+                let Ok(offset) = offset else {
+                    self.at = body.len();
+                    return Ok(());
+                };
+                self.at += offset + 1;
+                // A key with an escape could decode to the field's name: not read here.
+                expect(body[self.at - 1], b'"')?;
+                self.in_field = body[self.start + 1..self.at - 1] == self.field[..];
+                self.state = State::Colon;
+            }
+            State::Colon => {
+                expect(byte, b':')?;
+                self.at += 1;
+                self.state = State::Value;
+            }
+            State::Value => {
+                if self.in_field {
+                    // The field twice: which one a parser keeps is not this scanner's call.
+                    if self.array.is_some() {
+                        return Err(());
+                    }
+                    expect(byte, b'[')?;
+                    self.array = Some(self.at..self.at);
+                    self.at += 1;
+                    self.state = State::FirstElement;
+                } else {
+                    self.value = ValueSkip::default();
+                    self.state = State::Skip;
+                }
+            }
+            State::Skip => {
+                if self.value.advance(body, &mut self.at)?.is_some() {
+                    self.state = State::AfterValue;
+                }
+            }
+            State::FirstElement if byte == b']' => self.close_array(),
+            State::FirstElement | State::Element => {
+                self.start = self.at;
+                self.value = ValueSkip::default();
+                self.state = State::InElement;
+            }
+            State::InElement => {
+                if let Some(end) = self.value.advance(body, &mut self.at)? {
+                    self.hashes.push(element_hash(&body[self.start..end]));
+                    self.elements.push(self.start..end);
+                    self.state = State::AfterElement;
+                }
+            }
+            State::AfterElement => {
+                match byte {
+                    b',' => self.state = State::Element,
+                    b']' => {
+                        self.close_array();
+                        return Ok(());
+                    }
+                    _ => return Err(()),
+                }
+                self.at += 1;
+            }
+            State::AfterValue => {
+                self.state = match byte {
+                    b',' => State::Key,
+                    b'}' => State::Done,
+                    _ => return Err(()),
+                };
+                self.at += 1;
+            }
+            // Whatever follows the object is the parser's to refuse.
+            State::Done | State::Failed => self.at = body.len(),
+        }
+        Ok(())
+    }
+
+    fn close_array(&mut self) {
+        self.at += 1;
+        if let Some(array) = &mut self.array {
+            array.end = self.at;
+        }
+        self.state = State::AfterValue;
+    }
+}
+
+fn expect(byte: u8, wanted: u8) -> Result<(), ()> {
+    if byte == wanted { Ok(()) } else { Err(()) }
 }
 
 /// One request's body read for its resent prefix: its elements' hashes and, when the first of
@@ -253,16 +408,14 @@ pub struct Spliced {
 }
 
 impl Reading {
-    /// Scans `body` for the `field` array and takes the session's kept record; `None` when the
-    /// body does not scan ([`MessageSpans::scan`]).
+    /// The reading of a body `scanner` was fed in full, with the session's kept record;
+    /// `None` when the body did not scan ([`MessageSpans::scan`]).
     pub fn start(
         prefixes: &ResentPrefixes,
         key: PrefixKey,
-        field: &[u8],
-        body: &[u8],
+        scanner: ElementScanner,
     ) -> Option<Reading> {
-        let spans = MessageSpans::scan(body, field)?;
-        let hashes = spans.hashes(body);
+        let (spans, hashes) = scanner.finish()?;
         let known = prefixes.take(&key).and_then(|record| {
             let common = record.common(&hashes);
             (common > 0).then_some((common, record))
@@ -494,6 +647,56 @@ mod tests {
             r#"{"messages":[{"a":1}}]}"#,
         ] {
             assert_eq!(spans_of(body), None, "{body}");
+        }
+    }
+
+    /// Fed in pieces of any size, the scanner finds what it finds in the whole body.
+    fn pieces_agree(body: &str) {
+        let body = body.as_bytes();
+        let whole = {
+            let mut scanner = ElementScanner::new(b"messages");
+            scanner.feed(body);
+            scanner.finish()
+        };
+        for piece in [1, 2, 3, 5, 7, 16, 64] {
+            let mut scanner = ElementScanner::new(b"messages");
+            let mut end = 0;
+            while end < body.len() {
+                end = (end + piece).min(body.len());
+                scanner.feed(&body[..end]);
+            }
+            assert_eq!(
+                scanner.finish(),
+                whole,
+                "pieces of {piece} bytes of {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        if let Some((spans, hashes)) = whole {
+            assert_eq!(spans.hashes(body), hashes);
+        }
+    }
+
+    #[test]
+    fn a_body_fed_in_pieces_scans_as_the_whole_body() {
+        let bodies = [
+            r#"{"messages":[]}"#.to_string(),
+            r#" { "model" : "m" , "messages" : [ 1 , "two" , null , true, -1.5e3 ] , "n": 12345 } "#
+                .to_string(),
+            r#"{"tools":[{"a":"]}"}],"messages":[{"role":"user","content":"say \"hi\" \\ [{"},{"role":"assistant","content":[{"type":"text","text":"}]"}],"x":{"y":[1,2,{"z":"\\"}]}}],"n":-1.5e3}"#
+                .to_string(),
+            json!({"messages": [{"role": "user", "content": "é ☃ \u{1F600} \n\t \"q\""}], "stream": true})
+                .to_string(),
+            // Left to the full parse, in pieces as whole.
+            r#"{"messages":[],"messages":[]}"#.to_string(),
+            r#"{"mess\u0061ges":[1],"messages":[2]}"#.to_string(),
+            r#"{"messages":[1 2]}"#.to_string(),
+            r#"{"messages":[1,]}"#.to_string(),
+            r#"{"messages":["unterminated]}"#.to_string(),
+            r#"{"model":"m"}"#.to_string(),
+        ];
+        for body in &bodies {
+            pieces_agree(body);
         }
     }
 

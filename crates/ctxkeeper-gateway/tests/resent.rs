@@ -18,8 +18,9 @@ async fn forwarded(
     path: &str,
     bodies: &[Value],
     resent_bytes: usize,
+    window: u64,
 ) -> (Vec<Value>, Vec<u16>, u64) {
-    let upstream = mock(4000).await;
+    let upstream = mock(window).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(&dir, &upstream.anthropic_base_url());
     config.resent_prefix_bytes = resent_bytes;
@@ -52,8 +53,14 @@ async fn forwarded(
 /// The same conversation through a gateway that reuses its resent prefix and one that parses
 /// every body: the upstream receives the same bodies.
 async fn same_as_full_parse(path: &str, bodies: &[Value]) {
-    let (reused, reused_statuses, reused_messages) = forwarded(path, bodies, 64 << 20).await;
-    let (full, full_statuses, full_reused) = forwarded(path, bodies, 0).await;
+    same_as_full_parse_at(path, bodies, 4000).await;
+}
+
+/// [`same_as_full_parse`] against an upstream with a window of `window` tokens.
+async fn same_as_full_parse_at(path: &str, bodies: &[Value], window: u64) {
+    let (reused, reused_statuses, reused_messages) =
+        forwarded(path, bodies, 64 << 20, window).await;
+    let (full, full_statuses, full_reused) = forwarded(path, bodies, 0, window).await;
     assert!(reused_messages > 0, "the resent prefixes were reused");
     assert_eq!(
         full_reused, 0,
@@ -76,6 +83,19 @@ async fn a_growing_chat_conversation_is_forwarded_as_a_full_parse_forwards_it() 
         })
         .collect();
     same_as_full_parse("/v1/chat/completions", &bodies).await;
+}
+
+#[tokio::test]
+async fn a_long_history_that_arrives_in_many_chunks_too() {
+    // Megabyte bodies reach the gateway in many reads: the scanner resumes inside strings,
+    // escapes and elements cut anywhere.
+    let bodies: Vec<Value> = (1..=6)
+        .map(
+            |rounds| json!({"model": "gpt-4.1-mini", "messages": chat_history(rounds * 4, 40_000)}),
+        )
+        .collect();
+    assert!(bodies.last().unwrap().to_string().len() > 900_000);
+    same_as_full_parse_at("/v1/chat/completions", &bodies, 1_000_000).await;
 }
 
 #[tokio::test]
