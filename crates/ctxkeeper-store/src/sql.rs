@@ -126,9 +126,15 @@ impl Dialect {
     /// The statements of each schema version, in order.
     fn migrations(self) -> &'static [&'static [&'static str]] {
         match self {
-            Dialect::Sqlite => &[SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4],
-            Dialect::Postgres => &[POSTGRES_V1, POSTGRES_V2, POSTGRES_V3, POSTGRES_V4],
-            Dialect::MySql => &[MYSQL_V1, MYSQL_V2, MYSQL_V3, MYSQL_V4],
+            Dialect::Sqlite => &[SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4, SQLITE_V5],
+            Dialect::Postgres => &[
+                POSTGRES_V1,
+                POSTGRES_V2,
+                POSTGRES_V3,
+                POSTGRES_V4,
+                POSTGRES_V5,
+            ],
+            Dialect::MySql => &[MYSQL_V1, MYSQL_V2, MYSQL_V3, MYSQL_V4, MYSQL_V5],
         }
     }
 }
@@ -228,6 +234,29 @@ const SQLITE_V4: &[&str] = &[
 const POSTGRES_V4: &[&str] = &[];
 const MYSQL_V4: &[&str] = &[];
 
+// Version 5 (SQLite) indexes the log in batches instead of row by row: an insert trigger
+// wrote a new full-text segment in every commit (a third of the pages a step wrote), now
+// `ctxkeeper_log_indexed` says up to which log row the index holds, and rows after it are
+// indexed together ([`SqlStore::index_log_in`]) once enough are waiting, and always before a
+// search reads the index. Rowids are never reused (AUTOINCREMENT), so every row up to the
+// mark is in the index unless it was deleted; the delete trigger only touches those.
+const SQLITE_V5: &[&str] = &[
+    "DROP TRIGGER IF EXISTS ctxkeeper_log_ai",
+    "DROP TRIGGER IF EXISTS ctxkeeper_log_ad",
+    "CREATE TABLE IF NOT EXISTS ctxkeeper_log_indexed (upto INTEGER NOT NULL)",
+    "DELETE FROM ctxkeeper_log_indexed",
+    "INSERT INTO ctxkeeper_log_indexed (upto) SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log",
+    "CREATE TRIGGER ctxkeeper_log_ad AFTER DELETE ON ctxkeeper_log WHEN old.id <= (SELECT upto FROM ctxkeeper_log_indexed) BEGIN DELETE FROM ctxkeeper_log_fts WHERE rowid = old.id; END",
+];
+
+// Version 5 changes nothing in PostgreSQL (the generated `tsvector` column is indexed with
+// its row) nor in MySQL/MariaDB (InnoDB batches its full-text index itself).
+const POSTGRES_V5: &[&str] = &[];
+const MYSQL_V5: &[&str] = &[];
+
+/// Log rows waiting for the full-text index (SQLite) before a group commit indexes them.
+const INDEX_BATCH: u64 = 256;
+
 /// The token SQLite's full-text index holds for a search scope (schema version 4): `t` + the
 /// tenant's bytes in hex, or `s` + the hex of tenant, user, agent and session joined by
 /// U+001F (which no identifier holds). Hex keeps each one token whatever characters the
@@ -258,6 +287,9 @@ pub struct SqlStore {
     writers: Arc<tokio::sync::Mutex<()>>,
     /// SQLite only: the group commit that [`SessionStore::save_and_append`] goes through.
     group: Option<GroupCommit>,
+    /// SQLite only: log rows this process wrote since it last indexed them (a hint for when
+    /// to index; `ctxkeeper_log_indexed` is what says which rows are in the index).
+    unindexed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A save with its log entries, serialized and waiting for its transaction.
@@ -312,6 +344,12 @@ impl GroupCommit {
                 for (reply, outcome) in replies.into_iter().zip(outcomes) {
                     // A caller that gave up waiting is gone; its save stands either way.
                     let _ = reply.send(outcome);
+                }
+                // After the replies: the saves waiting meanwhile form the next group.
+                if store.unindexed.load(std::sync::atomic::Ordering::Relaxed) >= INDEX_BATCH
+                    && let Err(err) = store.index_log(writer.as_deref_mut()).await
+                {
+                    tracing::warn!(%err, "indexing the session log for search failed; the next search retries");
                 }
             }
         });
@@ -395,6 +433,8 @@ impl SqlStore {
             dialect,
             writers: Arc::new(tokio::sync::Mutex::new(())),
             group: None,
+            // Rows another process left unindexed are indexed at the first group commit.
+            unindexed: Arc::new(std::sync::atomic::AtomicU64::new(INDEX_BATCH)),
         };
         if dialect == Dialect::Sqlite {
             store.enable_wal().await?;
@@ -461,6 +501,46 @@ impl SqlStore {
             tx,
             _writer: Some(writer),
         })
+    }
+
+    /// Indexes the log rows the full-text index does not hold yet (SQLite), in a transaction
+    /// of its own on `conn` (or a pooled connection).
+    async fn index_log(&self, conn: Option<&mut sqlx::AnyConnection>) -> Result<(), StoreError> {
+        let mut tx = self.begin_on(conn).await?;
+        let indexed = self.index_log_in(&mut tx).await;
+        self.finish(tx, indexed).await
+    }
+
+    /// Adds the rows after `ctxkeeper_log_indexed`'s mark to the full-text index and moves the
+    /// mark to the last row, inside `tx` (SQLite).
+    async fn index_log_in(&self, tx: &mut WriteTx<'_>) -> Result<(), StoreError> {
+        // This transaction holds the process's write lock: no row is logged meanwhile.
+        self.unindexed
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        for statement in [
+            "INSERT INTO ctxkeeper_log_fts (rowid, body, scope) SELECT id, body, 't' || hex(tenant) || ' s' || hex(tenant || char(31) || user_id || char(31) || agent || char(31) || session) FROM ctxkeeper_log WHERE id > (SELECT upto FROM ctxkeeper_log_indexed) ORDER BY id",
+            "UPDATE ctxkeeper_log_indexed SET upto = (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log) WHERE upto < (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log)",
+        ] {
+            self.execute_in(tx, statement).await.inspect_err(|_| {
+                self.unindexed
+                    .fetch_add(INDEX_BATCH, std::sync::atomic::Ordering::Relaxed);
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Before a search (SQLite): indexes what the log holds beyond the index, if anything.
+    async fn index_log_for_search(&self) -> Result<(), StoreError> {
+        let behind: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM ctxkeeper_log_indexed WHERE upto < (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log)",
+        )
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|err| self.err(err))?;
+        if behind.is_some() {
+            self.index_log(None).await?;
+        }
+        Ok(())
     }
 
     async fn enable_wal(&self) -> Result<(), StoreError> {
@@ -741,6 +821,10 @@ impl SqlStore {
                 .execute(&mut **tx)
                 .await
                 .map_err(|err| self.err(err))?;
+        }
+        if self.dialect == Dialect::Sqlite {
+            self.unindexed
+                .fetch_add(rows.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
@@ -1491,6 +1575,9 @@ impl SessionStore for SqlStore {
 
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
         let terms = query.terms()?;
+        if self.dialect == Dialect::Sqlite {
+            self.index_log_for_search().await?;
+        }
         let session = match &query.scope {
             SearchScope::Session(key) => Some(key),
             SearchScope::Tenant(_) => None,
@@ -1837,6 +1924,154 @@ mod tests {
             .await
             .expect("the log reads back");
         page.iter().map(|e| (e.seq, e.message.text())).collect()
+    }
+
+    async fn count(store: &SqlStore, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql)
+            .fetch_one(&store.pool)
+            .await
+            .expect("the count reads")
+    }
+
+    async fn unindexed(store: &SqlStore) -> i64 {
+        count(store, "SELECT COUNT(*) FROM ctxkeeper_log").await
+            - count(store, "SELECT COUNT(*) FROM ctxkeeper_log_fts").await
+    }
+
+    /// Logged messages reach the full-text index in batches, not one commit at a time, and
+    /// a search first indexes whatever is waiting, so it always finds every logged message.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn the_log_is_indexed_in_batches_and_before_every_search()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("i.db").display())).await?;
+        let key = SessionKey::simple("indexed")?;
+        let first = store
+            .save_and_append(&key, &AgentState::new(), None, &[Message::user("a wombat")])
+            .await?;
+        let hits = store
+            .search(&SearchQuery::session(key.clone(), "wombat"))
+            .await?;
+        assert_eq!(hits.len(), 1);
+        assert_eq!(unindexed(&store).await, 0);
+
+        // A few more messages wait for their batch...
+        let second = store
+            .save_and_append(
+                &key,
+                &AgentState::new(),
+                Some(first.version),
+                &[Message::user("a numbat"), Message::assistant("noted")],
+            )
+            .await?;
+        assert_eq!(unindexed(&store).await, 2);
+        // ...and a search indexes them before it reads the index.
+        let hits = store
+            .search(&SearchQuery::session(key.clone(), "numbat"))
+            .await?;
+        assert_eq!(hits.iter().map(|h| h.seq).collect::<Vec<_>>(), [2]);
+        assert_eq!(unindexed(&store).await, 0);
+
+        // A batch's worth of messages is indexed by the group commit, with no search.
+        let many: Vec<Message> = (0..INDEX_BATCH)
+            .map(|i| Message::user(format!("message {i} about a bilby")))
+            .collect();
+        store
+            .save_and_append(&key, &AgentState::new(), Some(second.version), &many)
+            .await?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while unindexed(&store).await > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the batch was not indexed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // Deleting the session takes its entries out of the index, indexed or not yet.
+        store
+            .append(&key, &[Message::user("one more bilby")])
+            .await?;
+        assert_eq!(unindexed(&store).await, 1);
+        assert!(store.delete(&key).await?);
+        assert_eq!(
+            count(&store, "SELECT COUNT(*) FROM ctxkeeper_log_fts").await,
+            0
+        );
+        assert!(
+            store
+                .search(&SearchQuery::tenant("default", "bilby"))
+                .await?
+                .is_empty()
+        );
+        Ok(())
+    }
+
+    /// A database indexed row by row (version 4) keeps its index and indexes what comes next
+    /// in batches.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_version_4_database_keeps_its_index_and_indexes_in_batches()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use sqlx::Executor;
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("v4.db").display());
+        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
+        pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
+            .await?;
+        for (version, statements) in [SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4]
+            .iter()
+            .enumerate()
+        {
+            for statement in *statements {
+                pool.execute(*statement).await?;
+            }
+            sqlx::query("INSERT INTO ctxkeeper_schema (version) VALUES (?)")
+                .bind(version as i64 + 1)
+                .execute(&pool)
+                .await?;
+        }
+        for (seq, text) in [(1, "an echidna"), (2, "a platypus")] {
+            let message = Message::user(text);
+            sqlx::query("INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES ('default', 'default', 'default', 'old', ?, 1, ?, ?)")
+                .bind(seq as i64)
+                .bind(serde_json::to_string(&message)?)
+                .bind(indexed_body(&message))
+                .execute(&pool)
+                .await?;
+        }
+        sqlx::query("INSERT INTO ctxkeeper_sessions (tenant, user_id, agent, session, log_len, created_at, updated_at) VALUES ('default', 'default', 'default', 'old', 2, 1, 1)")
+            .execute(&pool)
+            .await?;
+        pool.close().await;
+
+        let store = SqlStore::connect(&url).await?;
+        assert_eq!(
+            count(&store, "SELECT MAX(version) FROM ctxkeeper_schema").await,
+            5
+        );
+        assert_eq!(
+            count(&store, "SELECT upto FROM ctxkeeper_log_indexed").await,
+            2
+        );
+        assert_eq!(unindexed(&store).await, 0, "version 4 indexed its rows");
+        let old = SessionKey::simple("old")?;
+        store.append(&old, &[Message::user("a quoll")]).await?;
+        assert_eq!(unindexed(&store).await, 1);
+        let hits = store
+            .search(&SearchQuery::session(old.clone(), "platypus quoll"))
+            .await?;
+        let mut seqs: Vec<u64> = hits.iter().map(|h| h.seq).collect();
+        seqs.sort_unstable();
+        assert_eq!(seqs, [2, 3]);
+        assert!(store.delete(&old).await?);
+        assert_eq!(
+            count(&store, "SELECT COUNT(*) FROM ctxkeeper_log_fts").await,
+            0
+        );
+        Ok(())
     }
 
     /// The group commit writes on a connection of its own, kept from one group to the next;
@@ -2260,7 +2495,7 @@ mod tests {
         let version: i64 = sqlx::query_scalar("SELECT MAX(version) FROM ctxkeeper_schema")
             .fetch_one(&store.pool)
             .await?;
-        assert_eq!(version, 4);
+        assert_eq!(version, 5);
         let (a, b) = (SessionKey::simple("a")?, SessionKey::simple("b")?);
         let found = |hits: Vec<SearchHit>| -> Vec<(String, u64)> {
             let mut found: Vec<_> = hits
