@@ -539,8 +539,10 @@ impl Default for ResentPrefixes {
 }
 
 impl ResentPrefixes {
-    /// Bytes of request bodies whose messages are kept, over every session.
-    pub const DEFAULT_BOUND: usize = 256 << 20;
+    /// Bytes of request bodies whose messages are kept, over every session. The parsed
+    /// messages take about as much memory as their JSON (more for many tiny messages): 128 MiB
+    /// keeps some 30 sessions of a 1M-token window, or hundreds of smaller ones.
+    pub const DEFAULT_BOUND: usize = 128 << 20;
 
     pub fn new(bound: usize) -> ResentPrefixes {
         ResentPrefixes {

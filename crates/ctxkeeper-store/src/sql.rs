@@ -2008,31 +2008,39 @@ mod tests {
         Ok(())
     }
 
+    /// A SQLite database at `path` written by schema versions 1 to `version` (as an older
+    /// build left it), its URL and a pool on it.
+    #[cfg(feature = "sqlite")]
+    async fn database_at_version(
+        path: &std::path::Path,
+        version: usize,
+    ) -> Result<(String, AnyPool), Box<dyn std::error::Error>> {
+        use sqlx::Executor;
+        sqlx::any::install_default_drivers();
+        let url = format!("sqlite://{}", path.display());
+        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
+        pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
+            .await?;
+        for (index, statements) in Dialect::Sqlite.migrations()[..version].iter().enumerate() {
+            for statement in *statements {
+                pool.execute(*statement).await?;
+            }
+            sqlx::query("INSERT INTO ctxkeeper_schema (version) VALUES (?)")
+                .bind(index as i64 + 1)
+                .execute(&pool)
+                .await?;
+        }
+        Ok((url, pool))
+    }
+
     /// A database indexed row by row (version 4) keeps its index and indexes what comes next
     /// in batches.
     #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn a_version_4_database_keeps_its_index_and_indexes_in_batches()
     -> Result<(), Box<dyn std::error::Error>> {
-        use sqlx::Executor;
-        sqlx::any::install_default_drivers();
         let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("v4.db").display());
-        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
-        pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
-            .await?;
-        for (version, statements) in [SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4]
-            .iter()
-            .enumerate()
-        {
-            for statement in *statements {
-                pool.execute(*statement).await?;
-            }
-            sqlx::query("INSERT INTO ctxkeeper_schema (version) VALUES (?)")
-                .bind(version as i64 + 1)
-                .execute(&pool)
-                .await?;
-        }
+        let (url, pool) = database_at_version(&dir.path().join("v4.db"), 4).await?;
         for (seq, text) in [(1, "an echidna"), (2, "a platypus")] {
             let message = Message::user(text);
             sqlx::query("INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES ('default', 'default', 'default', 'old', ?, 1, ?, ?)")
@@ -2414,18 +2422,8 @@ mod tests {
     #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn a_version_1_database_migrates() -> Result<(), Box<dyn std::error::Error>> {
-        use sqlx::Executor;
-        sqlx::any::install_default_drivers();
         let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("v1.db").display());
-        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
-        pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
-            .await?;
-        for statement in SQLITE_V1 {
-            pool.execute(*statement).await?;
-        }
-        pool.execute("INSERT INTO ctxkeeper_schema (version) VALUES (1)")
-            .await?;
+        let (url, pool) = database_at_version(&dir.path().join("v1.db"), 1).await?;
         let mut state = AgentState::new();
         state
             .extensions
@@ -2451,22 +2449,8 @@ mod tests {
     #[tokio::test]
     async fn a_version_3_database_migrates_its_search_index()
     -> Result<(), Box<dyn std::error::Error>> {
-        use sqlx::Executor;
-        sqlx::any::install_default_drivers();
         let dir = tempfile::tempdir()?;
-        let url = format!("sqlite://{}", dir.path().join("v3.db").display());
-        let pool = AnyPool::connect(&sqlite_url(&url)?.0).await?;
-        pool.execute("CREATE TABLE ctxkeeper_schema (version BIGINT NOT NULL)")
-            .await?;
-        for (version, statements) in [SQLITE_V1, SQLITE_V2, SQLITE_V3].iter().enumerate() {
-            for statement in *statements {
-                pool.execute(*statement).await?;
-            }
-            sqlx::query("INSERT INTO ctxkeeper_schema (version) VALUES (?)")
-                .bind(version as i64 + 1)
-                .execute(&pool)
-                .await?;
-        }
+        let (url, pool) = database_at_version(&dir.path().join("v3.db"), 3).await?;
         let logged = [
             ("a", 1, "the quokka crossed the road"),
             ("a", 2, "nothing to see"),
