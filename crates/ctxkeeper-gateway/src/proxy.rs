@@ -220,14 +220,15 @@ async fn proxy(
         body,
         &parts.headers,
         flavor,
-        scan.as_mut().map(|(_, scanner)| scanner),
+        scan.as_mut().map(|(_, scanner, _)| scanner),
     )
     .await?;
-    let mut resent =
-        scan.and_then(|(key, scanner)| crate::resent::Reading::start(&gw.resent, key, scanner));
+    let mut resent = scan.and_then(|(key, scanner, grouping)| {
+        crate::resent::Reading::start(&gw.resent, key, scanner, grouping)
+    });
     let bytes_len = bytes.len();
     let skeleton = resent.as_ref().and_then(|reading| reading.skeleton(&bytes));
-    let from_skeleton = skeleton.is_some();
+    let mut from_skeleton = skeleton.is_some();
     let mut value: Value = match skeleton {
         Some(value) => value,
         None => parse_json(&bytes, flavor)?,
@@ -241,10 +242,21 @@ async fn proxy(
             .responses_compaction
             .gateway_answers(&gw.config.upstream);
     let mut client_compaction = false;
+    // The client's body rewritten before it goes upstream: not a record for the next request.
+    let mut rewritten = false;
     if gateway_compacts {
-        let expanded = compaction_items::expand_own_items(&mut value);
+        let mut expanded = compaction_items::expand_own_items(&mut value);
         client_compaction = compaction_items::take_trigger(&mut value);
+        if from_skeleton && (expanded > 0 || client_compaction) {
+            // The body sent on is rewritten from the whole request, not from its new part.
+            resent = None;
+            from_skeleton = false;
+            value = parse_json(&bytes, flavor)?;
+            expanded = compaction_items::expand_own_items(&mut value);
+            client_compaction = compaction_items::take_trigger(&mut value);
+        }
         if expanded > 0 || client_compaction {
+            rewritten = true;
             bytes = Bytes::from(serde_json::to_vec(&value).unwrap_or_default());
         }
     }
@@ -451,6 +463,7 @@ async fn proxy(
     // This request's messages are what the session's next request most likely resends.
     let mut freed = Vec::new();
     if let Some(reading) = resent
+        && !rewritten
         && managed.incoming.repairs.is_none()
         && let Some(record) = reading.record(
             std::mem::take(&mut managed.incoming.messages),
@@ -473,16 +486,25 @@ async fn proxy(
 }
 
 /// The scanner that looks for a body's resent prefix while it arrives, with the key of the
-/// session's kept record: for the endpoints whose message elements are one message each, when
-/// a header names the session and the gateway keeps prefixes at all.
+/// session's kept record and how the wire's elements form messages: for a request whose
+/// session a header names, on the endpoints that carry a history (the `messages` of Chat
+/// Completions and Anthropic Messages, the `input` items of Responses), when the gateway
+/// keeps prefixes at all.
 fn resent_scan(
     gw: &Gateway,
     endpoint: Endpoint,
     headers: &HeaderMap,
-) -> Option<(crate::resent::PrefixKey, crate::resent::ElementScanner)> {
-    if !matches!(endpoint, Endpoint::ChatCompletions | Endpoint::Messages)
-        || gw.config.resent_prefix_bytes == 0
-    {
+) -> Option<(
+    crate::resent::PrefixKey,
+    crate::resent::ElementScanner,
+    crate::resent::Grouping,
+)> {
+    use crate::resent::Grouping;
+    let (field, grouping): (&[u8], Grouping) = match endpoint {
+        Endpoint::ChatCompletions | Endpoint::Messages => (b"messages", Grouping::OnePerElement),
+        Endpoint::Responses => (b"input", Grouping::ResponsesItems),
+    };
+    if gw.config.resent_prefix_bytes == 0 {
         return None;
     }
     let tenant = gw.config.tenants.resolve(headers).ok()?;
@@ -491,7 +513,7 @@ fn resent_scan(
         .flatten()
         .or_else(|| identity::harness_session(headers))?;
     let key = (tenant, session, endpoint.name());
-    Some((key, crate::resent::ElementScanner::new(b"messages")))
+    Some((key, crate::resent::ElementScanner::new(field), grouping))
 }
 
 fn parse_json(bytes: &[u8], flavor: Flavor) -> Result<Value, ApiError> {

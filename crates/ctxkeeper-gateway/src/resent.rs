@@ -12,8 +12,11 @@
 //!    ([`MessageSpans::skeleton`]), and the kept messages and fingerprints of the prefix are
 //!    put back in front of them.
 //!
-//! Only identical bytes are reused, and every element maps to one message on its own (Chat
-//! Completions and Anthropic Messages), so the outcome is the full parse's. Anything unusual
+//! Only identical bytes are reused, and only up to a message boundary the new elements
+//! cannot move: in Chat Completions and Anthropic Messages every element is one message on
+//! its own; in Responses a run of assistant-side items forms one message ([`Grouping`]), so
+//! the reuse ends where the kept request's messages started and one element before the first
+//! new one. The outcome is the full parse's. Anything unusual
 //! (a key with escapes, a repeated `messages` key, a skeleton that fails to parse) takes the
 //! full parse instead, which also gives the exact error.
 //!
@@ -386,6 +389,33 @@ fn expect(byte: u8, wanted: u8) -> Result<(), ()> {
     if byte == wanted { Ok(()) } else { Err(()) }
 }
 
+/// How the elements of a wire's message array form messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// Each element is one message (Chat Completions `messages`, Anthropic `messages`).
+    OnePerElement,
+    /// A run of assistant-side items (reasoning, output text, tool calls) forms one message
+    /// (Responses `input`).
+    ResponsesItems,
+}
+
+impl Grouping {
+    /// How many elements `message` stands for.
+    pub fn elements_in(self, message: &Message) -> usize {
+        match self {
+            Grouping::OnePerElement => 1,
+            Grouping::ResponsesItems => ctxkeeper_core::formats::responses::input_items_in(message),
+        }
+    }
+
+    /// Whether an element can join the message of the element before it. Then a new element
+    /// right after the reused ones may continue the last reused message, so the reuse stops
+    /// one element earlier.
+    pub fn joins(self) -> bool {
+        self == Grouping::ResponsesItems
+    }
+}
+
 /// One request's body read for its resent prefix: its elements' hashes and, when the first of
 /// them are the session's previous request's, that request's record.
 #[derive(Debug)]
@@ -393,8 +423,10 @@ pub struct Reading {
     pub key: PrefixKey,
     spans: MessageSpans,
     hashes: Vec<u128>,
-    /// The kept record and how many leading elements of this body it holds.
-    known: Option<(usize, KnownPrefix)>,
+    grouping: Grouping,
+    /// The kept record, how many leading elements of this body it holds and how many
+    /// messages those elements are.
+    known: Option<(usize, usize, KnownPrefix)>,
     /// What [`Self::splice`] put back: the fingerprints of the prefix's messages.
     spliced: Option<Spliced>,
 }
@@ -414,16 +446,22 @@ impl Reading {
         prefixes: &ResentPrefixes,
         key: PrefixKey,
         scanner: ElementScanner,
+        grouping: Grouping,
     ) -> Option<Reading> {
         let (spans, hashes) = scanner.finish()?;
         let known = prefixes.take(&key).and_then(|record| {
-            let common = record.common(&hashes);
-            (common > 0).then_some((common, record))
+            let mut common = record.common(&hashes);
+            if grouping.joins() && common < hashes.len() {
+                common -= 1;
+            }
+            let (elements, messages) = record.cut(common)?;
+            Some((elements, messages, record))
         });
         Some(Reading {
             key,
             spans,
             hashes,
+            grouping,
             known,
             spliced: None,
         })
@@ -432,24 +470,24 @@ impl Reading {
     /// The body without its known prefix, parsed; `None` when no prefix is known or that
     /// body is not JSON (the full body then gives the error).
     pub fn skeleton(&self, body: &[u8]) -> Option<serde_json::Value> {
-        let (common, _) = self.known.as_ref()?;
-        serde_json::from_slice(&self.spans.skeleton(body, *common)).ok()
+        let (elements, ..) = self.known.as_ref()?;
+        serde_json::from_slice(&self.spans.skeleton(body, *elements)).ok()
     }
 
-    /// Puts the known prefix's messages back in front of `messages`, parsed from the
-    /// [`Self::skeleton`]; returns how many were put back, `None` when they do not line up
-    /// (the body is then parsed in full).
+    /// Puts the known prefix's messages back in front of the messages parsed from the
+    /// [`Self::skeleton`] (after the lead ones, such as a top-level system prompt); returns
+    /// how many were put back, `None` when they do not line up (the body is then parsed in
+    /// full).
     pub fn splice(&mut self, messages: &mut Vec<Message>) -> Option<usize> {
-        let (common, record) = self.known.take()?;
-        let new = self.hashes.len() - common;
-        let lead = messages.len().checked_sub(new)?;
-        let (prefix, fingerprints) = record.into_prefix(common);
-        if prefix.len() != common {
+        let (elements, count, record) = self.known.take()?;
+        let lead = lead_of(messages, self.hashes.len() - elements, self.grouping)?;
+        let (prefix, fingerprints) = record.into_prefix(count);
+        if prefix.len() != count {
             return None;
         }
         messages.splice(lead..lead, prefix);
         self.spliced = Some(Spliced { lead, fingerprints });
-        Some(common)
+        Some(count)
     }
 
     /// The fingerprints [`Self::splice`] put back, once.
@@ -465,15 +503,40 @@ impl Reading {
         fingerprints: Vec<u128>,
         bytes: usize,
     ) -> Option<KnownPrefix> {
-        let lead = messages.len().checked_sub(self.hashes.len())?;
-        (fingerprints.len() == messages.len()).then(|| KnownPrefix {
+        let lead = lead_of(&messages, self.hashes.len(), self.grouping)?;
+        if fingerprints.len() != messages.len() {
+            return None;
+        }
+        // A cut is possible where a message starts.
+        let mut cuts = vec![None; self.hashes.len() + 1];
+        let mut at = 0;
+        cuts[0] = Some(0);
+        for (i, message) in messages[lead..].iter().enumerate() {
+            at += self.grouping.elements_in(message);
+            *cuts.get_mut(at)? = Some(i + 1);
+        }
+        Some(KnownPrefix {
             element_hashes: self.hashes.clone(),
+            cuts,
             lead,
             messages,
             fingerprints,
             bytes,
         })
     }
+}
+
+/// How many of `messages` come before those of the last `elements` elements of the array
+/// (a top-level system prompt or instructions); `None` when the messages do not end on
+/// exactly that many elements.
+fn lead_of(messages: &[Message], elements: usize, grouping: Grouping) -> Option<usize> {
+    let mut counted = 0;
+    let mut lead = messages.len();
+    while counted < elements {
+        lead = lead.checked_sub(1)?;
+        counted += grouping.elements_in(&messages[lead]);
+    }
+    (counted == elements).then_some(lead)
 }
 
 /// Which conversation a kept prefix belongs to: tenant, session id and endpoint (the same
@@ -485,9 +548,12 @@ pub type PrefixKey = (String, String, &'static str);
 pub struct KnownPrefix {
     /// The hash of each element of the message array.
     pub element_hashes: Vec<u128>,
-    /// Messages that come before the array's (the Anthropic top-level `system`).
+    /// For each number of leading elements, how many messages they are, when they end a
+    /// message (`None` inside a run of elements forming one message).
+    pub cuts: Vec<Option<usize>>,
+    /// Messages that come before the array's (a top-level system prompt or instructions).
     pub lead: usize,
-    /// Every message of the request: `lead` ones, then one per element.
+    /// Every message of the request: `lead` ones, then those of the elements.
     pub messages: Vec<Message>,
     /// The fingerprint of each message.
     pub fingerprints: Vec<u128>,
@@ -505,9 +571,17 @@ impl KnownPrefix {
             .count()
     }
 
-    /// The messages and fingerprints of the first `elements` elements.
-    pub fn into_prefix(mut self, elements: usize) -> (Vec<Message>, Vec<u128>) {
-        let end = self.lead + elements;
+    /// The longest prefix of at most `elements` elements that ends a message, as (elements,
+    /// messages); `None` when there is none.
+    pub fn cut(&self, elements: usize) -> Option<(usize, usize)> {
+        (1..=elements.min(self.cuts.len().saturating_sub(1)))
+            .rev()
+            .find_map(|at| self.cuts[at].map(|messages| (at, messages)))
+    }
+
+    /// The first `count` messages of the array, with their fingerprints.
+    pub fn into_prefix(mut self, count: usize) -> (Vec<Message>, Vec<u128>) {
+        let end = self.lead + count;
         self.messages.truncate(end);
         self.messages.drain(..self.lead);
         self.fingerprints.truncate(end);
@@ -603,6 +677,7 @@ impl ResentPrefixes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ctxkeeper_core::formats::Wire;
     use serde_json::{Value, json};
 
     fn spans_of(body: &str) -> Option<MessageSpans> {
@@ -702,6 +777,116 @@ mod tests {
         }
     }
 
+    /// The messages the gateway reads from `new` after `old`: the reused prefix from `old`'s
+    /// record, the rest parsed from the skeleton; and how many were reused.
+    fn read_after(
+        wire: Wire,
+        grouping: Grouping,
+        old: &Value,
+        new: &Value,
+    ) -> (Vec<Message>, usize) {
+        let field: &[u8] = if wire == Wire::Responses {
+            b"input"
+        } else {
+            b"messages"
+        };
+        let prefixes = ResentPrefixes::default();
+        let key: PrefixKey = ("tenant".into(), "session".into(), "test");
+        let scan = |body: &[u8]| {
+            let mut scanner = ElementScanner::new(field);
+            scanner.feed(body);
+            scanner
+        };
+        let old_bytes = old.to_string().into_bytes();
+        let reading = Reading::start(&prefixes, key.clone(), scan(&old_bytes), grouping).unwrap();
+        let messages = wire.parse_request_owned(old.clone()).unwrap().messages;
+        let fingerprints = (0..messages.len() as u128).collect();
+        let record = reading
+            .record(messages, fingerprints, old_bytes.len())
+            .unwrap();
+        prefixes.put(key.clone(), record);
+        let new_bytes = new.to_string().into_bytes();
+        let mut reading = Reading::start(&prefixes, key, scan(&new_bytes), grouping).unwrap();
+        match reading.skeleton(&new_bytes) {
+            Some(skeleton) => {
+                let mut request = wire.parse_request_owned(skeleton).unwrap();
+                let reused = reading.splice(&mut request.messages).unwrap();
+                (request.messages, reused)
+            }
+            None => (wire.parse_request_owned(new.clone()).unwrap().messages, 0),
+        }
+    }
+
+    fn responses(input: &[Value]) -> Value {
+        json!({"model": "m", "instructions": "Be brief.", "input": input})
+    }
+
+    #[test]
+    fn responses_items_are_reused_only_where_the_messages_they_form_are_the_same() {
+        let user = |text: &str| json!({"role": "user", "content": text});
+        let said = |text: &str| {
+            json!({"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": text}]})
+        };
+        let reasoning =
+            |n: usize| json!({"type": "reasoning", "id": format!("rs_{n}"), "summary": []});
+        let call = |n: usize| {
+            json!({"type": "function_call", "call_id": format!("c{n}"),
+            "name": "ls", "arguments": "{}"})
+        };
+        let output = |n: usize| json!({"type": "function_call_output", "call_id": format!("c{n}"), "output": "a.rs"});
+        let base = vec![user("list the files"), reasoning(1), call(1), output(1)];
+        let cases: Vec<(&str, Vec<Value>, Vec<Value>)> = vec![
+            (
+                "a round appended",
+                base.clone(),
+                [base.clone(), vec![reasoning(2), call(2), output(2)]].concat(),
+            ),
+            // The new call joins the assistant message the old history ended on.
+            (
+                "a call after a closing assistant message",
+                [base.clone(), vec![said("checking")]].concat(),
+                [base.clone(), vec![said("checking"), call(2), output(2)]].concat(),
+            ),
+            // The new item differs where a user message was, and joins the message before.
+            (
+                "a call where a user message was",
+                [base.clone(), vec![said("done"), user("thanks")]].concat(),
+                [base.clone(), vec![said("done"), call(3), output(3)]].concat(),
+            ),
+            ("the same history again", base.clone(), base.clone()),
+        ];
+        for (name, old, new) in cases {
+            let (read, reused) = read_after(
+                Wire::Responses,
+                Grouping::ResponsesItems,
+                &responses(&old),
+                &responses(&new),
+            );
+            let full = Wire::Responses
+                .parse_request_owned(responses(&new))
+                .unwrap()
+                .messages;
+            assert_eq!(read, full, "{name}");
+            assert!(reused > 0, "{name}: something was reused");
+        }
+    }
+
+    #[test]
+    fn chat_messages_are_reused_up_to_the_first_edit() {
+        let old = json!({"messages": [{"role": "system", "content": "s"},
+            {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]});
+        let new = json!({"messages": [{"role": "system", "content": "s"},
+            {"role": "user", "content": "a"}, {"role": "assistant", "content": "B"},
+            {"role": "user", "content": "c"}]});
+        let (read, reused) = read_after(Wire::OpenAiChat, Grouping::OnePerElement, &old, &new);
+        assert_eq!(
+            read,
+            Wire::OpenAiChat.parse_request_owned(new).unwrap().messages
+        );
+        assert_eq!(reused, 2);
+    }
+
     #[test]
     fn the_skeleton_parses_to_the_body_without_the_prefix() {
         let body = json!({
@@ -731,6 +916,7 @@ mod tests {
         let b = spans_of(second).unwrap().hashes(second.as_bytes());
         let record = KnownPrefix {
             element_hashes: a,
+            cuts: vec![Some(0), Some(1), Some(2)],
             lead: 0,
             messages: Vec::new(),
             fingerprints: Vec::new(),
@@ -742,6 +928,7 @@ mod tests {
     fn record(bytes: usize, lead: usize, elements: usize) -> KnownPrefix {
         KnownPrefix {
             element_hashes: (0..elements as u128).collect(),
+            cuts: (0..=elements).map(Some).collect(),
             lead,
             messages: (0..lead + elements)
                 .map(|i| Message::user(format!("m{i}")))

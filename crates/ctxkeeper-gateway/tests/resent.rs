@@ -214,3 +214,98 @@ async fn an_error_after_a_resent_prefix_names_its_place_in_the_whole_body() {
     assert_eq!(ok.status(), 200);
     gw.stop().await;
 }
+
+/// A Codex-like Responses history: instructions, then rounds of reasoning, a tool call and its
+/// output (reasoning and call form one assistant message), with an assistant message now and
+/// then. With `prefill`, the history ends on an assistant message, which the next request's
+/// first call joins: the reused prefix must then stop before that message.
+fn responses_body(rounds: usize, prefill: bool) -> Value {
+    let mut input = vec![json!({"role": "user", "content": [
+        {"type": "input_text", "text": "Fix the rounding bug in src/invoice.rs."}]})];
+    for i in 0..rounds {
+        if i % 3 == 2 {
+            input.push(json!({"type": "message", "role": "assistant", "content": [
+                {"type": "output_text", "text": format!("Step {i} done; next I read src/f{i}.rs.")}]}));
+        }
+        let id = format!("call_{i}");
+        input.push(
+            json!({"type": "reasoning", "id": format!("rs_{i}"), "summary": [],
+            "encrypted_content": format!("gAAAA{}", filler(i + 7, 120))}),
+        );
+        input.push(
+            json!({"type": "function_call", "call_id": id, "name": "shell",
+            "arguments": format!("{{\"cmd\":\"cat src/f{i}.rs\"}}")}),
+        );
+        input
+            .push(json!({"type": "function_call_output", "call_id": id, "output": filler(i, 700)}));
+    }
+    if prefill {
+        input.push(json!({"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Let me look at the tests."}]}));
+    }
+    json!({"model": SMALL_MODEL, "instructions": "You are Codex, a coding agent.",
+        "input": input, "store": false, "tools": [{"type": "function", "name": "shell",
+        "parameters": {"type": "object"}}]})
+}
+
+#[tokio::test]
+async fn a_responses_history_whose_items_group_into_messages_too() {
+    let mut bodies: Vec<Value> = (1..=6)
+        .map(|rounds| responses_body(rounds, false))
+        .collect();
+    // A history ending on an assistant message, then the same history with a call after it.
+    bodies.push(responses_body(6, true));
+    let mut joined = responses_body(6, true);
+    let input = joined["input"].as_array_mut().unwrap();
+    input.push(
+        json!({"type": "function_call", "call_id": "call_x", "name": "shell",
+        "arguments": "{\"cmd\":\"cargo test\"}"}),
+    );
+    input.push(json!({"type": "function_call_output", "call_id": "call_x", "output": "ok"}));
+    bodies.push(joined);
+    bodies.extend((7..=12).map(|rounds| responses_body(rounds, false)));
+    same_as_full_parse("/v1/responses", &bodies).await;
+}
+
+#[tokio::test]
+async fn a_responses_history_holding_the_gateways_own_compaction_item_is_read_in_full() {
+    // The gateway answers compaction triggers here (the mock is no OpenAI): a history that
+    // carries its item goes upstream as the item's text, whatever the prefix holds.
+    let upstream = mock(4000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let send = |body: Value| {
+        client()
+            .post(gw.url("/v1/responses"))
+            .header("authorization", "Bearer sk-resent")
+            .header("x-ctxkeeper-session", "resent-compaction")
+            .json(&body)
+            .send()
+    };
+    let mut body = responses_body(3, false);
+    assert_eq!(send(body.clone()).await.unwrap().status(), 200);
+    body["input"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "compaction_trigger"}));
+    let answer: Value = send(body).await.unwrap().json().await.unwrap();
+    let item = answer["output"][0].clone();
+    assert_eq!(item["type"], "compaction", "{answer}");
+    let mut carried = json!({"model": SMALL_MODEL, "input": [item,
+        {"role": "user", "content": "Now run the tests."}]});
+    for turn in 0..3 {
+        let response = send(carried.clone()).await.unwrap();
+        assert_eq!(response.status(), 200, "turn {turn}");
+        let forwarded = upstream.requests().last().unwrap().body.to_string();
+        assert!(
+            !forwarded.contains("\"compaction\""),
+            "turn {turn}: {forwarded}"
+        );
+        carried["input"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user",
+            "content": format!("and step {turn}")}));
+    }
+    gw.stop().await;
+}

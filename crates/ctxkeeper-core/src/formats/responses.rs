@@ -151,6 +151,30 @@ fn assistant_message(parts: Vec<Part>, layout: Vec<Value>) -> Message {
     message
 }
 
+/// How many input items a message parsed from Responses input stands for: the run of
+/// assistant-side items it groups, else one.
+///
+/// ```
+/// use ctxkeeper_core::formats::responses::{input_items_in, parse_items};
+/// let items = serde_json::json!([
+///     {"role": "user", "content": "list the files"},
+///     {"type": "reasoning", "summary": []},
+///     {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+///     {"type": "function_call_output", "call_id": "c1", "output": "a.rs"}]);
+/// let messages = parse_items(items.as_array().unwrap()).unwrap();
+/// let counts: Vec<usize> = messages.iter().map(input_items_in).collect();
+/// assert_eq!(counts, [1, 2, 1]);
+/// ```
+pub fn input_items_in(message: &Message) -> usize {
+    if !same_origin(&message.hints, WIRE) {
+        return 1;
+    }
+    match message.hints.private.get(ITEMS) {
+        Some(Value::Array(layout)) if !layout.is_empty() => layout.len(),
+        _ => 1,
+    }
+}
+
 /// Parses one item into a message; `path` locates it in errors. An assistant-side item gives an
 /// assistant message of its own (use [`parse_items`] to group a run of them).
 pub fn parse_message(value: &Value, path: &str) -> Result<Message, ParseError> {
