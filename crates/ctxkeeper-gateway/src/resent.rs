@@ -34,7 +34,7 @@
 //! );
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -602,8 +602,19 @@ pub struct ResentPrefixes {
 #[derive(Debug, Default)]
 struct Kept {
     records: HashMap<PrefixKey, (u64, KnownPrefix)>,
+    /// The records' keys by the time they were kept, oldest first.
+    order: BTreeMap<u64, PrefixKey>,
     bytes: usize,
     clock: u64,
+}
+
+impl Kept {
+    fn remove(&mut self, key: &PrefixKey) -> Option<KnownPrefix> {
+        let (stamp, record) = self.records.remove(key)?;
+        self.order.remove(&stamp);
+        self.bytes -= record.bytes;
+        Some(record)
+    }
 }
 
 impl Default for ResentPrefixes {
@@ -627,10 +638,7 @@ impl ResentPrefixes {
 
     /// Takes the session's record, if one is kept.
     pub fn take(&self, key: &PrefixKey) -> Option<KnownPrefix> {
-        let mut kept = self.inner.lock().ok()?;
-        let (_, record) = kept.records.remove(key)?;
-        kept.bytes -= record.bytes;
-        Some(record)
+        self.inner.lock().ok()?.remove(key)
     }
 
     /// Keeps `record` for the session's next request; returns what it displaced (for the
@@ -644,20 +652,14 @@ impl ResentPrefixes {
         let Ok(mut kept) = self.inner.lock() else {
             return freed;
         };
+        freed.extend(kept.remove(&key));
         kept.clock += 1;
         let stamp = kept.clock;
         kept.bytes += record.bytes;
-        if let Some((_, old)) = kept.records.insert(key, (stamp, record)) {
-            kept.bytes -= old.bytes;
-            freed.push(old);
-        }
+        kept.order.insert(stamp, key.clone());
+        kept.records.insert(key, (stamp, record));
         while kept.bytes > self.bound {
-            let Some(oldest) = kept
-                .records
-                .iter()
-                .min_by_key(|(_, (stamp, _))| *stamp)
-                .map(|(key, _)| key.clone())
-            else {
+            let Some((_, oldest)) = kept.order.pop_first() else {
                 break;
             };
             if let Some((_, old)) = kept.records.remove(&oldest) {
