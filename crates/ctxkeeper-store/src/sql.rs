@@ -274,6 +274,17 @@ fn scope_token(scope: &SearchScope) -> String {
 /// Rows per multi-row INSERT when appending to the log.
 const INSERT_BATCH: usize = 100;
 
+/// The query reading the stored version, log length and generation shape of `keys` sessions
+/// (SQLite's group commit; the keys are bound in order). The bundled SQLite finds each
+/// session through its primary key (a test holds it to that: older SQLite releases scan the
+/// whole table for a row-value `IN (VALUES …)` of several keys).
+fn group_shapes_sql(keys: usize) -> String {
+    let values = vec!["(?, ?, ?, ?)"; keys].join(", ");
+    format!(
+        "SELECT s.tenant, s.user_id, s.agent, s.session, s.version, s.log_len, t.generation, t.context_len, t.trail_len, t.tenant FROM ctxkeeper_sessions s LEFT JOIN ctxkeeper_states t ON t.tenant = s.tenant AND t.user_id = s.user_id AND t.agent = s.agent AND t.session = s.session WHERE (s.tenant, s.user_id, s.agent, s.session) IN (VALUES {values})"
+    )
+}
+
 /// A session store in SQLite, PostgreSQL or MySQL/MariaDB.
 #[derive(Debug, Clone)]
 pub struct SqlStore {
@@ -964,11 +975,7 @@ impl SqlStore {
         type Found = (Option<u64>, i64, Option<Shape>);
         let mut found: HashMap<SessionKey, Found> = HashMap::with_capacity(group.len());
         for chunk in group.chunks(INSERT_BATCH) {
-            let values = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
-            let text = format!(
-                "SELECT s.tenant, s.user_id, s.agent, s.session, s.version, s.log_len, t.generation, t.context_len, t.trail_len, t.tenant FROM ctxkeeper_sessions s LEFT JOIN ctxkeeper_states t ON t.tenant = s.tenant AND t.user_id = s.user_id AND t.agent = s.agent AND t.session = s.session WHERE (s.tenant, s.user_id, s.agent, s.session) IN (VALUES {values})"
-            );
-            let mut query = sqlx::query(AssertSqlSafe(text));
+            let mut query = sqlx::query(AssertSqlSafe(group_shapes_sql(chunk.len())));
             for commit in chunk {
                 query = bind_key(query, &commit.key);
             }
@@ -2031,6 +2038,47 @@ mod tests {
                 .await?;
         }
         Ok((url, pool))
+    }
+
+    /// The group commit reads its sessions through their primary keys among many stored ones
+    /// (a scan would cost every commit more as the database grows).
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn the_group_commit_finds_its_sessions_by_key() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let store =
+            SqlStore::connect(&format!("sqlite://{}", dir.path().join("k.db").display())).await?;
+        for i in 0..300 {
+            let key = SessionKey::simple(format!("stored-{i}"))?;
+            store
+                .save_and_append(&key, &AgentState::new(), None, &[Message::user("x")])
+                .await?;
+        }
+        for keys in [1, 2, 32] {
+            let plan = format!("EXPLAIN QUERY PLAN {}", group_shapes_sql(keys));
+            let sessions = (0..keys)
+                .map(|i| SessionKey::simple(format!("s{i}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut query = sqlx::query(AssertSqlSafe(plan));
+            for key in &sessions {
+                query = bind_key(query, key);
+            }
+            let rows = query.fetch_all(&store.pool).await?;
+            let steps: Vec<String> = rows
+                .iter()
+                .map(|row| row.try_get::<String, _>(3))
+                .collect::<Result<_, _>>()?;
+            assert!(
+                steps.iter().any(|step| step.starts_with("SEARCH s USING")),
+                "{keys} keys: {steps:?}"
+            );
+            assert!(
+                !steps.iter().any(|step| step.starts_with("SCAN s")),
+                "{keys} keys: {steps:?}"
+            );
+        }
+        Ok(())
     }
 
     /// A database indexed row by row (version 4) keeps its index and indexes what comes next
