@@ -16,9 +16,9 @@
 //! cannot move: in Chat Completions and Anthropic Messages every element is one message on
 //! its own; in Responses a run of assistant-side items forms one message ([`Grouping`]), so
 //! the reuse ends where the kept request's messages started and one element before the first
-//! new one. The outcome is the full parse's. Anything unusual
-//! (a key with escapes, a repeated `messages` key, a skeleton that fails to parse) takes the
-//! full parse instead, which also gives the exact error.
+//! new one. The outcome is the full parse's. Anything unusual (a key with escapes, a repeated
+//! `messages` key, a skeleton that fails to parse) takes the full parse instead, which also
+//! gives the exact error.
 //!
 //! ```
 //! use ctxkeeper_gateway::resent::MessageSpans;
