@@ -593,19 +593,26 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// Runs after a group committed (`grown` says so), at most every [`CHECKPOINT_EVERY`]; ends
 /// with the group commit.
 async fn checkpoint_in_background(store: SqlStore, mut grown: tokio::sync::mpsc::Receiver<()>) {
-    let checkpoint = async || {
-        if let Err(err) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_all(&store.pool)
-            .await
-        {
-            tracing::warn!(%err, "checkpointing the SQLite write-ahead log failed; the next round retries");
-        }
-    };
     while grown.recv().await.is_some() {
-        checkpoint().await;
-        {
-            let _writers = store.writers.lock().await;
-            checkpoint().await;
+        // The connection is taken before the writers are held off, so they never wait for
+        // the pool.
+        let copied = match store.pool.acquire().await {
+            Ok(mut conn) => {
+                let checkpoint = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)");
+                match checkpoint.execute(&mut *conn).await {
+                    Ok(_) => {
+                        let _writers = store.writers.lock().await;
+                        sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                            .execute(&mut *conn)
+                            .await
+                    }
+                    Err(err) => Err(err),
+                }
+            }
+            Err(err) => Err(err),
+        };
+        if let Err(err) = copied {
+            tracing::warn!(%err, "checkpointing the SQLite write-ahead log failed; the next round retries");
         }
         tokio::time::sleep(CHECKPOINT_EVERY).await;
     }
