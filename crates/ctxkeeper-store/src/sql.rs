@@ -271,6 +271,14 @@ fn scope_token(scope: &SearchScope) -> String {
     }
 }
 
+/// The head of a multi-row insert of log rows (per save and in a group's script).
+const LOG_INSERT: &str =
+    "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body)";
+
+/// The head of a multi-row insert of context items (per save and in a group's script).
+const CONTEXT_INSERT: &str =
+    "INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item)";
+
 /// Rows per multi-row INSERT when appending to the log.
 const INSERT_BATCH: usize = 100;
 
@@ -410,12 +418,7 @@ fn group_writes<'a>(wins: &[Win<'a>], now: i64) -> GroupScript<'a> {
         })
         .collect();
     for chunk in items.chunks(INSERT_BATCH) {
-        statement(
-            "INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item)",
-            "(?, ?, ?, ?, ?, ?, ?)",
-            "",
-            chunk.len(),
-        );
+        statement(CONTEXT_INSERT, "(?, ?, ?, ?, ?, ?, ?)", "", chunk.len());
     }
     for chunk in wins.chunks(INSERT_BATCH) {
         statement(
@@ -434,12 +437,7 @@ fn group_writes<'a>(wins: &[Win<'a>], now: i64) -> GroupScript<'a> {
         })
         .collect();
     for chunk in logged.chunks(INSERT_BATCH) {
-        statement(
-            "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body)",
-            "(?, ?, ?, ?, ?, ?, ?, ?)",
-            "",
-            chunk.len(),
-        );
+        statement(LOG_INSERT, "(?, ?, ?, ?, ?, ?, ?, ?)", "", chunk.len());
     }
     script.text.push_str("COMMIT");
     // The values, in the order of the statements above.
@@ -1012,9 +1010,7 @@ impl SqlStore {
             .map_err(|_| StoreError::InvalidInput("generation out of range".into()))?;
         for (n, chunk) in split.items.chunks(INSERT_BATCH).enumerate() {
             let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-            let text = format!(
-                "INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item) VALUES {values}"
-            );
+            let text = format!("{CONTEXT_INSERT} VALUES {values}");
             let mut query = sqlx::query(self.q(&text));
             for (i, item) in chunk.iter().enumerate() {
                 let idx = first + (n * INSERT_BATCH + i) as u64;
@@ -1079,9 +1075,7 @@ impl SqlStore {
     ) -> Result<(), StoreError> {
         for chunk in rows.chunks(INSERT_BATCH) {
             let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-            let text = format!(
-                "INSERT INTO ctxkeeper_log (tenant, user_id, agent, session, seq, at, message, body) VALUES {values}"
-            );
+            let text = format!("{LOG_INSERT} VALUES {values}");
             let mut query = sqlx::query(self.q(&text));
             for (key, seq, (json, body)) in chunk {
                 query = bind_key(query, key)
