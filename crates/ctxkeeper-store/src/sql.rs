@@ -65,6 +65,9 @@ use crate::text::{Ranker, indexed_body, snippet};
 use crate::time::now_ms;
 use crate::{StoreError, redact};
 
+#[cfg(feature = "sqlite")]
+mod writer_thread;
+
 /// Which SQL database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -254,6 +257,13 @@ const SQLITE_V5: &[&str] = &[
 const POSTGRES_V5: &[&str] = &[];
 const MYSQL_V5: &[&str] = &[];
 
+/// Indexes the log rows after `ctxkeeper_log_indexed`'s mark for search and moves the mark
+/// (SQLite, inside a write transaction).
+const INDEX_LOG: [&str; 2] = [
+    "INSERT INTO ctxkeeper_log_fts (rowid, body, scope) SELECT id, body, 't' || hex(tenant) || ' s' || hex(tenant || char(31) || user_id || char(31) || agent || char(31) || session) FROM ctxkeeper_log WHERE id > (SELECT upto FROM ctxkeeper_log_indexed) ORDER BY id",
+    "UPDATE ctxkeeper_log_indexed SET upto = (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log) WHERE upto < (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log)",
+];
+
 /// Log rows waiting for the full-text index (SQLite) before a group commit indexes them.
 const INDEX_BATCH: u64 = 256;
 
@@ -278,6 +288,24 @@ const LOG_INSERT: &str =
 /// The head of a multi-row insert of context items (per save and in a group's script).
 const CONTEXT_INSERT: &str =
     "INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item)";
+
+/// The head and tail of a multi-row upsert of session rows (a group's writes).
+const SESSION_UPSERT: (&str, &str) = (
+    "INSERT INTO ctxkeeper_sessions (tenant, user_id, agent, session, version, log_len, created_at, updated_at)",
+    " ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET version = excluded.version, log_len = excluded.log_len, updated_at = excluded.updated_at",
+);
+
+/// The head and tail of a multi-row upsert of state heads (a group's writes).
+const STATE_UPSERT: (&str, &str) = (
+    "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state, generation, context_len, trail_len)",
+    " ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET state = excluded.state, generation = excluded.generation, context_len = excluded.context_len, trail_len = excluded.trail_len",
+);
+
+/// One row's placeholders for [`SESSION_UPSERT`], [`STATE_UPSERT`] and [`LOG_INSERT`].
+const ROW_OF_EIGHT: &str = "(?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// One row's placeholders for [`CONTEXT_INSERT`].
+const ROW_OF_SEVEN: &str = "(?, ?, ?, ?, ?, ?, ?)";
 
 /// Rows per multi-row INSERT when appending to the log.
 const INSERT_BATCH: usize = 100;
@@ -402,9 +430,9 @@ fn group_writes<'a>(wins: &[Win<'a>], now: i64) -> GroupScript<'a> {
     };
     for chunk in wins.chunks(INSERT_BATCH) {
         statement(
-            "INSERT INTO ctxkeeper_sessions (tenant, user_id, agent, session, version, log_len, created_at, updated_at)",
-            "(?, ?, ?, ?, ?, ?, ?, ?)",
-            " ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET version = excluded.version, log_len = excluded.log_len, updated_at = excluded.updated_at",
+            SESSION_UPSERT.0,
+            ROW_OF_EIGHT,
+            SESSION_UPSERT.1,
             chunk.len(),
         );
     }
@@ -418,15 +446,10 @@ fn group_writes<'a>(wins: &[Win<'a>], now: i64) -> GroupScript<'a> {
         })
         .collect();
     for chunk in items.chunks(INSERT_BATCH) {
-        statement(CONTEXT_INSERT, "(?, ?, ?, ?, ?, ?, ?)", "", chunk.len());
+        statement(CONTEXT_INSERT, ROW_OF_SEVEN, "", chunk.len());
     }
     for chunk in wins.chunks(INSERT_BATCH) {
-        statement(
-            "INSERT INTO ctxkeeper_states (tenant, user_id, agent, session, state, generation, context_len, trail_len)",
-            "(?, ?, ?, ?, ?, ?, ?, ?)",
-            " ON CONFLICT (tenant, user_id, agent, session) DO UPDATE SET state = excluded.state, generation = excluded.generation, context_len = excluded.context_len, trail_len = excluded.trail_len",
-            chunk.len(),
-        );
+        statement(STATE_UPSERT.0, ROW_OF_EIGHT, STATE_UPSERT.1, chunk.len());
     }
     let logged: Vec<(&SessionKey, i64, &(String, String))> = wins
         .iter()
@@ -437,7 +460,7 @@ fn group_writes<'a>(wins: &[Win<'a>], now: i64) -> GroupScript<'a> {
         })
         .collect();
     for chunk in logged.chunks(INSERT_BATCH) {
-        statement(LOG_INSERT, "(?, ?, ?, ?, ?, ?, ?, ?)", "", chunk.len());
+        statement(LOG_INSERT, ROW_OF_EIGHT, "", chunk.len());
     }
     script.text.push_str("COMMIT");
     // The values, in the order of the statements above.
@@ -491,7 +514,7 @@ pub struct SqlStore {
     /// `busy_timeout`.
     writers: Arc<tokio::sync::Mutex<()>>,
     /// SQLite only: the group commit that [`SessionStore::save_and_append`] goes through.
-    group: Option<GroupCommit>,
+    group: Option<Committer>,
     /// SQLite only: log rows this process wrote since it last indexed them (a hint for when
     /// to index; `ctxkeeper_log_indexed` is what says which rows are in the index).
     unindexed: Arc<std::sync::atomic::AtomicU64>,
@@ -505,6 +528,25 @@ struct PendingCommit {
     write: ContextWrite,
     expected: Option<u64>,
     rows: Vec<(String, String)>,
+}
+
+/// Who commits a SQLite store's saves in groups: its writer thread for a database file,
+/// a task on `sqlx`'s connection for an in-memory one.
+#[derive(Debug, Clone)]
+enum Committer {
+    Task(GroupCommit),
+    #[cfg(feature = "sqlite")]
+    Thread(writer_thread::WriterThread),
+}
+
+impl Committer {
+    async fn commit(&self, commit: PendingCommit) -> Result<Committed, StoreError> {
+        match self {
+            Committer::Task(group) => group.commit(commit).await,
+            #[cfg(feature = "sqlite")]
+            Committer::Thread(thread) => thread.commit(commit).await,
+        }
+    }
 }
 
 /// The most saves one group commit carries.
@@ -658,6 +700,9 @@ impl SqlStore {
             Dialect::Sqlite => sqlite_url(url)?,
             _ => (url.to_string(), SqliteSync::Full),
         };
+        let file = (dialect == Dialect::Sqlite)
+            .then(|| sqlite_file(&url))
+            .flatten();
         let shown = redact(&url);
         let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
         options = match dialect {
@@ -697,9 +742,37 @@ impl SqlStore {
         }
         store.migrate().await?;
         if dialect == Dialect::Sqlite {
-            store.group = Some(GroupCommit::start(store.clone()));
+            store.group = Some(store.committer(file, synchronous)?);
         }
         Ok(store)
+    }
+
+    /// The group commit of a SQLite store: on a thread of its own for a database file
+    /// (`file`), on `sqlx`'s connection for an in-memory database (which the thread's own
+    /// connection would not see).
+    fn committer(
+        &self,
+        file: Option<std::path::PathBuf>,
+        synchronous: SqliteSync,
+    ) -> Result<Committer, StoreError> {
+        #[cfg(feature = "sqlite")]
+        if let Some(file) = file {
+            let (wal_grew, grown) = tokio::sync::mpsc::channel(1);
+            let thread = writer_thread::WriterThread::start(
+                file,
+                synchronous,
+                writer_thread::Shared {
+                    writers: Arc::clone(&self.writers),
+                    unindexed: Arc::clone(&self.unindexed),
+                    wal_grew,
+                },
+            )?;
+            // Ends when the thread does (it holds the signal's sender).
+            tokio::spawn(checkpoint_in_background(self.clone(), grown));
+            return Ok(Committer::Thread(thread));
+        }
+        let _ = (file, synchronous);
+        Ok(Committer::Task(GroupCommit::start(self.clone())))
     }
 
     /// The database this store talks to.
@@ -788,10 +861,7 @@ impl SqlStore {
         // This transaction holds the process's write lock: no row is logged meanwhile.
         self.unindexed
             .store(0, std::sync::atomic::Ordering::Relaxed);
-        for statement in [
-            "INSERT INTO ctxkeeper_log_fts (rowid, body, scope) SELECT id, body, 't' || hex(tenant) || ' s' || hex(tenant || char(31) || user_id || char(31) || agent || char(31) || session) FROM ctxkeeper_log WHERE id > (SELECT upto FROM ctxkeeper_log_indexed) ORDER BY id",
-            "UPDATE ctxkeeper_log_indexed SET upto = (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log) WHERE upto < (SELECT COALESCE(MAX(id), 0) FROM ctxkeeper_log)",
-        ] {
+        for statement in INDEX_LOG {
             self.execute_in(tx, statement).await.inspect_err(|_| {
                 self.unindexed
                     .fetch_add(INDEX_BATCH, std::sync::atomic::Ordering::Relaxed);
@@ -1507,6 +1577,15 @@ fn sqlite_url(url: &str) -> Result<(String, SqliteSync), StoreError> {
     Ok((format!("sqlite://{path}?{}", params.join("&")), synchronous))
 }
 
+/// The database file of a sqlx `sqlite://` URL ([`sqlite_url`]'s), `None` for an in-memory
+/// database.
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite://")?;
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let in_memory = path == ":memory:" || query.split('&').any(|param| param == "mode=memory");
+    (!in_memory && !path.is_empty()).then(|| std::path::PathBuf::from(path))
+}
+
 fn key_of(row: &AnyRow) -> Result<SessionKey, StoreError> {
     let get = |i: usize| {
         row.try_get::<String, _>(i)
@@ -2122,6 +2201,35 @@ mod tests {
         }
     }
 
+    /// The group commits under test: the task on `sqlx`'s connection (in-memory databases)
+    /// and the writer thread (database files).
+    #[cfg(feature = "sqlite")]
+    #[derive(Debug, Clone, Copy)]
+    enum Via {
+        Task,
+        Thread,
+    }
+
+    #[cfg(feature = "sqlite")]
+    const EVERY_COMMITTER: [Via; 2] = [Via::Task, Via::Thread];
+
+    /// Commits `group` as one group through `via`, on the store's database at `path`.
+    #[cfg(feature = "sqlite")]
+    async fn commit_group_via(
+        store: &SqlStore,
+        path: &std::path::Path,
+        via: Via,
+        group: &[PendingCommit],
+    ) -> Vec<Result<Committed, StoreError>> {
+        match via {
+            Via::Task => store.commit_group(None, group).await,
+            Via::Thread => {
+                let mut conn = rusqlite::Connection::open(path).expect("the database opens");
+                writer_thread::commit_group(&mut conn, group, now_ms())
+            }
+        }
+    }
+
     async fn logged(store: &SqlStore, session: &str) -> Vec<(u64, String)> {
         let key = SessionKey::simple(session).expect("a valid session id");
         let page = store
@@ -2381,55 +2489,57 @@ mod tests {
     #[tokio::test]
     async fn a_group_commit_settles_each_save_on_its_own() -> Result<(), Box<dyn std::error::Error>>
     {
-        let dir = tempfile::tempdir()?;
-        let store =
-            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
-        for session in ["a", "b", "stale"] {
-            let key = SessionKey::simple(session)?;
-            store
-                .save_and_append(&key, &AgentState::new(), None, &[Message::user("hello")])
-                .await?;
+        for via in EVERY_COMMITTER {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("g.db");
+            let store = SqlStore::connect(&format!("sqlite://{}", path.display())).await?;
+            for session in ["a", "b", "stale"] {
+                let key = SessionKey::simple(session)?;
+                store
+                    .save_and_append(&key, &AgentState::new(), None, &[Message::user("hello")])
+                    .await?;
+            }
+            let group = [
+                pending("a", Some(1), &["a1", "a2"]),
+                pending("stale", Some(7), &["lost"]),
+                pending("b", Some(1), &[]),
+                pending("new", None, &["n1"]),
+            ];
+            let outcomes = commit_group_via(&store, &path, via, &group).await;
+            let summary: Vec<_> = outcomes
+                .iter()
+                .map(|o| {
+                    o.as_ref()
+                        .map(|c| (c.version, c.appended.map(|a| (a.first_seq, a.last_seq))))
+                        .map_err(|e| e.to_string())
+                })
+                .collect();
+            assert_eq!(
+                summary,
+                [
+                    Ok((2, Some((2, 3)))),
+                    Err("version conflict: expected 7, found 1".to_string()),
+                    Ok((2, None)),
+                    Ok((1, Some((1, 1)))),
+                ]
+            );
+            assert_eq!(
+                logged(&store, "a").await,
+                [(1, "hello".into()), (2, "a1".into()), (3, "a2".into())]
+            );
+            assert_eq!(logged(&store, "stale").await, [(1, "hello".into())]);
+            assert_eq!(logged(&store, "new").await, [(1, "n1".into())]);
+            let a = store
+                .load(&SessionKey::simple("a")?)
+                .await?
+                .ok_or("a has a state")?;
+            assert_eq!((a.version, a.state.context.len()), (2, 2));
+            let stale = store
+                .load(&SessionKey::simple("stale")?)
+                .await?
+                .ok_or("stale has a state")?;
+            assert_eq!((stale.version, stale.state.context.len()), (1, 0));
         }
-        let group = [
-            pending("a", Some(1), &["a1", "a2"]),
-            pending("stale", Some(7), &["lost"]),
-            pending("b", Some(1), &[]),
-            pending("new", None, &["n1"]),
-        ];
-        let outcomes = store.commit_group(None, &group).await;
-        let summary: Vec<_> = outcomes
-            .iter()
-            .map(|o| {
-                o.as_ref()
-                    .map(|c| (c.version, c.appended.map(|a| (a.first_seq, a.last_seq))))
-                    .map_err(|e| e.to_string())
-            })
-            .collect();
-        assert_eq!(
-            summary,
-            [
-                Ok((2, Some((2, 3)))),
-                Err("version conflict: expected 7, found 1".to_string()),
-                Ok((2, None)),
-                Ok((1, Some((1, 1)))),
-            ]
-        );
-        assert_eq!(
-            logged(&store, "a").await,
-            [(1, "hello".into()), (2, "a1".into()), (3, "a2".into())]
-        );
-        assert_eq!(logged(&store, "stale").await, [(1, "hello".into())]);
-        assert_eq!(logged(&store, "new").await, [(1, "n1".into())]);
-        let a = store
-            .load(&SessionKey::simple("a")?)
-            .await?
-            .ok_or("a has a state")?;
-        assert_eq!((a.version, a.state.context.len()), (2, 2));
-        let stale = store
-            .load(&SessionKey::simple("stale")?)
-            .await?
-            .ok_or("stale has a state")?;
-        assert_eq!((stale.version, stale.state.context.len()), (1, 0));
         Ok(())
     }
 
@@ -2527,55 +2637,61 @@ mod tests {
     #[tokio::test]
     async fn an_error_inside_one_save_fails_only_that_save()
     -> Result<(), Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        let store =
-            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
-        for session in ["a", "bad", "b"] {
-            let key = SessionKey::simple(session)?;
-            let mut state = AgentState::new();
-            state.context = vec![Message::user("first")];
-            store
-                .save_and_append(&key, &state, None, &[Message::user("first")])
+        for via in EVERY_COMMITTER {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("g.db");
+            let store = SqlStore::connect(&format!("sqlite://{}", path.display())).await?;
+            for session in ["a", "bad", "b"] {
+                let key = SessionKey::simple(session)?;
+                let mut state = AgentState::new();
+                state.context = vec![Message::user("first")];
+                store
+                    .save_and_append(&key, &state, None, &[Message::user("first")])
+                    .await?;
+            }
+            sqlx::query("INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item) VALUES ('default', 'default', 'default', 'bad', 1, 1, '{}')")
+                .execute(&store.pool)
                 .await?;
-        }
-        sqlx::query("INSERT INTO ctxkeeper_context (tenant, user_id, agent, session, generation, idx, item) VALUES ('default', 'default', 'default', 'bad', 1, 1, '{}')")
-            .execute(&store.pool)
-            .await?;
-        let append = |session: &str| {
-            let mut commit = pending(session, Some(1), &["second"]);
-            commit.write = ContextWrite::Append {
-                context: 1,
-                trail: 0,
+            let append = |session: &str| {
+                let mut commit = pending(session, Some(1), &["second"]);
+                commit.write = ContextWrite::Append {
+                    context: 1,
+                    trail: 0,
+                };
+                commit
             };
-            commit
-        };
-        let outcomes = store
-            .commit_group(None, &[append("a"), append("bad"), append("b")])
+            let outcomes = commit_group_via(
+                &store,
+                &path,
+                via,
+                &[append("a"), append("bad"), append("b")],
+            )
             .await;
-        assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(2));
-        assert!(
-            matches!(&outcomes[1], Err(err) if !err.is_conflict()),
-            "{:?}",
-            outcomes[1]
-        );
-        assert_eq!(outcomes[2].as_ref().map(|c| c.version).ok(), Some(2));
-        for session in ["a", "b"] {
-            assert_eq!(
-                logged(&store, session).await,
-                [(1, "first".into()), (2, "second".into())]
+            assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(2));
+            assert!(
+                matches!(&outcomes[1], Err(err) if !err.is_conflict()),
+                "{:?}",
+                outcomes[1]
             );
-            let loaded = store
-                .load(&SessionKey::simple(session)?)
+            assert_eq!(outcomes[2].as_ref().map(|c| c.version).ok(), Some(2));
+            for session in ["a", "b"] {
+                assert_eq!(
+                    logged(&store, session).await,
+                    [(1, "first".into()), (2, "second".into())]
+                );
+                let loaded = store
+                    .load(&SessionKey::simple(session)?)
+                    .await?
+                    .ok_or("saved")?;
+                assert_eq!(loaded.state.context.len(), 2);
+            }
+            assert_eq!(logged(&store, "bad").await, [(1, "first".into())]);
+            let bad = store
+                .load(&SessionKey::simple("bad")?)
                 .await?
                 .ok_or("saved")?;
-            assert_eq!(loaded.state.context.len(), 2);
+            assert_eq!((bad.version, bad.state.context.len()), (1, 1));
         }
-        assert_eq!(logged(&store, "bad").await, [(1, "first".into())]);
-        let bad = store
-            .load(&SessionKey::simple("bad")?)
-            .await?
-            .ok_or("saved")?;
-        assert_eq!((bad.version, bad.state.context.len()), (1, 1));
         Ok(())
     }
 
@@ -2734,26 +2850,28 @@ mod tests {
     #[tokio::test]
     async fn a_session_twice_in_a_group_is_saved_in_order() -> Result<(), Box<dyn std::error::Error>>
     {
-        let dir = tempfile::tempdir()?;
-        let store =
-            SqlStore::connect(&format!("sqlite://{}", dir.path().join("g.db").display())).await?;
-        let group = [
-            pending("s", None, &["one"]),
-            pending("s", Some(1), &["two"]),
-            pending("s", Some(1), &["late"]),
-        ];
-        let outcomes = store.commit_group(None, &group).await;
-        assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(1));
-        assert_eq!(outcomes[1].as_ref().map(|c| c.version).ok(), Some(2));
-        assert!(
-            matches!(&outcomes[2], Err(err) if err.is_conflict()),
-            "{:?}",
-            outcomes[2]
-        );
-        assert_eq!(
-            logged(&store, "s").await,
-            [(1, "one".into()), (2, "two".into())]
-        );
+        for via in EVERY_COMMITTER {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("g.db");
+            let store = SqlStore::connect(&format!("sqlite://{}", path.display())).await?;
+            let group = [
+                pending("s", None, &["one"]),
+                pending("s", Some(1), &["two"]),
+                pending("s", Some(1), &["late"]),
+            ];
+            let outcomes = commit_group_via(&store, &path, via, &group).await;
+            assert_eq!(outcomes[0].as_ref().map(|c| c.version).ok(), Some(1));
+            assert_eq!(outcomes[1].as_ref().map(|c| c.version).ok(), Some(2));
+            assert!(
+                matches!(&outcomes[2], Err(err) if err.is_conflict()),
+                "{:?}",
+                outcomes[2]
+            );
+            assert_eq!(
+                logged(&store, "s").await,
+                [(1, "one".into()), (2, "two".into())]
+            );
+        }
         Ok(())
     }
 
