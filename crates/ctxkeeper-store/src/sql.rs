@@ -1577,13 +1577,18 @@ fn sqlite_url(url: &str) -> Result<(String, SqliteSync), StoreError> {
     Ok((format!("sqlite://{path}?{}", params.join("&")), synchronous))
 }
 
-/// The database file of a sqlx `sqlite://` URL ([`sqlite_url`]'s), `None` for an in-memory
-/// database.
+/// The database file a writer thread may write, from a sqlx `sqlite://` URL
+/// ([`sqlite_url`]'s): `None` for an in-memory database (which only `sqlx`'s pool sees) and
+/// for one opened read-only (`mode=ro`, whose saves must fail as they do through `sqlx`).
 fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     let rest = url.strip_prefix("sqlite://")?;
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let in_memory = path == ":memory:" || query.split('&').any(|param| param == "mode=memory");
-    (!in_memory && !path.is_empty()).then(|| std::path::PathBuf::from(path))
+    let writable_file = path != ":memory:"
+        && !path.is_empty()
+        && !query
+            .split('&')
+            .any(|param| param == "mode=memory" || param == "mode=ro");
+    writable_file.then(|| std::path::PathBuf::from(path))
 }
 
 fn key_of(row: &AnyRow) -> Result<SessionKey, StoreError> {
@@ -2165,6 +2170,31 @@ mod tests {
             bad.as_ref().is_err_and(|e| e.contains("expected full")),
             "{bad:?}"
         );
+    }
+
+    #[test]
+    fn only_a_writable_database_file_gets_a_writer_thread() {
+        let file = |url: &str| sqlite_url(url).map(|(sqlx_url, _)| sqlite_file(&sqlx_url));
+        let dir = std::env::temp_dir();
+        let path = dir.join("ctxkeeper-writer-thread.db");
+        assert_eq!(
+            file(&format!("sqlite://{}", path.display())).ok().flatten(),
+            Some(path.clone())
+        );
+        assert_eq!(
+            file(&format!("sqlite://{}?synchronous=normal", path.display()))
+                .ok()
+                .flatten(),
+            Some(path.clone())
+        );
+        for url in [
+            "sqlite://:memory:".to_string(),
+            "sqlite://:memory:?cache=shared".to_string(),
+            format!("sqlite://{}?mode=memory&cache=shared", path.display()),
+            format!("sqlite://{}?mode=ro", path.display()),
+        ] {
+            assert_eq!(file(&url).ok().flatten(), None, "{url}");
+        }
     }
 
     #[cfg(feature = "sqlite")]
