@@ -325,6 +325,21 @@ fn group_shapes_sql(keys: usize) -> String {
 /// of its current generation (`None` when it stores no state).
 type Found = (Option<u64>, i64, Option<Shape>);
 
+/// [`Found`] from [`group_shapes_sql`]'s columns: the version, the log length and, when the
+/// session stores a state, its generation, context length and trail length.
+fn found_from(
+    version: Option<i64>,
+    log_len: Option<i64>,
+    shape: Option<[Option<i64>; 3]>,
+) -> Found {
+    let shape = shape.map(|[generation, context, trail]| Shape {
+        generation: generation.map_or(0, u64_of),
+        context: context.map_or(0, u64_of),
+        trail: trail.map_or(0, u64_of),
+    });
+    (version.map(u64_of), log_len.unwrap_or(0), shape)
+}
+
 /// A group commit that failed as a whole (see [`SqlStore::group_batched`]).
 #[derive(Debug)]
 struct GroupFailure {
@@ -1392,17 +1407,10 @@ impl SqlStore {
         };
         let has_state: Option<String> = row.try_get(9).map_err(|err| self.err(err))?;
         let shape = match has_state {
-            Some(_) => Some(Shape {
-                generation: get(6)?.map_or(0, u64_of),
-                context: get(7)?.map_or(0, u64_of),
-                trail: get(8)?.map_or(0, u64_of),
-            }),
+            Some(_) => Some([get(6)?, get(7)?, get(8)?]),
             None => None,
         };
-        Ok((
-            key_of(row)?,
-            (get(4)?.map(u64_of), get(5)?.unwrap_or(0), shape),
-        ))
+        Ok((key_of(row)?, found_from(get(4)?, get(5)?, shape)))
     }
 
     /// The items of one generation in order, the first `limit` of them when given.

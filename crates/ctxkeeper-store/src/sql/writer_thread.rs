@@ -32,10 +32,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     CONTEXT_INSERT, Found, INDEX_BATCH, LOG_INSERT, MAX_GROUP, PendingCommit, ROW_OF_EIGHT,
-    ROW_OF_SEVEN, SESSION_UPSERT, STATE_UPSERT, SqliteSync, Win, group_shapes_sql, judge_group,
-    u64_of,
+    ROW_OF_SEVEN, SESSION_UPSERT, STATE_UPSERT, SqliteSync, Win, found_from, group_shapes_sql,
+    judge_group,
 };
-use crate::generations::Shape;
 use crate::time::now_ms;
 use crate::{Committed, SessionKey, StoreError};
 
@@ -201,14 +200,10 @@ fn read_found(conn: &Connection, key: &SessionKey) -> Result<Option<Found>, Stor
     let get = |i: usize| row.get::<_, Option<i64>>(i).map_err(backend);
     let has_state: Option<String> = row.get(9).map_err(backend)?;
     let shape = match has_state {
-        Some(_) => Some(Shape {
-            generation: get(6)?.map_or(0, u64_of),
-            context: get(7)?.map_or(0, u64_of),
-            trail: get(8)?.map_or(0, u64_of),
-        }),
+        Some(_) => Some([get(6)?, get(7)?, get(8)?]),
         None => None,
     };
-    Ok(Some((get(4)?.map(u64_of), get(5)?.unwrap_or(0), shape)))
+    Ok(Some(found_from(get(4)?, get(5)?, shape)))
 }
 
 /// A winner's session row, context items, head and log rows (the statements of the `sqlx`
