@@ -14,7 +14,8 @@
 //! The thread takes this process's writer slot ([`SqlStore`]'s `writers`) for each group, as
 //! every other write does, tells the background checkpoint after each group, and indexes the
 //! log for search in batches ([`INDEX_BATCH`]) like the `sqlx` group commit it replaces for
-//! databases in a file. An in-memory database (one per connection) keeps that one.
+//! databases in a file. An in-memory database, which only `sqlx`'s pool sees, and a
+//! read-only one (whose saves must fail) keep that one.
 //!
 //! ```text
 //! sessions' saves ──queue──▶ writer thread: BEGIN IMMEDIATE
