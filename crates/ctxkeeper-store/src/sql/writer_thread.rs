@@ -25,10 +25,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, ToSql, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{
@@ -207,69 +207,58 @@ fn read_found(conn: &Connection, key: &SessionKey) -> Result<Option<Found>, Stor
     Ok(Some(found_from(get(4)?, get(5)?, shape)))
 }
 
-/// A winner's session row, context items, head and log rows (the statements of the `sqlx`
-/// group commit's script, one row each).
-fn write(conn: &Connection, win: &Win<'_>, now: i64) -> rusqlite::Result<()> {
-    let key = &win.commit.key;
-    let (tenant, user, agent, session) = (key.tenant(), key.user(), key.agent(), key.session());
-    conn.prepare_cached(&format!(
+/// The statements of the `sqlx` group commit's script, one row each.
+static SESSION_ROW: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "{} VALUES {ROW_OF_EIGHT}{}",
         SESSION_UPSERT.0, SESSION_UPSERT.1
-    ))?
-    .execute(params![
-        tenant,
-        user,
-        agent,
-        session,
-        win.version,
-        win.log_len,
-        now,
-        now
-    ])?;
-    if !win.commit.split.items.is_empty() {
-        let mut insert = conn.prepare_cached(&format!("{CONTEXT_INSERT} VALUES {ROW_OF_SEVEN}"))?;
-        for (i, item) in win.commit.split.items.iter().enumerate() {
-            let idx = (win.first_item + i as u64) as i64;
-            insert.execute(params![
-                tenant,
-                user,
-                agent,
-                session,
-                win.generation,
-                idx,
-                item
-            ])?;
-        }
+    )
+});
+static CONTEXT_ROW: LazyLock<String> =
+    LazyLock::new(|| format!("{CONTEXT_INSERT} VALUES {ROW_OF_SEVEN}"));
+static STATE_ROW: LazyLock<String> =
+    LazyLock::new(|| format!("{} VALUES {ROW_OF_EIGHT}{}", STATE_UPSERT.0, STATE_UPSERT.1));
+static LOG_ROW: LazyLock<String> = LazyLock::new(|| format!("{LOG_INSERT} VALUES {ROW_OF_EIGHT}"));
+
+/// Executes `sql` (prepared once per connection) with `key`'s four columns, then `rest`.
+fn execute_keyed(
+    conn: &Connection,
+    sql: &str,
+    key: &SessionKey,
+    rest: &[&dyn ToSql],
+) -> rusqlite::Result<()> {
+    let (tenant, user, agent, session) = (key.tenant(), key.user(), key.agent(), key.session());
+    let columns: [&dyn ToSql; 4] = [&tenant, &user, &agent, &session];
+    conn.prepare_cached(sql)?
+        .execute(params_from_iter(columns.iter().chain(rest)))?;
+    Ok(())
+}
+
+/// A winner's session row, context items, head and log rows.
+fn write(conn: &Connection, win: &Win<'_>, now: i64) -> rusqlite::Result<()> {
+    let key = &win.commit.key;
+    execute_keyed(
+        conn,
+        &SESSION_ROW,
+        key,
+        &[&win.version, &win.log_len, &now, &now],
+    )?;
+    for (i, item) in win.commit.split.items.iter().enumerate() {
+        let idx = (win.first_item + i as u64) as i64;
+        execute_keyed(conn, &CONTEXT_ROW, key, &[&win.generation, &idx, item])?;
     }
-    conn.prepare_cached(&format!(
-        "{} VALUES {ROW_OF_EIGHT}{}",
-        STATE_UPSERT.0, STATE_UPSERT.1
-    ))?
-    .execute(params![
-        tenant,
-        user,
-        agent,
-        session,
-        win.commit.split.head,
-        win.generation,
-        win.after.context as i64,
-        win.after.trail as i64
-    ])?;
-    if !win.commit.rows.is_empty() {
-        let mut insert = conn.prepare_cached(&format!("{LOG_INSERT} VALUES {ROW_OF_EIGHT}"))?;
-        let first = win.log_len - win.commit.rows.len() as i64 + 1;
-        for (i, (json, body)) in win.commit.rows.iter().enumerate() {
-            insert.execute(params![
-                tenant,
-                user,
-                agent,
-                session,
-                first + i as i64,
-                now,
-                json,
-                body
-            ])?;
-        }
+    let (context, trail) = (win.after.context as i64, win.after.trail as i64);
+    let head = &win.commit.split.head;
+    execute_keyed(
+        conn,
+        &STATE_ROW,
+        key,
+        &[head, &win.generation, &context, &trail],
+    )?;
+    let first = win.log_len - win.commit.rows.len() as i64 + 1;
+    for (i, (json, body)) in win.commit.rows.iter().enumerate() {
+        let seq = first + i as i64;
+        execute_keyed(conn, &LOG_ROW, key, &[&seq, &now, json, body])?;
     }
     Ok(())
 }
