@@ -94,6 +94,7 @@ fn render(config: &GatewayConfig) -> Result<String> {
     put("session_idle_secs", seconds(config.session_idle));
     put("session_cache", count(config.session_cache));
     put("resent_prefix_bytes", count(config.resent_prefix_bytes));
+    put("forward_early_from_bytes", count(config.forward_early_from));
     // The effective value: the policy's wish resolved.
     put(
         "memory",

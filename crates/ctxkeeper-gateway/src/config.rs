@@ -97,6 +97,10 @@ pub struct GatewayConfig {
     /// session's next request parses only what it adds ([`crate::resent`]); 0 parses every
     /// body in full.
     pub resent_prefix_bytes: usize,
+    /// Request bodies of at least this many bytes, of a session the gateway knows, are sent
+    /// upstream while they arrive, their last byte held until the gateway decides
+    /// ([`crate::early`]); 0 reads every body whole first.
+    pub forward_early_from: usize,
     /// Who chooses a request's tenant: the API key, tenant tokens, and whether
     /// `x-ctxkeeper-tenant` is trusted.
     pub tenants: TenantRule,
@@ -148,6 +152,7 @@ impl GatewayConfig {
             max_consecutive_recoveries: crate::sessions::DEFAULT_MAX_CONSECUTIVE_RECOVERIES,
             session_cache: 10_000,
             resent_prefix_bytes: crate::resent::ResentPrefixes::DEFAULT_BOUND,
+            forward_early_from: crate::early::DEFAULT_FROM_BYTES,
             tenants: TenantRule::default(),
             memory: None,
             context_providers: Vec::new(),
@@ -293,6 +298,8 @@ pub struct GatewaySection {
     pub session_cache: Option<usize>,
     /// Bytes of request bodies whose parsed messages are kept for the next request (0: off).
     pub resent_prefix_bytes: Option<usize>,
+    /// Bodies from this size on are forwarded while they arrive (0: off).
+    pub forward_early_from_bytes: Option<usize>,
     /// Honour `x-ctxkeeper-tenant` from every client (only behind an authenticating proxy).
     pub trust_tenant_header: Option<bool>,
     /// Tenant-scoped tokens: `tenant = "token"`.
@@ -434,6 +441,9 @@ impl ConfigFile {
         }
         if let Some(bytes) = g.resent_prefix_bytes {
             base.resent_prefix_bytes = bytes;
+        }
+        if let Some(bytes) = g.forward_early_from_bytes {
+            base.forward_early_from = bytes;
         }
         if let Some(trust) = g.trust_tenant_header {
             base.tenants = base.tenants.trust_header(trust);

@@ -29,6 +29,7 @@ pub mod admin;
 pub mod assembly;
 pub mod compaction_items;
 pub mod config;
+pub mod early;
 pub mod error;
 pub mod identity;
 pub mod limits;

@@ -21,6 +21,8 @@
 //! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
 //! | `ctxkeeper_summaries_prepared_total` | counter (summaries started in the background before the trigger) | |
 //! | `ctxkeeper_resent_messages_reused_total` | counter (resent messages taken from the session's previous request, not parsed again) | |
+//! | `ctxkeeper_bodies_forwarded_early_total` | counter (large bodies sent upstream while they arrived) | |
+//! | `ctxkeeper_early_forwards_cut_total` | counter (of those, uploads cut because the gateway sent another body or none) | |
 //! | `ctxkeeper_events_dropped_total` | counter (the event publisher's queue was full) | |
 //! | `ctxkeeper_warm_sessions` | gauge | |
 //! | `ctxkeeper_event_subscriptions` | gauge (open `/v1/sessions/{id}/events` streams) | |
@@ -118,6 +120,8 @@ pub struct Metrics {
     pub session_forks: AtomicU64,
     pub summaries_prepared: AtomicU64,
     pub resent_messages_reused: AtomicU64,
+    pub bodies_forwarded_early: AtomicU64,
+    pub early_forwards_cut: AtomicU64,
     /// Gauges, kept up to date by their owners.
     pub warm_sessions: AtomicU64,
     pub event_subscriptions: AtomicU64,
@@ -275,6 +279,16 @@ impl Metrics {
                 "ctxkeeper_resent_messages_reused_total",
                 "Messages of resent histories taken from the session's previous request instead of parsed again.",
                 &self.resent_messages_reused,
+            ),
+            (
+                "ctxkeeper_bodies_forwarded_early_total",
+                "Large request bodies whose upload to the upstream started while they arrived.",
+                &self.bodies_forwarded_early,
+            ),
+            (
+                "ctxkeeper_early_forwards_cut_total",
+                "Early uploads cut short because the request was rewritten (a compaction, a repair) or refused.",
+                &self.early_forwards_cut,
             ),
             (
                 "ctxkeeper_events_dropped_total",

@@ -35,6 +35,7 @@ use serde_json::Value;
 
 use crate::Gateway;
 use crate::compaction_items;
+use crate::early::EarlyRequest;
 use crate::error::{ApiError, Flavor};
 use crate::identity;
 use crate::limits::BodyPermit;
@@ -215,14 +216,24 @@ async fn proxy(
     // those are not parsed again (`crate::resent`). The body's elements are found and hashed
     // while it arrives.
     let mut scan = resent_scan(gw, endpoint, &parts.headers);
+    let headers = forward_headers(&parts.headers);
+    let url = endpoint.upstream_url(gw, parts.uri.query());
+    // A large body of a session answered here before most likely goes on as it came: its
+    // upload starts now, its last byte held until that is decided (`crate::early`).
+    let mut early = scan
+        .as_ref()
+        .and_then(|(key, _, _)| early_request(gw, key, &parts.headers, &headers, &url));
     let (mut bytes, _permit) = read_body(
         gw,
         body,
         &parts.headers,
         flavor,
         scan.as_mut().map(|(_, scanner, _)| scanner),
+        early.as_mut(),
     )
     .await?;
+    // The client's own bytes: only a request forwarding exactly these completes the upload.
+    let client_bytes = bytes.clone();
     let mut resent = scan.and_then(|(key, scanner, grouping)| {
         crate::resent::Reading::start(&gw.resent, key, scanner, grouping)
     });
@@ -331,8 +342,6 @@ async fn proxy(
     let pin_latest_user = identity::pin_header(&parts.headers)
         .map_err(|message| ApiError::invalid_request(flavor, message))?;
 
-    let headers = forward_headers(&parts.headers);
-    let url = endpoint.upstream_url(gw, parts.uri.query());
     if unmanaged || request.messages.is_empty() {
         let report = header_session.map(|session| Report {
             session,
@@ -340,12 +349,14 @@ async fn proxy(
             compacted: false,
             input_tokens: 0,
         });
+        let early = EarlyRequest::taken_for(early, &bytes, &client_bytes);
         return forward(
             gw,
             flavor,
             &url,
             headers,
             bytes,
+            early,
             stream,
             None,
             report,
@@ -448,12 +459,14 @@ async fn proxy(
     if gw.sessions.summarizes_upstream() && report.budget_used_pct >= FORWARDED_KEPT_ABOVE_PCT {
         managed.incoming.forwarded = Some(body.clone());
     }
+    let early = EarlyRequest::taken_for(early, &body, &client_bytes);
     let response = forward(
         gw,
         flavor,
         &url,
         headers,
         body,
+        early,
         stream,
         Some(&mut managed),
         Some(report),
@@ -483,6 +496,33 @@ async fn proxy(
         tokio::task::spawn_blocking(move || drop((managed, freed)));
     }
     response
+}
+
+/// The early upload of a request's body (`crate::early`), when the body is announced at
+/// `[gateway] forward_early_from_bytes` or more (and within the body limit) and the session's
+/// previous request was answered here, so that this one most likely continues it.
+fn early_request(
+    gw: &Gateway,
+    key: &crate::resent::PrefixKey,
+    client_headers: &HeaderMap,
+    headers: &HeaderMap,
+    url: &str,
+) -> Option<EarlyRequest> {
+    let from = gw.config.forward_early_from;
+    let announced = client_headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())?;
+    if from == 0 || announced < from || announced > gw.config.body_limit || !gw.resent.holds(key) {
+        return None;
+    }
+    Some(EarlyRequest::open(
+        &gw.client,
+        url,
+        headers.clone(),
+        announced,
+        Arc::clone(&gw.metrics),
+    ))
 }
 
 /// The scanner that looks for a body's resent prefix while it arrives, with the key of the
@@ -574,6 +614,7 @@ async fn read_body(
     headers: &HeaderMap,
     flavor: Flavor,
     mut scanner: Option<&mut crate::resent::ElementScanner>,
+    mut early: Option<&mut EarlyRequest>,
 ) -> Result<(Bytes, BodyPermit), ApiError> {
     let limit = gw.config.body_limit;
     let announced = headers
@@ -611,6 +652,9 @@ async fn read_body(
                 return Err(overloaded());
             }
             buffer.extend_from_slice(&chunk);
+            if let Some(early) = early.as_deref_mut() {
+                early.feed(&chunk);
+            }
             if let Some(scanner) = scanner.as_deref_mut() {
                 scanner.feed(&buffer);
             }
@@ -802,6 +846,7 @@ async fn forward(
     url: &str,
     headers: HeaderMap,
     mut body: Bytes,
+    mut early: Option<EarlyRequest>,
     stream: bool,
     mut managed: Option<&mut Managed>,
     mut report: Option<Report>,
@@ -810,13 +855,24 @@ async fn forward(
     let mut attempt = 0u32;
     loop {
         let sent_at = Instant::now();
-        let sent = gw
-            .client
-            .post(url)
-            .headers(headers.clone())
-            .body(body.clone())
-            .send()
-            .await;
+        let released = match early.take() {
+            Some(early) => early.release().await,
+            None => None,
+        };
+        let sent = match released {
+            Some(Ok(response)) => Ok(response),
+            Some(Err(err)) if err.is_connect() || err.is_timeout() => Err(err),
+            // The early upload failed on its way (or never completed): the whole body is
+            // here, so it goes again.
+            _ => {
+                gw.client
+                    .post(url)
+                    .headers(headers.clone())
+                    .body(body.clone())
+                    .send()
+                    .await
+            }
+        };
         let answer = match sent {
             Ok(response) => read_answer(response, stream, flavor).await,
             Err(err) => Err(upstream_failure(flavor, &err)),
@@ -1120,7 +1176,7 @@ pub async fn count_tokens(State(gw): State<Arc<Gateway>>, req: Request<Body>) ->
     let started = Instant::now();
     let flavor = Flavor::Anthropic;
     let (parts, body) = req.into_parts();
-    let response = match read_body(&gw, body, &parts.headers, flavor, None).await {
+    let response = match read_body(&gw, body, &parts.headers, flavor, None, None).await {
         Ok((bytes, _permit)) => {
             let mut url = join(&gw.config.anthropic_upstream, "/v1/messages/count_tokens");
             if let Some(query) = parts.uri.query() {

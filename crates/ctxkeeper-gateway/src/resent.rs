@@ -636,6 +636,13 @@ impl ResentPrefixes {
         }
     }
 
+    /// Whether a record of the session is kept: its previous request was answered here.
+    pub fn holds(&self, key: &PrefixKey) -> bool {
+        self.inner
+            .lock()
+            .is_ok_and(|kept| kept.records.contains_key(key))
+    }
+
     /// Takes the session's record, if one is kept.
     pub fn take(&self, key: &PrefixKey) -> Option<KnownPrefix> {
         self.inner.lock().ok()?.remove(key)

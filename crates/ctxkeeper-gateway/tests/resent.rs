@@ -11,19 +11,49 @@ use common::{SMALL_MODEL, chat_history, client, config, filler, mock, start, too
 use ctxkeeper_gateway::metrics::Metrics;
 use serde_json::{Value, json};
 
-/// Sends `bodies` in turn, as one session named by a header, to a fresh gateway that keeps
-/// `resent_bytes` of parsed bodies (0: it parses every body in full) and returns the bodies
-/// its upstream received, the statuses the client got and how many messages were reused.
-async fn forwarded(
-    path: &str,
-    bodies: &[Value],
+/// How a test gateway reads bodies: the parsed bodies it keeps (0: it parses every body in
+/// full) and the size from which it forwards a body while it arrives (0: never).
+#[derive(Debug, Clone, Copy)]
+struct Reading {
     resent_bytes: usize,
-    window: u64,
-) -> (Vec<Value>, Vec<u16>, u64) {
+    early_from: usize,
+}
+
+/// Keeps parsed bodies, forwards none early (large ones do not come up in these tests).
+const REUSING: Reading = Reading {
+    resent_bytes: 64 << 20,
+    early_from: 0,
+};
+/// Parses every body in full: what the others must match.
+const FULL_PARSE: Reading = Reading {
+    resent_bytes: 0,
+    early_from: 0,
+};
+/// Keeps parsed bodies and forwards every body of a known session while it arrives.
+const EARLY: Reading = Reading {
+    resent_bytes: 64 << 20,
+    early_from: 1,
+};
+
+/// What a gateway did with a conversation.
+struct Forwarded {
+    /// The bodies its upstream received (and answered).
+    received: Vec<Value>,
+    /// The statuses the client got.
+    statuses: Vec<u16>,
+    reused: u64,
+    early: u64,
+    cut: u64,
+}
+
+/// Sends `bodies` in turn, as one session named by a header, to a fresh gateway reading as
+/// `reading` says.
+async fn forwarded(path: &str, bodies: &[Value], reading: Reading, window: u64) -> Forwarded {
     let upstream = mock(window).await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = config(&dir, &upstream.anthropic_base_url());
-    config.resent_prefix_bytes = resent_bytes;
+    config.resent_prefix_bytes = reading.resent_bytes;
+    config.forward_early_from = reading.early_from;
     let gw = start(config).await;
     let mut statuses = Vec::new();
     for body in bodies {
@@ -45,32 +75,46 @@ async fn forwarded(
         .filter(|r| r.path == path)
         .map(|r| r.body)
         .collect();
-    let reused = Metrics::get(&gw.gateway.metrics.resent_messages_reused);
+    let metrics = &gw.gateway.metrics;
+    let forwarded = Forwarded {
+        received,
+        statuses,
+        reused: Metrics::get(&metrics.resent_messages_reused),
+        early: Metrics::get(&metrics.bodies_forwarded_early),
+        cut: Metrics::get(&metrics.early_forwards_cut),
+    };
     gw.stop().await;
-    (received, statuses, reused)
+    forwarded
 }
 
-/// The same conversation through a gateway that reuses its resent prefix and one that parses
-/// every body: the upstream receives the same bodies.
-async fn same_as_full_parse(path: &str, bodies: &[Value]) {
-    same_as_full_parse_at(path, bodies, 4000).await;
+/// The same conversation through a gateway that reuses its resent prefix, one that also
+/// forwards every body while it arrives, and one that parses every body: the upstream
+/// receives the same bodies (an early upload the gateway cut is never received).
+async fn same_as_full_parse(path: &str, bodies: &[Value]) -> Forwarded {
+    same_as_full_parse_at(path, bodies, 4000).await
 }
 
-/// [`same_as_full_parse`] against an upstream with a window of `window` tokens.
-async fn same_as_full_parse_at(path: &str, bodies: &[Value], window: u64) {
-    let (reused, reused_statuses, reused_messages) =
-        forwarded(path, bodies, 64 << 20, window).await;
-    let (full, full_statuses, full_reused) = forwarded(path, bodies, 0, window).await;
-    assert!(reused_messages > 0, "the resent prefixes were reused");
+/// [`same_as_full_parse`] against an upstream with a window of `window` tokens; returns what
+/// the early-forwarding gateway did.
+async fn same_as_full_parse_at(path: &str, bodies: &[Value], window: u64) -> Forwarded {
+    let full = forwarded(path, bodies, FULL_PARSE, window).await;
     assert_eq!(
-        full_reused, 0,
+        full.reused, 0,
         "a gateway keeping nothing parses every body"
     );
-    assert_eq!(reused_statuses, full_statuses);
-    assert_eq!(reused.len(), full.len());
-    for (i, (a, b)) in reused.iter().zip(&full).enumerate() {
-        assert_eq!(a, b, "request {i} differs");
+    assert_eq!(full.early, 0);
+    let reusing = forwarded(path, bodies, REUSING, window).await;
+    let early = forwarded(path, bodies, EARLY, window).await;
+    assert!(reusing.reused > 0, "the resent prefixes were reused");
+    assert!(early.early > 0, "bodies were forwarded while they arrived");
+    for (name, other) in [("reusing", &reusing), ("early", &early)] {
+        assert_eq!(other.statuses, full.statuses, "{name}");
+        assert_eq!(other.received.len(), full.received.len(), "{name}");
+        for (i, (a, b)) in other.received.iter().zip(&full.received).enumerate() {
+            assert_eq!(a, b, "{name}: request {i} differs");
+        }
     }
+    early
 }
 
 #[tokio::test]
@@ -82,7 +126,12 @@ async fn a_growing_chat_conversation_is_forwarded_as_a_full_parse_forwards_it() 
             json!({"model": SMALL_MODEL, "messages": chat_history(rounds, 600), "tools": tools()})
         })
         .collect();
-    same_as_full_parse("/v1/chat/completions", &bodies).await;
+    let early = same_as_full_parse("/v1/chat/completions", &bodies).await;
+    assert!(
+        early.cut > 0,
+        "the uploads of the requests the gateway compacted were cut"
+    );
+    assert!(early.cut < early.early, "the others went on as they came");
 }
 
 #[tokio::test]
@@ -147,9 +196,23 @@ async fn an_edited_earlier_message_and_a_retried_turn_are_seen_as_a_full_parse_s
 
 #[tokio::test]
 async fn an_error_after_a_resent_prefix_names_its_place_in_the_whole_body() {
+    errors_after_a_resent_prefix(0).await;
+}
+
+#[tokio::test]
+async fn a_refused_request_whose_upload_started_early_never_reaches_the_upstream() {
+    errors_after_a_resent_prefix(1).await;
+}
+
+/// Refusals of requests that continue a known session (forwarded while they arrive from
+/// `early_from` bytes on, 0: never): each names its place in the whole body, none reaches the
+/// upstream, and the session goes on.
+async fn errors_after_a_resent_prefix(early_from: usize) {
     let upstream = mock(1_000_000).await;
     let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let mut config = config(&dir, &upstream.anthropic_base_url());
+    config.forward_early_from = early_from;
+    let gw = start(config).await;
     let send = |body: String| {
         client()
             .post(gw.url("/v1/chat/completions"))
@@ -160,14 +223,22 @@ async fn an_error_after_a_resent_prefix_names_its_place_in_the_whole_body() {
             .send()
     };
     let mut messages = chat_history(3, 200);
-    let ok = send(json!({"model": "gpt-4o", "messages": messages}).to_string())
-        .await
-        .unwrap();
+    let first = json!({"model": "gpt-4o", "messages": messages}).to_string();
+    let ok = send(first.clone()).await.unwrap();
     assert_eq!(ok.status(), 200);
+    // A refused request leaves its session unknown to the next one (its kept prefix is
+    // spent): with early uploads on, a valid request before each refusal makes every refusal
+    // one whose upload started.
+    let rewarm = || async {
+        if early_from > 0 {
+            assert_eq!(send(first.clone()).await.unwrap().status(), 200);
+        }
+    };
 
     // An unknown role in a new message: its index counts the resent messages too.
     let bad_index = messages.len();
     messages.push(json!({"role": "wizard", "content": "hi"}));
+    rewarm().await;
     let refused = send(json!({"model": "gpt-4o", "messages": messages}).to_string())
         .await
         .unwrap();
@@ -186,6 +257,7 @@ async fn an_error_after_a_resent_prefix_names_its_place_in_the_whole_body() {
         "{}, {{\"role\": \"user\", \"content\": ",
         &good[..good.len() - 2]
     );
+    rewarm().await;
     let refused = send(truncated).await.unwrap();
     assert_eq!(refused.status(), 400);
     let error: Value = refused.json().await.unwrap();
@@ -199,6 +271,7 @@ async fn an_error_after_a_resent_prefix_names_its_place_in_the_whole_body() {
     // A broken tool pair in a new message is refused as a full parse refuses it.
     let mut orphan = messages.clone();
     orphan.push(json!({"role": "tool", "tool_call_id": "call_nowhere", "content": "x"}));
+    rewarm().await;
     let refused = send(json!({"model": "gpt-4o", "messages": orphan}).to_string())
         .await
         .unwrap();
@@ -208,10 +281,20 @@ async fn an_error_after_a_resent_prefix_names_its_place_in_the_whole_body() {
         .iter()
         .filter(|r| r.path == "/v1/chat/completions")
         .count();
-    assert_eq!(forwarded, 1, "only the valid request went upstream");
+    let valid = if early_from > 0 { 4 } else { 1 };
+    assert_eq!(forwarded, valid, "only the valid requests went upstream");
     // The session goes on after the refusals, from what it knew.
     let ok = send(good).await.unwrap();
     assert_eq!(ok.status(), 200);
+    let metrics = &gw.gateway.metrics;
+    if early_from > 0 {
+        // The three refused requests started their uploads and had them cut; valid ones
+        // whose uploads started went on.
+        assert_eq!(Metrics::get(&metrics.early_forwards_cut), 3);
+        assert!(Metrics::get(&metrics.bodies_forwarded_early) > 3);
+    } else {
+        assert_eq!(Metrics::get(&metrics.bodies_forwarded_early), 0);
+    }
     gw.stop().await;
 }
 

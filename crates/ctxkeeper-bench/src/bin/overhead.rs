@@ -82,6 +82,10 @@ struct Args {
     /// (the worst case for the gateway's state).
     #[arg(long)]
     fixed_trigger: bool,
+    /// The gateway's `[gateway] forward_early_from_bytes` (bodies from this size on are sent
+    /// upstream while they arrive; 0: every body is read whole first). Default: the gateway's.
+    #[arg(long)]
+    forward_early_from: Option<usize>,
 }
 
 /// A store that counts what it is handed to write.
@@ -285,6 +289,9 @@ async fn main() -> Result<()> {
     let mut config = GatewayConfig::new(dir.path());
     config.upstream = mock.openai_base_url();
     config.store_url = args.store.clone();
+    if let Some(bytes) = args.forward_early_from {
+        config.forward_early_from = bytes;
+    }
     if args.fixed_trigger
         && let Some(rule) = config.policy.cost.as_mut()
     {
