@@ -293,8 +293,13 @@ def through_gateway(agent: Agent, work: Path, window: int | None = None, steps: 
     window = window or agent.window
     mock = scripted_mock(agent, window, steps, output_bytes)
     # The gateway knows the window from the model profile: the agent asks for a model whose
-    # real window is far larger.
-    config = write_config(work / "ctxkeeper.toml", f'[models."{agent.model}"]\ncontext_window = {window}\n')
+    # real window is far larger. Every body of a known session goes upstream while it arrives
+    # (in production only large ones do), so each real client's requests take that path too,
+    # the compacted ones having their uploads cut.
+    config = write_config(
+        work / "ctxkeeper.toml",
+        f'[gateway]\nforward_early_from_bytes = 1\n\n[models."{agent.model}"]\ncontext_window = {window}\n',
+    )
     gateway = start_gateway(mock.url, work, "--config", str(config))
     try:
         run = run_agent(
@@ -362,6 +367,24 @@ def test_the_agent_finishes_every_step(gateway_run: GatewayRun):
     for request in gateway_run.requests:
         seen.update(int(n) for n in MARKER.findall(json.dumps(request["body"])))
     assert seen == set(range(1, agent.steps + 1)), sorted(seen)
+
+
+def counter(metrics_text: str, name: str) -> float:
+    """An unlabelled counter from the gateway's metrics text."""
+    found = re.search(rf"^{name} (\S+)$", metrics_text, re.MULTILINE)
+    assert found, f"{name} missing from /metrics"
+    return float(found.group(1))
+
+
+# Claude Code and Codex name their session in a header; mini-swe-agent's requests do not
+# (its session is found from the conversation), so its bodies are read whole first.
+@pytest.mark.parametrize("name", ["claude-code", "codex"])
+def test_bodies_went_upstream_while_they_arrived(gateway_run: GatewayRun):
+    early = counter(gateway_run.metrics, "ctxkeeper_bodies_forwarded_early_total")
+    cut = counter(gateway_run.metrics, "ctxkeeper_early_forwards_cut_total")
+    assert early > 0, "the agent's requests continue a known session: their uploads start early"
+    # Every upload that went on reached the upstream as one request; cut ones never did.
+    assert early - cut <= len(gateway_run.requests), (early, cut, len(gateway_run.requests))
 
 
 @agents()

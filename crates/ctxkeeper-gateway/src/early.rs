@@ -44,6 +44,12 @@ pub const DEFAULT_FROM_BYTES: usize = 256 << 10;
 
 type Chunk = Result<Bytes, io::Error>;
 
+/// Whether `body` is the very buffer `client` is (not merely equal bytes): the body the
+/// gateway forwards is the one the client's was read into, untouched.
+pub fn same_buffer(body: &Bytes, client: &Bytes) -> bool {
+    body.as_ptr() == client.as_ptr() && body.len() == client.len()
+}
+
 /// An upstream request whose body is sent while the client's arrives.
 #[derive(Debug)]
 pub struct EarlyRequest {
@@ -94,7 +100,7 @@ impl EarlyRequest {
         body: &Bytes,
         client: &Bytes,
     ) -> Option<EarlyRequest> {
-        early.filter(|_| body.as_ptr() == client.as_ptr() && body.len() == client.len())
+        early.filter(|_| same_buffer(body, client))
     }
 
     /// Passes on the next chunk of the client's body, all but the body's last byte.

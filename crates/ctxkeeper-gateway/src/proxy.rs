@@ -459,6 +459,7 @@ async fn proxy(
     if gw.sessions.summarizes_upstream() && report.budget_used_pct >= FORWARDED_KEPT_ABOVE_PCT {
         managed.incoming.forwarded = Some(body.clone());
     }
+    let forwarded_as_sent = crate::early::same_buffer(&body, &client_bytes);
     let early = EarlyRequest::taken_for(early, &body, &client_bytes);
     let response = forward(
         gw,
@@ -478,12 +479,13 @@ async fn proxy(
     if let Some(reading) = resent
         && !rewritten
         && managed.incoming.repairs.is_none()
-        && let Some(record) = reading.record(
+        && let Some(mut record) = reading.record(
             std::mem::take(&mut managed.incoming.messages),
             std::mem::take(&mut managed.incoming.hashes),
             bytes_len,
         )
     {
+        record.forwarded_as_sent = forwarded_as_sent;
         freed = gw.resent.put(reading.key, record);
     }
     // Freeing a long history's messages takes a while: not on the way to the client.
@@ -500,7 +502,8 @@ async fn proxy(
 
 /// The early upload of a request's body (`crate::early`), when the body is announced at
 /// `[gateway] forward_early_from_bytes` or more (and within the body limit) and the session's
-/// previous request was answered here, so that this one most likely continues it.
+/// previous request was answered here and went upstream as its client sent it, so that this
+/// one most likely does too (a session that compacted sends its managed context instead).
 fn early_request(
     gw: &Gateway,
     key: &crate::resent::PrefixKey,
@@ -513,7 +516,11 @@ fn early_request(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())?;
-    if from == 0 || announced < from || announced > gw.config.body_limit || !gw.resent.holds(key) {
+    if from == 0
+        || announced < from
+        || announced > gw.config.body_limit
+        || !gw.resent.continues_as_sent(key)
+    {
         return None;
     }
     Some(EarlyRequest::open(

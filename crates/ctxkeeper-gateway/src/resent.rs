@@ -522,6 +522,7 @@ impl Reading {
             messages,
             fingerprints,
             bytes,
+            forwarded_as_sent: false,
         })
     }
 }
@@ -559,6 +560,9 @@ pub struct KnownPrefix {
     pub fingerprints: Vec<u128>,
     /// The body's size, what the record is counted as against the bound.
     pub bytes: usize,
+    /// The request went upstream as the client sent it (nothing compacted or rewritten): the
+    /// next one most likely does too ([`ResentPrefixes::continues_as_sent`]).
+    pub forwarded_as_sent: bool,
 }
 
 impl KnownPrefix {
@@ -636,11 +640,15 @@ impl ResentPrefixes {
         }
     }
 
-    /// Whether a record of the session is kept: its previous request was answered here.
-    pub fn holds(&self, key: &PrefixKey) -> bool {
-        self.inner
-            .lock()
-            .is_ok_and(|kept| kept.records.contains_key(key))
+    /// Whether the session's previous request was answered here and went upstream as its
+    /// client sent it: then the next one most likely does too. A session that compacted
+    /// sends its managed context instead, request after request.
+    pub fn continues_as_sent(&self, key: &PrefixKey) -> bool {
+        self.inner.lock().is_ok_and(|kept| {
+            kept.records
+                .get(key)
+                .is_some_and(|(_, record)| record.forwarded_as_sent)
+        })
     }
 
     /// Takes the session's record, if one is kept.
@@ -930,6 +938,7 @@ mod tests {
             messages: Vec::new(),
             fingerprints: Vec::new(),
             bytes: 0,
+            forwarded_as_sent: false,
         };
         assert_eq!(record.common(&b), 1);
     }
@@ -944,6 +953,7 @@ mod tests {
                 .collect(),
             fingerprints: (0..(lead + elements) as u128).collect(),
             bytes,
+            forwarded_as_sent: false,
         }
     }
 
