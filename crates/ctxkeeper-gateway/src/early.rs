@@ -105,23 +105,16 @@ impl EarlyRequest {
 
     /// Passes on the next chunk of the client's body, all but the body's last byte.
     pub fn feed(&mut self, chunk: &Bytes) {
-        let end = self.passed + chunk.len();
-        let last = self.announced.saturating_sub(1);
-        let (now, later) = if end > last {
-            chunk.split_at(last.saturating_sub(self.passed).min(chunk.len()))
-        } else {
-            (&chunk[..], &[][..])
-        };
-        if !now.is_empty() {
-            // Sharing the chunk, not copying it.
-            let start = now.as_ptr() as usize - chunk.as_ptr() as usize;
-            self.send(Ok(chunk.slice(start..start + now.len())));
+        // What may go now: everything before the body's last byte (slices share the chunk).
+        let before_last = self.announced.saturating_sub(1);
+        let sendable = before_last.saturating_sub(self.passed).min(chunk.len());
+        if sendable > 0 {
+            self.send(Ok(chunk.slice(..sendable)));
         }
-        if !later.is_empty() {
-            let start = later.as_ptr() as usize - chunk.as_ptr() as usize;
-            self.held = Some(chunk.slice(start..start + later.len()));
+        if sendable < chunk.len() {
+            self.held = Some(chunk.slice(sendable..));
         }
-        self.passed = end;
+        self.passed += chunk.len();
     }
 
     fn send(&self, chunk: Chunk) {
