@@ -63,19 +63,7 @@ WARMUP=1
 LOGS="$BENCH_RESULTS/logs/gateway"
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.json "$LOGS"/*.log
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${PIDS[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/bench/lib.sh"
 
 NOTES="$LOGS/notes.txt"
 : >"$NOTES"

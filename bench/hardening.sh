@@ -38,15 +38,7 @@ if [ "$QUICK" = 1 ]; then LOAD_SECONDS=10; CHURN=5000; else LOAD_SECONDS=30; CHU
 LOGS="$BENCH_RESULTS/logs/hardening"
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.json "$LOGS"/*.log
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/bench/lib.sh"
 
 start_listening() {
   local name=$1

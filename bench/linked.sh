@@ -26,18 +26,12 @@ if [ "$(id -u)" != 0 ]; then
   exit 0
 fi
 mkdir -p "$BENCH_RESULTS"
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+source "$ROOT/bench/lib.sh"
+bench_undo() {
   tc qdisc del dev lo root 2>/dev/null || true
   ip link del ctxk-veth0 2>/dev/null || true
   ip netns del "$NS" 2>/dev/null || true
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
 
 ip netns add "$NS"
 ip link add ctxk-veth0 type veth peer name ctxk-veth1

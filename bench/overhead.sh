@@ -22,15 +22,7 @@ OVERHEAD_BIN="$BIN_DIR/ctxkeeper-bench-overhead"
 LOAD_BIN="$BIN_DIR/ctxkeeper-bench-load"
 SECONDS_PER_RUN=${BENCH_GROW_SECONDS:-8}
 mkdir -p "$BENCH_RESULTS"
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$ROOT/bench/lib.sh"
 
 # Each store twice: as the default policy runs (its cost rule may compact), and with only the
 # fixed trigger (nothing compacts on the 1M window: every step carries the whole history).
