@@ -60,4 +60,14 @@ echo "   grow throughput: mock alone, then through ctxkeeper" >&2
 "$LOAD_BIN" --url "$GATEWAY/v1" --connections 32 --duration "$SECONDS_PER_RUN" --warmup 1 \
   --grow --sessions 64 --exchanges-per-conversation 50 --session-prefix grow-max \
   >"$BENCH_RESULTS/overhead-grow-ctxkeeper.json"
+python3 - "$BENCH_RESULTS" >&2 <<'PY'
+import json, sys
+direct, gateway = (json.load(open(f"{sys.argv[1]}/overhead-grow-{name}.json")) for name in ("direct", "ctxkeeper"))
+share = 100 * gateway["achieved_rate"] / direct["achieved_rate"]
+print(f"   grow throughput: {gateway['achieved_rate']:.0f} / {direct['achieved_rate']:.0f} req/s = {share:.1f} % of the mock alone")
+if direct.get("machine_cpu_us_per_request") and gateway.get("machine_cpu_us_per_request"):
+    print(f"   machine CPU per request: {direct['machine_cpu_us_per_request']:.0f} us mock alone, "
+          f"{gateway['machine_cpu_us_per_request']:.0f} us through ctxkeeper "
+          f"({direct['machine_busy_cores']:.2f} and {gateway['machine_busy_cores']:.2f} cores busy)")
+PY
 echo "   load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -23,7 +23,10 @@
 //! server does, so a slow server meets a growing queue instead of a politely waiting client
 //! (no coordinated omission). Latency is measured from the moment a request leaves to the end of
 //! its response body. The result is one JSON object on stdout: request counts, errors, achieved
-//! rate and the latency distribution in milliseconds.
+//! rate, the latency distribution in milliseconds and, on Linux, the CPU the whole machine
+//! spent per request while the recorded load ran (`machine_cpu_us_per_request`, every process:
+//! this generator, the server, its upstream, its database). A throughput share taken on a
+//! saturated machine moves with the machine's speed; the CPU per request mostly does not.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -239,10 +242,12 @@ async fn open_loop(args: &Args, target: Arc<Target>, rate: f64) -> Result<Value>
     ticker.set_missed_tick_behavior(MissedTickBehavior::Burst);
     let mut tasks = Vec::with_capacity(usize::try_from(recorded).unwrap_or(0));
     let mut start = Instant::now();
+    let mut cpu = MachineCpu::read();
     for i in 0..warmup + recorded {
         ticker.tick().await;
         if i == warmup {
             start = Instant::now();
+            cpu = MachineCpu::read();
         }
         let target = Arc::clone(&target);
         let tally = (i >= warmup).then(|| Arc::clone(&tally));
@@ -264,6 +269,7 @@ async fn open_loop(args: &Args, target: Arc<Target>, rate: f64) -> Result<Value>
         tally,
         recorded,
         wall,
+        cpu,
     ))
 }
 
@@ -295,6 +301,7 @@ async fn closed_loop(args: &Args, target: Arc<Target>) -> Result<Value> {
         }
     }
     let start = Instant::now();
+    let cpu = MachineCpu::read();
     let end = start + Duration::from_secs_f64(args.duration);
     let mut workers = Vec::new();
     for _ in 0..connections {
@@ -331,11 +338,13 @@ async fn closed_loop(args: &Args, target: Arc<Target>) -> Result<Value> {
         total,
         sent,
         wall,
+        cpu,
     ))
 }
 
-/// The result object: `head`'s fields, then counts, rates and latency percentiles.
-fn report(head: Value, mut tally: Tally, sent: u64, wall_s: f64) -> Value {
+/// The result object: `head`'s fields, then counts, rates, latency percentiles and what the
+/// machine's CPU did since `cpu` was read.
+fn report(head: Value, mut tally: Tally, sent: u64, wall_s: f64, cpu: Option<MachineCpu>) -> Value {
     tally.latencies_us.sort_unstable();
     let ok = tally.latencies_us.len() as u64;
     let ms = |q: f64| percentile(&tally.latencies_us, q).map(|us| round3(us as f64 / 1000.0));
@@ -355,10 +364,66 @@ fn report(head: Value, mut tally: Tally, sent: u64, wall_s: f64) -> Value {
         "max_ms": ms(1.0),
         "mean_ms": mean,
     });
-    if let (Some(out), Value::Object(fields)) = (out.as_object_mut(), fields) {
-        out.extend(fields);
+    let busy = cpu.and_then(|from| from.busy_cores_until(MachineCpu::read()?));
+    let cpu_fields = json!({
+        "machine_busy_cores": busy.map(round3),
+        "machine_cpu_us_per_request": busy
+            .filter(|_| ok > 0)
+            .map(|cores| (cores * wall_s * 1e6 / ok as f64).round()),
+    });
+    for fields in [fields, cpu_fields] {
+        if let (Some(out), Value::Object(fields)) = (out.as_object_mut(), fields) {
+            out.extend(fields);
+        }
     }
     out
+}
+
+/// The machine's CPU time counters (`/proc/stat`'s `cpu` line, in clock ticks): how busy
+/// every core was, whichever process kept it busy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct MachineCpu {
+    busy: u64,
+    total: u64,
+    cores: usize,
+}
+
+impl MachineCpu {
+    /// `None` where `/proc/stat` is not there to read (not Linux).
+    fn read() -> Option<MachineCpu> {
+        MachineCpu::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// Parses `/proc/stat`: the aggregate `cpu` line (user nice system idle iowait irq
+    /// softirq steal …; idle and iowait are the time no task ran) and one `cpuN` line per core.
+    fn parse(stat: &str) -> Option<MachineCpu> {
+        let mut lines = stat.lines();
+        let aggregate = lines.next()?.strip_prefix("cpu ")?;
+        let ticks: Vec<u64> = aggregate
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // guest and guest_nice (9th and 10th) are already counted in user and nice.
+        let total: u64 = ticks.iter().take(8).sum();
+        let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+        let cores = lines
+            .take_while(|line| line.starts_with("cpu"))
+            .filter(|line| line.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count();
+        (cores > 0).then_some(MachineCpu {
+            busy: total - idle,
+            total,
+            cores,
+        })
+    }
+
+    /// How many cores were busy on average from `self` to `later`.
+    fn busy_cores_until(self, later: MachineCpu) -> Option<f64> {
+        let total = later.total.checked_sub(self.total).filter(|t| *t > 0)?;
+        let busy = later.busy.checked_sub(self.busy)?;
+        Some(busy as f64 / total as f64 * self.cores as f64)
+    }
 }
 
 /// Nearest-rank percentile of sorted values (`q` in 0..=1).
@@ -448,7 +513,7 @@ async fn sse_churn(args: &Args, client: reqwest::Client, n: u64) -> Result<Value
         }
     }
     let wall = start.elapsed().as_secs_f64();
-    Ok(report(json!({"mode": "sse_churn"}), total, n, wall))
+    Ok(report(json!({"mode": "sse_churn"}), total, n, wall, None))
 }
 
 /// A 20-message conversation of about 4 KB: a system prompt, then alternating user and
@@ -517,6 +582,22 @@ mod tests {
                 .skip(1)
                 .all(|m| m["role"] == "user" || m["role"] == "assistant")
         );
+    }
+
+    #[test]
+    fn machine_cpu_counts_busy_cores_from_proc_stat() {
+        let before = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\ncpu1 50 0 25 400 25 0 0 0 0 0\nintr 1 2 3\n";
+        // 200 ticks later: 150 busy (user 120, system 30), 50 idle.
+        let after = "cpu  220 0 80 840 60 0 0 0 0 0\ncpu0 110 0 40 420 30 0 0 0 0 0\ncpu1 110 0 40 420 30 0 0 0 0 0\nintr 1 2 3\n";
+        let (before, after) = (
+            MachineCpu::parse(before).expect("parses"),
+            MachineCpu::parse(after).expect("parses"),
+        );
+        assert_eq!(before.cores, 2);
+        assert_eq!(before.busy_cores_until(after), Some(1.5));
+        // Counters that did not move tell nothing.
+        assert_eq!(before.busy_cores_until(before), None);
+        assert_eq!(MachineCpu::parse("intr 1 2 3\n"), None);
     }
 
     #[test]
@@ -589,7 +670,7 @@ mod tests {
         tally.record(Ok(1_000));
         tally.record(Ok(3_000));
         tally.record(Err("HTTP 500".into()));
-        let out = report(json!({"mode": "open"}), tally, 3, 2.0);
+        let out = report(json!({"mode": "open"}), tally, 3, 2.0, None);
         assert_eq!(out["mode"], "open");
         assert_eq!(out["ok"], 2);
         assert_eq!(out["errors"], 1);
