@@ -87,6 +87,13 @@ impl MockHandle {
         lock(&self.shared.recorded).iter().cloned().collect()
     }
 
+    /// How many requests arrived since start, answered or not (a reset leaves the count):
+    /// a request waiting out a `delay` or a `summary_delay` is counted here before it is
+    /// among [`MockHandle::requests`].
+    pub fn received(&self) -> u64 {
+        self.shared.sequence.load(Ordering::Relaxed)
+    }
+
     /// Changes the context window every later request is checked against.
     pub fn set_window(&self, tokens: u64) {
         self.shared.window.store(tokens, Ordering::Relaxed);

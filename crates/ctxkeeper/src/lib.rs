@@ -17,6 +17,14 @@
 //! Content leaves the context only after the [`Offloader`] confirmed it is durably archived;
 //! a failed summarizer never fails the turn (its lossy fallback is marked degraded).
 //!
+//! The summarizer given to [`ContextManager::new`] serves every step that names none. A host
+//! whose summaries depend on the request (the gateway writes them on each caller's own
+//! upstream, with that caller's credentials) passes the step's summarizer as an argument
+//! instead: [`ContextManager::prepare_with`], [`ContextManager::prepare_counted_with`],
+//! [`ContextManager::handle_overflow_with`], [`ContextManager::compact_to_with`] and
+//! [`ContextManager::summary_to_prepare_with`]. The manager never keeps it: a step that is
+//! cancelled half-way (its future dropped) leaves nothing of its caller behind.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use ctxkeeper::{ContextManager, Settings};
@@ -163,6 +171,7 @@ pub struct ContextManager {
     settings: Settings,
     scope: ArchiveScope,
     offloader: Arc<dyn Offloader>,
+    /// The summarizer of steps that name none (see the crate documentation).
     summarizer: Arc<dyn Summarizer>,
     state: ContextState,
     last_usage: Option<u64>,
@@ -284,6 +293,12 @@ impl ContextManager {
         &self.engine
     }
 
+    /// The summarizer of steps that name none: the one the manager was built with, whatever
+    /// summarizers its steps were given.
+    pub fn summarizer(&self) -> &Arc<dyn Summarizer> {
+        &self.summarizer
+    }
+
     /// The engine's accumulated time.
     pub fn clock(&self) -> EngineClock {
         self.clock
@@ -397,7 +412,14 @@ impl ContextManager {
 
     /// Compacts if a trigger fires and returns the messages to send.
     pub async fn prepare(&mut self) -> Result<Prepared, Error> {
-        let mut prepared = self.prepare_counted().await?;
+        let summarizer = Arc::clone(&self.summarizer);
+        self.prepare_with(summarizer.as_ref()).await
+    }
+
+    /// [`Self::prepare`], summarizing (if it compacts) with `summarizer`, which the manager
+    /// does not keep.
+    pub async fn prepare_with(&mut self, summarizer: &dyn Summarizer) -> Result<Prepared, Error> {
+        let mut prepared = self.prepare_counted_with(summarizer).await?;
         prepared.messages = self.request_messages(prepared.budget_notice.as_deref());
         Ok(prepared)
     }
@@ -406,6 +428,16 @@ impl ContextManager {
     /// empty. For a host that forwards its client's own request while the context is still
     /// the client's messages; [`Self::request_messages`] builds them when it is not.
     pub async fn prepare_counted(&mut self) -> Result<Prepared, Error> {
+        let summarizer = Arc::clone(&self.summarizer);
+        self.prepare_counted_with(summarizer.as_ref()).await
+    }
+
+    /// [`Self::prepare_counted`], summarizing (if it compacts) with `summarizer`, which the
+    /// manager does not keep.
+    pub async fn prepare_counted_with(
+        &mut self,
+        summarizer: &dyn Summarizer,
+    ) -> Result<Prepared, Error> {
         let budget = self.budget();
         let request = PlanRequest {
             reported_usage: self.last_usage.take(),
@@ -417,7 +449,7 @@ impl ContextManager {
         self.clock.engine += started.elapsed();
         let compacted = match plan {
             Some(plan) => {
-                self.execute(plan).await?;
+                self.execute(plan, summarizer).await?;
                 true
             }
             None => false,
@@ -435,11 +467,18 @@ impl ContextManager {
         messages
     }
 
-    /// What `prepare` would do now, without doing it (a dry run).
-    pub fn plan(&mut self) -> Option<Plan> {
+    /// What `prepare` would do now, without doing it (a dry run): the plan is made on a copy
+    /// of the state, so nothing it learns (the step's size, a hold on retries, see
+    /// [`Engine::plan`]) reaches the session.
+    pub fn plan(&self) -> Option<Plan> {
         let budget = self.budget();
-        self.engine
-            .plan(&mut self.state, &budget, &PlanRequest::default())
+        let mut draft = self.state.clone();
+        let request = PlanRequest {
+            reported_usage: self.last_usage,
+            summarize_through: self.prepared_span().map(|span| span.last),
+            ..PlanRequest::default()
+        };
+        self.engine.plan(&mut draft, &budget, &request)
     }
 
     /// Compacts now, optionally under a one-off policy override (a TOML fragment) and with
@@ -457,6 +496,19 @@ impl ContextManager {
     /// stay, for a client that replaces its whole history by the result).
     pub async fn compact_to(
         &mut self,
+        overrides: Option<&str>,
+        focus: Option<String>,
+        target: Option<u64>,
+    ) -> Result<bool, Error> {
+        let summarizer = Arc::clone(&self.summarizer);
+        self.compact_to_with(summarizer.as_ref(), overrides, focus, target)
+            .await
+    }
+
+    /// [`Self::compact_to`], summarizing with `summarizer`, which the manager does not keep.
+    pub async fn compact_to_with(
+        &mut self,
+        summarizer: &dyn Summarizer,
         overrides: Option<&str>,
         focus: Option<String>,
         target: Option<u64>,
@@ -481,7 +533,7 @@ impl ContextManager {
         };
         match engine.plan(&mut self.state, &budget, &request) {
             Some(plan) => {
-                self.execute_with(&engine, plan).await?;
+                self.execute_with(&engine, plan, summarizer).await?;
                 Ok(true)
             }
             None => Ok(false),
@@ -498,6 +550,20 @@ impl ContextManager {
     /// terminates.
     pub async fn handle_overflow(
         &mut self,
+        attempt: u32,
+        failed_tokens: u64,
+        limit: Option<u64>,
+    ) -> Result<Prepared, Error> {
+        let summarizer = Arc::clone(&self.summarizer);
+        self.handle_overflow_with(summarizer.as_ref(), attempt, failed_tokens, limit)
+            .await
+    }
+
+    /// [`Self::handle_overflow`], summarizing with `summarizer`, which the manager does not
+    /// keep.
+    pub async fn handle_overflow_with(
+        &mut self,
+        summarizer: &dyn Summarizer,
         attempt: u32,
         failed_tokens: u64,
         limit: Option<u64>,
@@ -563,7 +629,7 @@ impl ContextManager {
                 limit: ceiling,
             });
         }
-        self.execute(plan).await?;
+        self.execute(plan, summarizer).await?;
         let tokens_after = self.engine.request_tokens(&mut self.state, &budget);
         self.emit(vec![Event::OverflowRecovered {
             attempt,
@@ -656,19 +722,23 @@ impl ContextManager {
         }]);
     }
 
-    async fn execute(&mut self, plan: Plan) -> Result<(), Error> {
+    async fn execute(&mut self, plan: Plan, summarizer: &dyn Summarizer) -> Result<(), Error> {
         let engine = self.engine.clone();
-        self.execute_with(&engine, plan).await
+        self.execute_with(&engine, plan, summarizer).await
     }
 
     /// Archives, summarizes, then applies: content leaves only after the archive confirmed.
-    async fn execute_with(&mut self, engine: &Engine, mut plan: Plan) -> Result<(), Error> {
+    async fn execute_with(
+        &mut self,
+        engine: &Engine,
+        mut plan: Plan,
+        summarizer: &dyn Summarizer,
+    ) -> Result<(), Error> {
         let refs = self.archive(&plan.archive).await?;
         plan.fill_summary_requests(&refs);
         if self.memory.is_some() {
             for request in &plan.summaries {
-                let facts = self
-                    .summarizer
+                let facts = summarizer
                     .extract_facts(&request.messages, 600)
                     .await
                     .unwrap_or(None);
@@ -690,14 +760,14 @@ impl ContextManager {
                 summaries.push(summary);
                 continue;
             }
-            let summary = match self.summarizer.summarize(request).await {
+            let summary = match summarizer.summarize(request).await {
                 Ok(summary) => summary,
                 // A failed summary never kills the turn: the extractive summary (no model, it
                 // cannot fail) stands in, marked degraded, and the cause is reported.
                 Err(err) => {
                     let cause = err.to_string();
                     self.emit(vec![Event::SummaryFailed {
-                        summarizer: self.summarizer.name().to_string(),
+                        summarizer: summarizer.name().to_string(),
                         cause,
                     }]);
                     degraded_extractive(request).await
@@ -733,8 +803,19 @@ impl ContextManager {
     /// request passes `soft_ratio` of the active token trigger, when the compaction would
     /// summarize (one request, over messages of the log) and nothing is prepared or being
     /// prepared for this context yet. Run it off the session's lock and hand the result to
-    /// [`ContextManager::accept_prepared`]. It summarizes with the summarizer set now.
+    /// [`ContextManager::accept_prepared`]. It summarizes with the manager's own summarizer.
     pub fn summary_to_prepare(&mut self, soft_ratio: f64) -> Option<SummaryPreparation> {
+        let summarizer = Arc::clone(&self.summarizer);
+        self.summary_to_prepare_with(soft_ratio, summarizer)
+    }
+
+    /// [`Self::summary_to_prepare`], to be written by `summarizer`: the preparation holds it
+    /// until it has run, the manager never does.
+    pub fn summary_to_prepare_with(
+        &mut self,
+        soft_ratio: f64,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> Option<SummaryPreparation> {
         let compactions = self.state.compactions;
         if self.preparing == Some(compactions)
             || self
@@ -772,7 +853,7 @@ impl ContextManager {
             span,
             request,
             plan.archive.len(),
-            self.summarizer.clone(),
+            summarizer,
         ))
     }
 
@@ -852,12 +933,6 @@ impl ContextManager {
         let prepared = self.prepared.take()?;
         self.emit(vec![prepared::prepared_event(span, "used", None)]);
         prepared.summary.ok()
-    }
-
-    /// Summarizes with `summarizer` from now on (a host that changes summarizers per request,
-    /// like the gateway summarizing on each caller's own upstream, sets it before preparing).
-    pub fn set_summarizer(&mut self, summarizer: Arc<dyn Summarizer>) {
-        self.summarizer = summarizer;
     }
 
     /// Appends facts to today's memory file; a failure is reported, never fatal (the

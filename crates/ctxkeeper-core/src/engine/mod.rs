@@ -464,7 +464,20 @@ impl Engine {
     }
 
     /// Plans a compaction if a trigger fires (or `request.force` is set); `None` when there is
-    /// nothing worth doing. Does not change the context (only its token cache).
+    /// nothing worth doing.
+    ///
+    /// Planning is a step of the session, not a dry run: the context's entries are left as
+    /// they are, but `state` learns from it in three ways, which the next plan depends on:
+    ///
+    /// - the step's request size ([`ContextState::observe_step`]), from which the growth per
+    ///   step (and the economic trigger) is computed;
+    /// - when nothing is worth doing, a hold on token triggers until the context grows by a
+    ///   twentieth of the window or a new API round begins ([`ContextState::hold_retries`]),
+    ///   so a compaction that cannot make progress does not repeat on every step;
+    /// - the token counts it takes, cached per entry.
+    ///
+    /// A host that wants to know what a step would do without making one plans on a copy of
+    /// the state (as `ContextManager::plan` and `ContextManager::summary_to_prepare` do).
     pub fn plan(
         &self,
         state: &mut ContextState,

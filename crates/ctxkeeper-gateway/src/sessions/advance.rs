@@ -115,11 +115,12 @@ impl Sessions {
                 live.manager.ingest(message.clone()).await?;
             }
         }
-        live.manager.set_summarizer(summarizer);
-        let prepared = live.manager.prepare_counted().await;
-        // The caller's credentials stay only as long as its request.
-        live.manager.set_summarizer(self.summarizer.clone());
-        let mut prepared = prepared?;
+        // The step's summarizer (with the caller's credentials) is an argument: the manager
+        // never holds it, so a request cancelled during the summary leaves nothing behind.
+        let mut prepared = live
+            .manager
+            .prepare_counted_with(summarizer.as_ref())
+            .await?;
         let changed = Self::drain(live, outbox);
         slot.client.hashes.clone_from(&incoming.hashes);
         if changed || prepared.compacted {

@@ -41,14 +41,14 @@ impl Sessions {
         let Some(live) = slot.live.as_mut() else {
             return Err(SessionError::Corrupt("no context manager".into()));
         };
-        live.manager.set_summarizer(summarizer);
-        let compacted = live
-            .manager
-            .compact_to(Some(CLIENT_COMPACTION_OVERRIDES), None, Some(0))
-            .await;
-        // The caller's credentials stay only as long as its request.
-        live.manager.set_summarizer(self.summarizer.clone());
-        compacted?;
+        live.manager
+            .compact_to_with(
+                summarizer.as_ref(),
+                Some(CLIENT_COMPACTION_OVERRIDES),
+                None,
+                Some(0),
+            )
+            .await?;
         Self::drain(live, &mut pending.outbox);
         let text = history_text(live.manager.state());
         slot.client.verbatim = false;

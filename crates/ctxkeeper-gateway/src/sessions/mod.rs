@@ -691,11 +691,11 @@ impl Sessions {
             .filter(|l| *l > 0)
             .or_else(|| Some(input_window(learned, incoming.requested_output)));
         // The request that overflowed cannot be the summary call's prefix: it is too long.
-        live.manager
-            .set_summarizer(self.step_summarizer(incoming.route.as_ref(), None));
-        let outcome = live.manager.handle_overflow(attempt, failed, limit).await;
-        // The caller's credentials stay only as long as its request.
-        live.manager.set_summarizer(self.summarizer.clone());
+        let summarizer = self.step_summarizer(incoming.route.as_ref(), None);
+        let outcome = live
+            .manager
+            .handle_overflow_with(summarizer.as_ref(), attempt, failed, limit)
+            .await;
         Self::drain(live, &mut outbox);
         slot.client.verbatim = false;
         slot.unsaved = true;

@@ -46,11 +46,8 @@ impl Sessions {
         let Some(live) = slot.live.as_mut() else {
             return;
         };
-        live.manager.set_summarizer(summarizer);
-        let preparation = live.manager.summary_to_prepare(share);
         // The caller's credentials stay with the preparation only, never with the session.
-        live.manager.set_summarizer(self.summarizer.clone());
-        let Some(preparation) = preparation else {
+        let Some(preparation) = live.manager.summary_to_prepare_with(share, summarizer) else {
             return;
         };
         Metrics::add(&self.metrics.summaries_prepared, 1);

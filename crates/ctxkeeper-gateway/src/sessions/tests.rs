@@ -692,3 +692,201 @@ async fn a_host_that_forwards_verbatim_steps_itself_gets_the_context_only_when_i
     }
     assert!(verbatim > 0 && rewritten > 0, "{verbatim} / {rewritten}");
 }
+
+/// A mock upstream whose summary answers never come in time, and a gateway in front of it
+/// that summarizes on the request's own upstream (nothing prepared ahead): a request that
+/// crosses the trigger waits in its summary call.
+mod cancelled {
+    use std::time::Duration;
+
+    use ctxkeeper_mock_upstream::{MockConfig, MockServer};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::summarize::UpstreamRoute;
+
+    const SECRET: &str = "sk-ant-cancelled-caller-0123456789";
+
+    async fn slow_summaries() -> MockServer {
+        ctxkeeper_mock_upstream::spawn(MockConfig {
+            window: 60_000,
+            summary_delay: Duration::from_secs(120),
+            ..MockConfig::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    fn profiles() -> Profiles {
+        Profiles::from_toml_str(
+            "[models.\"sum-model\"]\ncontext_window = 6000\ntokenizer = \"o200k_base\"\n",
+        )
+        .unwrap()
+    }
+
+    fn policy() -> PolicyConfig {
+        presets::preset("default")
+            .unwrap()
+            .with_overrides("stages = [{ kind = \"summarize\" }]")
+            .unwrap()
+    }
+
+    /// `turns` exchanges with long assistant texts: only a summary shrinks them.
+    fn anthropic_body(turns: usize) -> Value {
+        let mut messages = Vec::new();
+        for i in 0..turns {
+            messages.push(json!({"role": "user", "content": format!("Step {i}: go on.")}));
+            messages.push(json!({"role": "assistant", "content": format!("work {i} ").repeat(300)}));
+        }
+        messages.push(json!({"role": "user", "content": "Continue."}));
+        json!({"model": "sum-model", "max_tokens": 256, "messages": messages})
+    }
+
+    /// Returns once the mock holds a request it has not answered for half a second: with
+    /// immediate answers only a summary call waits (for two minutes).
+    async fn summary_in_flight(mock: &MockServer) {
+        let handle = mock.handle();
+        let mut waiting_since = None;
+        loop {
+            if handle.received() > handle.requests().len() as u64 {
+                let since = *waiting_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= Duration::from_millis(500) {
+                    return;
+                }
+            } else {
+                waiting_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What the warm session's manager summarizes with when a step names no summarizer, once
+    /// no request holds the session.
+    async fn resting_summarizer(sessions: &Sessions, key: &SessionKey) -> String {
+        let cell = sessions.slot(key);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(slot) = cell.try_lock() {
+                let live = slot.live.as_ref().expect("the session is warm");
+                return live.manager.summarizer().name().to_string();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cancelled request still holds its session"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_disconnects_during_the_summary_leaves_nothing_of_it_in_the_session() {
+        let mock = slow_summaries().await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::GatewayConfig::new(dir.path());
+        config.anthropic_upstream = mock.anthropic_base_url();
+        config.store_url = "memory://".into();
+        config.profiles = profiles();
+        config.policy = policy();
+        config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        config.prepare_summaries_at = None;
+        assert_eq!(config.summarizer.name(), "upstream");
+        let server = crate::router::Server::bind(config).await.unwrap();
+        let url = format!("http://{}/v1/messages", server.local_addr());
+        let gateway = server.gateway().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        let client = reqwest::Client::new();
+        let mut cancelled = None;
+        for turns in 1..20 {
+            let request = client
+                .post(&url)
+                .header("x-api-key", SECRET)
+                .header("anthropic-version", "2023-06-01")
+                .header("x-ctxkeeper-session", "cancelled")
+                .json(&anthropic_body(turns))
+                .send();
+            let mut request = tokio::spawn(request);
+            tokio::select! {
+                answer = &mut request => {
+                    assert_eq!(answer.unwrap().unwrap().status(), 200);
+                }
+                () = summary_in_flight(&mock) => {
+                    // The client gives up while the gateway awaits the summary.
+                    request.abort();
+                    cancelled = Some(turns);
+                    break;
+                }
+            }
+        }
+        assert!(cancelled.is_some(), "the window forced a summary");
+        let key = gateway
+            .sessions
+            .slots
+            .lock()
+            .unwrap()
+            .map
+            .keys()
+            .find(|key| key.session() == "cancelled")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            resting_summarizer(&gateway.sessions, &key).await,
+            "extractive",
+            "the cancelled caller's upstream summarizer (and its key) stayed in the session"
+        );
+        let _ = stop.send(());
+        serving.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_step_dropped_during_its_summary_keeps_no_reference_to_the_callers_route() {
+        let mock = slow_summaries().await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+        let archive = ctxkeeper_store::open_archive(dir.path().to_str().unwrap())
+            .await
+            .unwrap();
+        let sessions = Sessions::new(store, archive, policy(), profiles(), 16)
+            .with_summarizer_choice(crate::summarize::SummarizerChoice::Upstream { model: None })
+            .with_summary_preparation(None);
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("x-api-key", SECRET.parse().unwrap());
+        headers.insert("anthropic-version", "2023-06-01".parse().unwrap());
+        headers.insert("content-type", "application/json".parse().unwrap());
+        let route = Arc::new(UpstreamRoute {
+            client: reqwest::Client::new(),
+            url: format!("{}/v1/messages", mock.anthropic_base_url()),
+            headers,
+            wire: ctxkeeper_core::formats::Wire::Anthropic,
+            model: Some("sum-model".into()),
+            tools: Vec::new(),
+            timeout: Duration::from_secs(300),
+        });
+        let key = SessionKey::simple("dropped").unwrap();
+        let mut dropped = false;
+        for turns in 1..20 {
+            let request = ctxkeeper_core::formats::Wire::Anthropic
+                .parse_request_owned(anthropic_body(turns))
+                .unwrap();
+            let incoming = Incoming::new(request.model, request.messages, &[])
+                .with_route(Some(route.clone()));
+            let step = sessions.step(&key, &incoming, &[]);
+            tokio::select! {
+                done = step => { done.unwrap(); }
+                () = summary_in_flight(&mock) => {
+                    dropped = true;
+                    break;
+                }
+            }
+        }
+        assert!(dropped, "the window forced a summary");
+        assert_eq!(resting_summarizer(&sessions, &key).await, "extractive");
+        assert_eq!(
+            Arc::strong_count(&route),
+            1,
+            "something of the dropped step still holds the caller's route (and its key)"
+        );
+    }
+}
