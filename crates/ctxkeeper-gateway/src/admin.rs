@@ -20,7 +20,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ctxkeeper_store::{SearchQuery, SessionFilter, SessionKey, StoreError};
@@ -28,11 +28,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Gateway;
-use crate::error::{ApiError, Flavor};
+use crate::error::ApiError;
 use crate::identity::{TENANT_HEADER, TenantRule};
 use crate::sessions::PatchError;
-
-const FLAVOR: Flavor = Flavor::OpenAi;
 
 /// The admin routes, to be nested under `/admin`.
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -64,10 +62,7 @@ pub(crate) fn authorize_with(
     headers: &HeaderMap,
 ) -> Result<String, ApiError> {
     if admin_token.is_none() && !tenants.has_tokens() {
-        return Err(ApiError::new(
-            FLAVOR,
-            StatusCode::FORBIDDEN,
-            "permission_error",
+        return Err(ApiError::forbidden(
             "the admin API is disabled: start the gateway with --admin-token (or --tenant-token \
              for tenant-scoped access) to enable it",
         ));
@@ -79,11 +74,11 @@ pub(crate) fn authorize_with(
         .unwrap_or("");
     let named = match headers.get(TENANT_HEADER) {
         Some(value) => {
-            let tenant = value.to_str().map_err(|_| {
-                ApiError::invalid_request(FLAVOR, "x-ctxkeeper-tenant is not ASCII")
-            })?;
+            let tenant = value
+                .to_str()
+                .map_err(|_| ApiError::invalid_request("x-ctxkeeper-tenant is not ASCII"))?;
             ctxkeeper_store::state::validate_identifier("tenant", tenant)
-                .map_err(|e| ApiError::invalid_request(FLAVOR, e.to_string()))?;
+                .map_err(|e| ApiError::invalid_request(e.to_string()))?;
             Some(tenant)
         }
         None => None,
@@ -96,11 +91,9 @@ pub(crate) fn authorize_with(
     match tenants.token_tenant(given) {
         Some(tenant) if named.is_none_or(|named| named == tenant) => Ok(tenant.to_string()),
         Some(_) => Err(ApiError::forbidden(
-            FLAVOR,
             "this tenant token does not reach the tenant x-ctxkeeper-tenant names",
         )),
         None => Err(ApiError::unauthorized(
-            FLAVOR,
             "missing or wrong admin token (Authorization: Bearer <admin-token or tenant token>)",
         )),
     }
@@ -118,15 +111,15 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 fn key(tenant: &str, id: &str) -> Result<SessionKey, ApiError> {
     SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, id)
-        .map_err(|e| ApiError::invalid_request(FLAVOR, e.to_string()))
+        .map_err(|e| ApiError::invalid_request(e.to_string()))
 }
 
 fn store_error(err: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(FLAVOR, err.to_string())
+    ApiError::internal(err.to_string())
 }
 
 fn not_found(id: &str) -> ApiError {
-    ApiError::not_found(FLAVOR, format!("no session {id:?} in this tenant"))
+    ApiError::not_found(format!("no session {id:?} in this tenant"))
 }
 
 async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Result<Response, ApiError> {
@@ -244,10 +237,9 @@ async fn patch_policy(
     match gw.sessions.patch_overrides(&key, patch).await {
         Ok(Some(merged)) => Ok(axum::Json(json!({"id": id, "overrides": merged})).into_response()),
         Ok(None) => Err(not_found(&id)),
-        Err(PatchError::Invalid(message)) => Err(ApiError::invalid_request(
-            FLAVOR,
-            format!("invalid policy override: {message}"),
-        )),
+        Err(PatchError::Invalid(message)) => Err(ApiError::invalid_request(format!(
+            "invalid policy override: {message}"
+        ))),
         Err(PatchError::Session(err)) => Err(store_error(err)),
     }
 }
@@ -255,27 +247,25 @@ async fn patch_policy(
 /// A policy fragment: JSON when the content type says so, else TOML.
 fn parse_fragment(headers: &HeaderMap, body: &[u8]) -> Result<toml::Table, ApiError> {
     let text = std::str::from_utf8(body)
-        .map_err(|_| ApiError::invalid_request(FLAVOR, "the policy fragment is not UTF-8"))?;
+        .map_err(|_| ApiError::invalid_request("the policy fragment is not UTF-8"))?;
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("json"));
     if is_json {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| ApiError::invalid_request(FLAVOR, format!("malformed JSON: {e}")))?;
+            .map_err(|e| ApiError::invalid_request(format!("malformed JSON: {e}")))?;
         if !value.is_object() {
             return Err(ApiError::invalid_request(
-                FLAVOR,
                 "the policy fragment must be a JSON object",
             ));
         }
         toml::Table::try_from(value).map_err(|e| {
-            ApiError::invalid_request(FLAVOR, format!("not a policy fragment (no nulls): {e}"))
+            ApiError::invalid_request(format!("not a policy fragment (no nulls): {e}"))
         })
     } else {
-        toml::from_str(text).map_err(|e| {
-            ApiError::invalid_request(FLAVOR, format!("malformed TOML: {}", e.message()))
-        })
+        toml::from_str(text)
+            .map_err(|e| ApiError::invalid_request(format!("malformed TOML: {}", e.message())))
     }
 }
 
@@ -304,7 +294,7 @@ async fn search(
         .search(&query)
         .await
         .map_err(|e| match e {
-            StoreError::InvalidInput(message) => ApiError::invalid_request(FLAVOR, message),
+            StoreError::InvalidInput(message) => ApiError::invalid_request(message),
             other => store_error(other),
         })?;
     let hits: Vec<Value> = hits

@@ -3,8 +3,9 @@
 //!
 //! - [`config`]: [`GatewayConfig`] and the TOML configuration file;
 //! - [`router`]: the axum [`Router`](axum::Router) ([`router::router`]) and [`router::serve`];
-//! - [`proxy`]: the model endpoints (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
-//!   `/v1/models`), overflow recovery and pass-through of upstream errors;
+//! - [`http`]: the model endpoints (`/v1/chat/completions`, `/v1/responses`, `/v1/messages`,
+//!   `/v1/models`) as a request walks through them: intake, interpretation, the managed
+//!   session, the upstream (overflow recovery, pass-through of upstream errors), delivery;
 //! - [`sessions`]: recognising the part of a resent history already seen, persisting with
 //!   compare-and-swap, per-session events;
 //! - [`identity`]: tenant, session and message fingerprints;
@@ -31,10 +32,10 @@ pub mod compaction_items;
 pub mod config;
 pub mod early;
 pub mod error;
+pub mod http;
 pub mod identity;
 pub mod limits;
 pub mod metrics;
-pub mod proxy;
 pub mod repair;
 pub mod resent;
 pub mod router;
@@ -46,7 +47,8 @@ pub mod ui;
 use std::sync::Arc;
 
 pub use config::GatewayConfig;
-pub use router::{GatewayError, Server, router, serve};
+pub use error::GatewayError;
+pub use router::{Server, router, serve};
 
 use crate::metrics::Metrics;
 use crate::sessions::Sessions;
@@ -72,25 +74,17 @@ impl Gateway {
         config
             .validate()
             .map_err(|e| GatewayError::Config(e.to_string()))?;
+        let opening = |what: String| move |source| GatewayError::Store { what, source };
+        let redacted = ctxkeeper_store::redact(&config.store_url);
         let store = ctxkeeper_store::open_store(&config.store_url)
             .await
-            .map_err(|e| {
-                GatewayError::Store(format!(
-                    "{}: {e}",
-                    ctxkeeper_store::redact(&config.store_url)
-                ))
-            })?;
+            .map_err(opening(redacted.to_string()))?;
         let archive = ctxkeeper_store::open_archive(&config.workspace)
             .await
-            .map_err(|e| GatewayError::Store(format!("archive {}: {e}", config.workspace)))?;
+            .map_err(opening(format!("archive {}", config.workspace)))?;
         let bus = ctxkeeper_store::open_event_bus(&config.store_url)
             .await
-            .map_err(|e| {
-                GatewayError::Store(format!(
-                    "events of {}: {e}",
-                    ctxkeeper_store::redact(&config.store_url)
-                ))
-            })?;
+            .map_err(opening(format!("events of {redacted}")))?;
         let metrics = Arc::new(Metrics::default());
         let sessions = Sessions::new(
             store,
@@ -126,7 +120,7 @@ impl Gateway {
             .timeout(config.upstream_deadline)
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .build()
-            .map_err(|e| GatewayError::Config(format!("HTTP client: {e}")))?;
+            .map_err(GatewayError::Client)?;
         let inflight = limits::InflightBytes::new(config.max_inflight_bytes, metrics.clone());
         let resent = resent::ResentPrefixes::new(config.resent_prefix_bytes);
         Ok(Arc::new(Gateway {
@@ -157,7 +151,11 @@ fn open_memory(
         );
         return Ok(None);
     };
-    let memory = ctxkeeper_store::memory::LongTermMemory::new(&dir)
-        .map_err(|e| GatewayError::Store(format!("long-term memory in {}: {e}", dir.display())))?;
+    let memory = ctxkeeper_store::memory::LongTermMemory::new(&dir).map_err(|source| {
+        GatewayError::Store {
+            what: format!("long-term memory in {}", dir.display()),
+            source,
+        }
+    })?;
     Ok(Some(Arc::new(memory)))
 }

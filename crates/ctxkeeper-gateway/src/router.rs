@@ -3,7 +3,7 @@
 //!
 //! | route | |
 //! | --- | --- |
-//! | `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` | managed model calls ([`proxy`](crate::proxy)) |
+//! | `POST /v1/chat/completions`, `POST /v1/responses`, `POST /v1/messages` | managed model calls ([`http`](crate::http)) |
 //! | `GET /v1/models`, `GET /v1/models/{id}`, `POST /v1/messages/count_tokens` | passed through |
 //! | `GET /v1/sessions/{id}/events` | the session's events as server-sent events |
 //! | `GET /metrics` | Prometheus text |
@@ -23,10 +23,10 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use ctxkeeper_store::SessionKey;
 use ctxkeeper_store::events::Delivery;
 use futures_util::Stream;
@@ -37,44 +37,14 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use crate::error::{ApiError, Flavor};
+use crate::error::{ApiError, GatewayError, Kind};
 use crate::sessions::SessionEvent;
-use crate::{Gateway, GatewayConfig, admin, proxy};
-
-/// Errors starting or running the gateway.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum GatewayError {
-    /// An invalid setting.
-    Config(String),
-    /// The session store or the archive could not be opened.
-    Store(String),
-    /// Binding or serving failed.
-    Io(std::io::Error),
-}
-
-impl std::fmt::Display for GatewayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GatewayError::Config(message) => write!(f, "configuration: {message}"),
-            GatewayError::Store(message) => write!(f, "store: {message}"),
-            GatewayError::Io(err) => write!(f, "server: {err}"),
-        }
-    }
-}
-
-impl std::error::Error for GatewayError {}
+use crate::{Gateway, GatewayConfig, admin, http};
 
 /// Every route of the gateway over `gateway`.
 pub fn router(gateway: Arc<Gateway>) -> Router {
     let console = crate::ui::Console::for_gateway(&gateway).router();
-    Router::new()
-        .route("/v1/chat/completions", post(proxy::chat_completions))
-        .route("/v1/responses", post(proxy::responses))
-        .route("/v1/messages", post(proxy::messages))
-        .route("/v1/messages/count_tokens", post(proxy::count_tokens))
-        .route("/v1/models", get(proxy::models))
-        .route("/v1/models/{id}", get(proxy::models))
+    http::endpoint::routes()
         .route("/v1/sessions/{id}/events", get(events))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -115,14 +85,9 @@ async fn events(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    let bad =
-        |e: ctxkeeper_store::StoreError| ApiError::invalid_request(Flavor::OpenAi, e.to_string());
-    let tenant = gw
-        .config
-        .tenants
-        .resolve(&headers)
-        .map_err(|e| ApiError::tenant(Flavor::OpenAi, e))?;
-    let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, id).map_err(bad)?;
+    let tenant = gw.config.tenants.resolve(&headers)?;
+    let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, id)
+        .map_err(|e| ApiError::caused_by(StatusCode::BAD_REQUEST, Kind::InvalidRequest, e))?;
     let subscription = gw.sessions.subscribe(&key);
     let stream = futures_util::stream::unfold(subscription, |mut subscription| async move {
         let event = match subscription.recv().await? {

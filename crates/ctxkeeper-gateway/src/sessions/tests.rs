@@ -736,7 +736,8 @@ mod cancelled {
         let mut messages = Vec::new();
         for i in 0..turns {
             messages.push(json!({"role": "user", "content": format!("Step {i}: go on.")}));
-            messages.push(json!({"role": "assistant", "content": format!("work {i} ").repeat(300)}));
+            messages
+                .push(json!({"role": "assistant", "content": format!("work {i} ").repeat(300)}));
         }
         messages.push(json!({"role": "user", "content": "Continue."}));
         json!({"model": "sum-model", "max_tokens": 256, "messages": messages})
@@ -870,8 +871,8 @@ mod cancelled {
             let request = ctxkeeper_core::formats::Wire::Anthropic
                 .parse_request_owned(anthropic_body(turns))
                 .unwrap();
-            let incoming = Incoming::new(request.model, request.messages, &[])
-                .with_route(Some(route.clone()));
+            let incoming =
+                Incoming::new(request.model, request.messages, &[]).with_route(Some(route.clone()));
             let step = sessions.step(&key, &incoming, &[]);
             tokio::select! {
                 done = step => { done.unwrap(); }

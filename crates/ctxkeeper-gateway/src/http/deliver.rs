@@ -1,0 +1,182 @@
+//! Deliver: the answer the client gets.
+//!
+//! An upstream answer goes to the client as the upstream sent it (status, headers but the
+//! hop-by-hop ones, body): read whole, or streamed on as it arrives after the opening the
+//! gateway held back ([`super::upstream::Answer`]). For a managed session the usage it reports
+//! is fed back ([`crate::sessions::Sessions::observe_usage`]): at once for a whole body, at
+//! the end of a stream. A managed answer carries the gateway's report in `x-ctxkeeper-*`
+//! headers ([`Report`]). A Responses compaction the gateway answers itself is delivered here
+//! too, as one `compaction` item, whole or as server-sent events ([`compaction`]).
+
+use std::io;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use ctxkeeper_store::SessionKey;
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::upstream::{Answer, ByteStream};
+use crate::Gateway;
+use crate::compaction_items::CompactionAnswer;
+use crate::streaming::{SseUsage, input_tokens};
+
+/// What the gateway reports on an answer (`x-ctxkeeper-*` headers).
+#[derive(Debug, Clone)]
+pub(super) struct Report {
+    pub session: String,
+    pub budget_used_pct: f64,
+    pub compacted: bool,
+    pub input_tokens: u64,
+}
+
+impl Report {
+    /// The report on a request the gateway forwarded untouched.
+    pub fn unmanaged(session: String) -> Report {
+        Report {
+            session,
+            budget_used_pct: 0.0,
+            compacted: false,
+            input_tokens: 0,
+        }
+    }
+
+    fn apply(&self, headers: &mut HeaderMap) {
+        let pairs = [
+            ("x-ctxkeeper-session", self.session.clone()),
+            (
+                "x-ctxkeeper-budget-used",
+                format!("{:.2}", self.budget_used_pct),
+            ),
+            ("x-ctxkeeper-compacted", self.compacted.to_string()),
+            ("x-ctxkeeper-input-tokens", self.input_tokens.to_string()),
+        ];
+        for (name, value) in pairs {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+    }
+}
+
+/// Builds the client's response from an upstream answer; for a managed session (`key`), the
+/// usage it reports is fed back (at once for a plain body, at the end of a stream).
+pub(super) async fn answer(
+    gw: &Arc<Gateway>,
+    answer: Answer,
+    key: Option<&SessionKey>,
+    report: Option<&Report>,
+) -> Response {
+    match answer {
+        Answer::Whole {
+            status,
+            headers,
+            body,
+        } => {
+            if status.is_success()
+                && let Some(key) = key
+                && let Ok(value) = serde_json::from_slice::<Value>(&body)
+                && let Some(tokens) = input_tokens(&value)
+            {
+                gw.sessions.observe_usage(key, tokens).await;
+            }
+            whole(status, headers, body, report)
+        }
+        Answer::Stream {
+            status,
+            headers,
+            held,
+            rest,
+            ..
+        } => stream(
+            gw.clone(),
+            status,
+            headers,
+            held,
+            rest,
+            key.cloned(),
+            report,
+        ),
+    }
+}
+
+/// A whole body with the upstream's status and headers.
+pub(super) fn whole(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    report: Option<&Report>,
+) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    if let Some(report) = report {
+        report.apply(response.headers_mut());
+    }
+    response
+}
+
+/// Streams the upstream's answer to the client unchanged (the held-back opening first, then
+/// the rest as it arrives), reading its usage on the way.
+fn stream(
+    gw: Arc<Gateway>,
+    status: StatusCode,
+    headers: HeaderMap,
+    held: Vec<Bytes>,
+    rest: ByteStream,
+    key: Option<SessionKey>,
+    report: Option<&Report>,
+) -> Response {
+    let upstream = futures_util::stream::iter(held.into_iter().map(Ok)).chain(rest);
+    let upstream = Box::pin(upstream);
+    let finish = key.map(|key| (gw, key));
+    let body = futures_util::stream::unfold(
+        (upstream, SseUsage::default(), finish),
+        |(mut upstream, mut usage, mut finish)| async move {
+            match upstream.next().await {
+                Some(Ok(chunk)) => {
+                    usage.feed(&chunk);
+                    Some((Ok::<Bytes, io::Error>(chunk), (upstream, usage, finish)))
+                }
+                Some(Err(err)) => {
+                    // The client sees the stream break off, as it would without the gateway.
+                    finish = None;
+                    Some((Err(io::Error::other(err)), (upstream, usage, finish)))
+                }
+                None => {
+                    if let (Some((gw, key)), Some(tokens)) = (finish.take(), usage.input_tokens()) {
+                        gw.sessions.observe_usage(&key, tokens).await;
+                    }
+                    None
+                }
+            }
+        },
+    );
+    let mut out = Response::new(Body::from_stream(body));
+    *out.status_mut() = status;
+    *out.headers_mut() = headers;
+    if let Some(report) = report {
+        report.apply(out.headers_mut());
+    }
+    out
+}
+
+/// A Responses compaction answered by the gateway: one compaction item, as server-sent
+/// events when the client asked for a stream.
+pub(super) fn compaction(answer: &CompactionAnswer, stream: bool, report: &Report) -> Response {
+    let mut response = if stream {
+        let mut response = Response::new(Body::from(answer.events().concat()));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        response
+    } else {
+        axum::Json(answer.body()).into_response()
+    };
+    report.apply(response.headers_mut());
+    response
+}
