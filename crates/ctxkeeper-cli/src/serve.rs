@@ -10,9 +10,9 @@ use clap::Args;
 use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper_gateway::assembly::ContextProvider;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, policy_preset};
-use ctxkeeper_gateway::identity::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_gateway::router::Server;
 use ctxkeeper_gateway::summarize::SummarizerChoice;
+use ctxkeeper_gateway::tenancy::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal, TenantResolver};
 
 use crate::trace_input::InputError;
@@ -350,7 +350,7 @@ pub(crate) fn mcp_options(args: &ServeArgs, config: &GatewayConfig) -> Result<Op
         tenant: args
             .mcp_tenant
             .clone()
-            .unwrap_or_else(|| ctxkeeper_gateway::identity::DEFAULT_TENANT.to_string()),
+            .unwrap_or_else(|| ctxkeeper_gateway::tenancy::DEFAULT_TENANT.to_string()),
         session: None,
         policy: config.policy.clone(),
         model,

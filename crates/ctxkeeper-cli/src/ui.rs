@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use ctxkeeper_gateway::identity::TenantRule;
+use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_gateway::ui::{Access, Console};
 
 use crate::trace_input::InputError;

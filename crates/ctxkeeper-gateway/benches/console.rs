@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use ctxkeeper_core::engine::presets;
 use ctxkeeper_core::model::{Message, Part};
 use ctxkeeper_core::tokens::Profiles;
-use ctxkeeper_gateway::identity::TenantRule;
 use ctxkeeper_gateway::sessions::{Incoming, Sessions};
+use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_gateway::ui::{Access, Console};
 use ctxkeeper_store::SessionKey;
 

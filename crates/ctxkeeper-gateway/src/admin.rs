@@ -29,8 +29,8 @@ use serde_json::{Value, json};
 
 use crate::Gateway;
 use crate::error::ApiError;
-use crate::identity::{TENANT_HEADER, TenantRule};
 use crate::sessions::PatchError;
+use crate::tenancy::{TENANT_HEADER, TenantRule};
 
 /// The admin routes, to be nested under `/admin`.
 pub fn routes() -> Router<Arc<Gateway>> {
@@ -86,7 +86,7 @@ pub(crate) fn authorize_with(
     if let Some(expected) = admin_token
         && constant_time_eq(given.as_bytes(), expected.as_bytes())
     {
-        return Ok(named.unwrap_or(crate::identity::DEFAULT_TENANT).to_string());
+        return Ok(named.unwrap_or(crate::tenancy::DEFAULT_TENANT).to_string());
     }
     match tenants.token_tenant(given) {
         Some(tenant) if named.is_none_or(|named| named == tenant) => Ok(tenant.to_string()),

@@ -37,8 +37,8 @@ use serde::Deserialize;
 
 use crate::assembly::ContextProvider;
 use crate::compaction_items::ResponsesCompaction;
-use crate::identity::TenantRule;
 use crate::summarize::SummarizerChoice;
+use crate::tenancy::TenantRule;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";

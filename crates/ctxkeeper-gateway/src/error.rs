@@ -263,9 +263,9 @@ impl std::error::Error for ApiError {
 }
 
 /// A request refused by the tenant rule, with the status its cause calls for.
-impl From<crate::identity::TenantError> for ApiError {
-    fn from(err: crate::identity::TenantError) -> ApiError {
-        use crate::identity::TenantError;
+impl From<crate::tenancy::TenantError> for ApiError {
+    fn from(err: crate::tenancy::TenantError) -> ApiError {
+        use crate::tenancy::TenantError;
         let (status, kind) = match &err {
             TenantError::Malformed(_) => (StatusCode::BAD_REQUEST, Kind::InvalidRequest),
             TenantError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, Kind::Authentication),

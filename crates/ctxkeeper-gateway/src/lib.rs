@@ -8,7 +8,9 @@
 //!   session, the upstream (overflow recovery, pass-through of upstream errors), delivery;
 //! - [`sessions`]: recognising the part of a resent history already seen, persisting with
 //!   compare-and-swap, per-session events;
-//! - [`identity`]: tenant, session and message fingerprints;
+//! - [`tenancy`]: who a request belongs to (the security boundary); [`identity`]: which
+//!   session it continues, and message fingerprints; [`cache_hints`]: the client's cache
+//!   markers on a managed context;
 //! - [`streaming`]: `usage` from streamed and plain answers;
 //! - [`admin`]: the admin API; [`ui`]: the web console; [`metrics`]: Prometheus metrics; [`error`]: errors in each
 //!   provider's shape; [`limits`]: the cap on request bytes in flight.
@@ -28,6 +30,7 @@
 
 pub mod admin;
 pub mod assembly;
+pub mod cache_hints;
 pub mod compaction_items;
 pub mod config;
 pub mod early;
@@ -42,6 +45,7 @@ pub mod router;
 pub mod sessions;
 pub mod streaming;
 pub mod summarize;
+pub mod tenancy;
 pub mod ui;
 
 use std::sync::Arc;

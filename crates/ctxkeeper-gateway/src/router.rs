@@ -13,7 +13,7 @@
 //! | `/ui/…` | the [web console](crate::ui) |
 //!
 //! The events of a session are visible to its tenant only: the tenant is resolved exactly as
-//! for model calls ([`TenantRule`](crate::identity::TenantRule): a tenant token, else the API
+//! for model calls ([`TenantRule`](crate::tenancy::TenantRule): a tenant token, else the API
 //! key's hash; `x-ctxkeeper-tenant` only where the operator trusts it).
 
 use std::convert::Infallible;

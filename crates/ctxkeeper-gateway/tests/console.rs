@@ -9,7 +9,7 @@ mod common;
 use std::net::SocketAddr;
 
 use common::{chat_history, client, config, mock, start};
-use ctxkeeper_gateway::identity::TenantRule;
+use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_gateway::ui::{Access, CONTENT_SECURITY_POLICY, Console};
 use serde_json::json;
 

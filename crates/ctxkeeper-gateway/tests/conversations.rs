@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{client, config, filler, mock};
 use ctxkeeper_core::tokens::Profiles;
-use ctxkeeper_gateway::identity::TenantRule;
 use ctxkeeper_gateway::metrics::Metrics;
+use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_store::{HistoryPage, SessionFilter};
 use serde_json::{Value, json};
 

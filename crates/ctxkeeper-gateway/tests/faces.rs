@@ -25,7 +25,7 @@ const KEY: &str = "Bearer sk-faces-0123456789";
 fn tenant() -> String {
     let mut headers = axum::http::HeaderMap::new();
     headers.insert("authorization", KEY.parse().unwrap());
-    ctxkeeper_gateway::identity::TenantRule::default()
+    ctxkeeper_gateway::tenancy::TenantRule::default()
         .resolve(&headers)
         .unwrap()
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use common::{SMALL_MODEL, chat_history, client, config, filler, mock, start, tools};
-use ctxkeeper_gateway::identity::TenantRule;
 use ctxkeeper_gateway::metrics::Metrics;
+use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_store::{HistoryPage, SessionKey};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -64,7 +64,7 @@ async fn resent_history_is_ingested_once_and_forwarded_whole() {
         chat_history(3, 300).len()
     );
     // The session log holds every client message exactly once.
-    let tenant = ctxkeeper_gateway::identity::TenantRule::default()
+    let tenant = ctxkeeper_gateway::tenancy::TenantRule::default()
         .resolve(&{
             let mut h = axum::http::HeaderMap::new();
             h.insert("authorization", KEY.parse().unwrap());

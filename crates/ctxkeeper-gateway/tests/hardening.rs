@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{chat_history, client, config, mock, start};
-use ctxkeeper_gateway::identity::TenantRule;
 use ctxkeeper_gateway::metrics::Metrics;
+use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_store::{HistoryPage, SessionFilter, SessionKey};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -68,7 +68,7 @@ async fn scale_out(store_url: &str) {
         .unwrap();
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     // These replicas sit behind a proxy that names the tenant.
-    cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
+    cfg.tenants = ctxkeeper_gateway::tenancy::TenantRule::default().trust_header(true);
     // Exact counts: a gateway that reloads a session counts it as a warm one does, so the
     // compactions are comparable with the single-gateway reference. The fixed trigger: the
     // economic one reads the provider's usage reports, which only the replica that served a
@@ -188,7 +188,7 @@ async fn a_moving_session_compacts_within_a_step_of_one_gateway() {
         .await
         .unwrap();
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
-    cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
+    cfg.tenants = ctxkeeper_gateway::tenancy::TenantRule::default().trust_header(true);
     assert!(cfg.policy.cost.as_ref().is_some_and(|c| c.enabled));
     let a = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
     let b = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
@@ -273,7 +273,7 @@ async fn events_cross_replicas(store_url: &str) {
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.store_url = store_url.to_string();
     cfg.workspace = dir.path().join("archive").display().to_string();
-    cfg.tenants = ctxkeeper_gateway::identity::TenantRule::default().trust_header(true);
+    cfg.tenants = ctxkeeper_gateway::tenancy::TenantRule::default().trust_header(true);
     let a = common::start(cfg.clone()).await;
     let b = common::start(cfg).await;
     let session = unique("events");

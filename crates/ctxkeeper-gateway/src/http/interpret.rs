@@ -35,10 +35,11 @@ use super::intake::Received;
 use crate::Gateway;
 use crate::compaction_items;
 use crate::error::ApiError;
-use crate::identity::{self, TenantError};
+use crate::identity;
 use crate::limits::BodyPermit;
 use crate::metrics::Metrics;
 use crate::resent::Reading;
+use crate::tenancy::TenantError;
 
 /// Why a request was refused before any session saw it.
 #[derive(Debug, thiserror::Error)]

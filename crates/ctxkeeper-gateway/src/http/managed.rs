@@ -10,7 +10,7 @@
 //!    ([`crate::summarize::UpstreamRoute`], held by the step, never by the session).
 //! 4. The body: the client's own bytes when the context is verbatim theirs and nothing was
 //!    repaired or added, else the managed context emitted in the client's format with its
-//!    current cache hints ([`crate::identity::carry_cache_hints`]).
+//!    current cache hints ([`crate::cache_hints::carry_cache_hints`]).
 //! 5. Forwarding: a context-overflow answer ([`ctxkeeper_core::overflow::classify`]) is
 //!    recovered by compacting harder and sending again, within the policy's bound and the
 //!    session's circuit breaker; any other failure goes to the client as the upstream sent
@@ -36,6 +36,7 @@ use super::deliver::{self, Report};
 use super::interpret::Interpreted;
 use super::upstream::Upstream;
 use crate::Gateway;
+use crate::cache_hints;
 use crate::compaction_items::CompactionAnswer;
 use crate::early::same_buffer;
 use crate::error::ApiError;
@@ -241,7 +242,7 @@ impl Managed {
     /// Emits the request with the managed `messages` in place of the client's, carrying the
     /// client's current cache hints.
     fn emit(&mut self, mut messages: Vec<Message>) -> Bytes {
-        identity::carry_cache_hints(
+        cache_hints::carry_cache_hints(
             &self.incoming.messages,
             &self.incoming.hashes,
             &mut messages,

@@ -46,6 +46,7 @@ mod prepare;
 mod slot;
 #[cfg(test)]
 mod tests;
+pub mod timeline;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -532,7 +533,7 @@ impl Sessions {
                 let model = slot.live.as_ref().map(|live| live.model.clone());
                 let (events, at) = (&outbox.events, now_ms());
                 let slot = &mut *slot;
-                crate::ui::timeline::record_step(
+                crate::sessions::timeline::record_step(
                     &mut slot.extensions,
                     &mut slot.journal,
                     events,

@@ -78,7 +78,7 @@ pub(super) struct Slot {
     pub(super) extensions: BTreeMap<String, Value>,
     /// The records the gateway appends as steps commit (the console's timeline): those of
     /// the stored generation, then the ones not yet saved. Bounded when a new generation is
-    /// written ([`crate::ui::timeline::bound`]).
+    /// written ([`crate::sessions::timeline::bound`]).
     pub(super) journal: Vec<Value>,
     pub(super) unknown: Map<String, Value>,
     /// Engine-record fields this build does not know, kept for the next save.
@@ -291,7 +291,7 @@ impl Sessions {
                 )
         });
         if append.is_none() {
-            crate::ui::timeline::bound(&mut slot.journal);
+            crate::sessions::timeline::bound(&mut slot.journal);
         }
         let parts = SnapshotRef {
             context: slot.state_ref().unwrap_or(&empty),

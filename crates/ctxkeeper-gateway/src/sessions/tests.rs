@@ -176,7 +176,7 @@ async fn a_step_that_only_appended_saves_only_what_it_appended() {
     assert_eq!(loaded.state.context, conversation(4));
     // The timeline survives in the store: four points, read by another process.
     let timeline =
-        crate::ui::timeline::Timeline::read(&loaded.state.extensions, &loaded.state.trail);
+        crate::sessions::timeline::Timeline::read(&loaded.state.extensions, &loaded.state.trail);
     assert_eq!((timeline.steps.len(), timeline.totals.requests), (4, 4));
     assert_eq!(loaded.generation, Some(1));
 }

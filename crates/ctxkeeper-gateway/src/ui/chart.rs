@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::timeline::Timeline;
+use crate::sessions::timeline::Timeline;
 
 const WIDTH: f64 = 880.0;
 const HEIGHT: f64 = 260.0;
@@ -148,7 +148,7 @@ pub fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ui::timeline::{CompactionRecord, StepPoint};
+    use crate::sessions::timeline::{CompactionRecord, StepPoint};
 
     #[test]
     fn one_point_per_request_and_a_marker_per_compaction() {

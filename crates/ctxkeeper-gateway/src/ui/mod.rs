@@ -27,7 +27,7 @@
 //! carries a strict Content-Security-Policy (no inline script or style, nothing from other
 //! origins) and is not cached. No token, API key or store URL is ever rendered.
 //!
-//! The data: the session's state (its context, and the [`timeline`] the gateway records in it
+//! The data: the session's state (its context, and the [`timeline`](crate::sessions::timeline) the gateway records in it
 //! with every committed step), its log (full-text search) and the archive (read, grep). The
 //! same pages run inside `ctxkeeper serve` ([`Console::for_gateway`]) and over a store alone
 //! (`ctxkeeper ui`, [`Console::standalone`]).
@@ -35,7 +35,6 @@
 mod archive_text;
 pub mod chart;
 mod pages;
-pub mod timeline;
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -55,9 +54,9 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_perc
 use serde::Deserialize;
 
 use crate::Gateway;
-use crate::identity::{TENANT_HEADER, TenantRule};
 use crate::metrics::Metrics;
 use crate::sessions::Subscription;
+use crate::tenancy::{TENANT_HEADER, TenantRule};
 
 /// The cookie the login form sets.
 const COOKIE: &str = "ctxkeeper_console";
@@ -271,7 +270,7 @@ impl Console {
         let access = &self.inner.access;
         if access.open() {
             return if access.loopback && loopback_host(headers) {
-                Ok(crate::identity::DEFAULT_TENANT.to_string())
+                Ok(crate::tenancy::DEFAULT_TENANT.to_string())
             } else {
                 Err(Denied::Disabled)
             };

@@ -14,8 +14,8 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::chart::{self, thousands};
 use super::metrics_figures;
-use super::timeline::{CompactionRecord, Timeline, Totals};
 use super::{ARCHIVE_PAGE, Caller, Console, PageError, enc};
+use crate::sessions::timeline::{CompactionRecord, Timeline, Totals};
 
 /// Compactions listed per page of a session.
 const COMPACTIONS_PER_PAGE: usize = 20;

@@ -1,7 +1,9 @@
 //! A session's timeline: one point per committed request (when, the input tokens the gateway
 //! sent, the window, what the agent would have sent unmanaged) and one record per compaction
 //! (trigger, stages, tokens and messages before and after, the archived items), kept in the
-//! session's state.
+//! session's state. The session layer writes it ([`Sessions::commit`](super::Sessions::commit));
+//! the web console ([`crate::ui`]) and anything else that shows a session's history read it
+//! ([`Timeline::read`]).
 //!
 //! Events are published, not stored, and the session log holds only messages: without this
 //! record a console started later (or `ctxkeeper ui` over a store on another host) could not
