@@ -110,12 +110,7 @@ pub fn compute_series(request: &SeriesRequest) -> Result<Series> {
     };
     let mut policies = Vec::new();
     for policy in names {
-        let config = presets::preset(&policy).with_context(|| {
-            format!(
-                "unknown policy {policy:?} (available: {})",
-                presets::NAMES.join(", ")
-            )
-        })?;
+        let config = presets::lookup(&policy)?;
         let workspace = tempfile::tempdir().context("cannot create a scratch archive")?;
         let offloader = Arc::new(LocalWorkspace::new(workspace.path())?);
         let summarizer = Arc::new(ExtractiveSummarizer::default());

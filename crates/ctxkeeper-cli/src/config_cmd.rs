@@ -19,7 +19,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use ctxkeeper::store::redact;
-use ctxkeeper_gateway::config::GatewayConfig;
+use ctxkeeper_gateway::config::{GatewayConfig, GatewaySettings};
 
 use crate::serve::{self, ServeArgs};
 use crate::trace_input::InputError;
@@ -62,78 +62,12 @@ pub fn run(args: &ConfigArgs) -> Result<()> {
     }
 }
 
-/// The effective settings as a TOML document with `[gateway]`, `[policy]` and `[models]`.
+/// The effective settings as a TOML document with `[gateway]` (the same
+/// [`GatewaySettings`] a file's `[gateway]` is read into), `[policy]` and `[models]`.
 fn render(config: &GatewayConfig) -> Result<String> {
     use toml::Value;
-    let mut gateway = toml::Table::new();
-    let mut put = |key: &str, value: Value| {
-        gateway.insert(key.to_string(), value);
-    };
-    let seconds =
-        |d: std::time::Duration| Value::Integer(d.as_secs().try_into().unwrap_or(i64::MAX));
-    let count = |n: usize| Value::Integer(n.try_into().unwrap_or(i64::MAX));
-    put("listen", Value::String(config.listen.to_string()));
-    put("upstream", Value::String(config.upstream.clone()));
-    put(
-        "anthropic_upstream",
-        Value::String(config.anthropic_upstream.clone()),
-    );
-    put("store", Value::String(redact(&config.store_url)));
-    put("workspace", Value::String(redact(&config.workspace)));
-    put(
-        "trust_tenant_header",
-        Value::Boolean(config.tenants.trusts_header()),
-    );
-    put("body_limit", count(config.body_limit));
-    put("max_inflight_bytes", count(config.max_inflight_bytes));
-    put("connect_timeout_secs", seconds(config.connect_timeout));
-    put("upstream_timeout_secs", seconds(config.upstream_timeout));
-    put("upstream_deadline_secs", seconds(config.upstream_deadline));
-    put("header_timeout_secs", seconds(config.header_timeout));
-    put("body_timeout_secs", seconds(config.body_timeout));
-    put("session_idle_secs", seconds(config.session_idle));
-    put("session_cache", count(config.session_cache));
-    put("resent_prefix_bytes", count(config.resent_prefix_bytes));
-    put("forward_early_from_bytes", count(config.forward_early_from));
-    // The effective value: the policy's wish resolved.
-    put(
-        "memory",
-        Value::Boolean(config.memory_enabled() && config.workspace_dir().is_some()),
-    );
-    put(
-        "context_providers",
-        Value::Array(
-            config
-                .context_providers
-                .iter()
-                .map(|p| Value::String(p.name().to_string()))
-                .collect(),
-        ),
-    );
-    put("repair", Value::Boolean(config.repair));
-    put(
-        "max_consecutive_recoveries",
-        Value::Integer(config.max_consecutive_recoveries.into()),
-    );
-    // `upstream[:MODEL]`, `extractive`, `openai:MODEL`, `anthropic:MODEL`.
-    let summarizer = config.summarizer.name();
-    let (kind, model) = summarizer
-        .split_once(':')
-        .map_or((summarizer.as_str(), None), |(k, m)| (k, Some(m)));
-    put("summarizer", Value::String(kind.to_string()));
-    if let Some(model) = model {
-        put("summarizer_model", Value::String(model.to_string()));
-    }
-    put("summary_timeout_secs", seconds(config.summary_timeout));
-    put(
-        "prepare_summaries_at",
-        Value::Float(config.prepare_summaries_at.unwrap_or(0.0)),
-    );
-    put(
-        "responses_compaction",
-        Value::String(config.responses_compaction.name().to_string()),
-    );
-
+    let gateway = Value::try_from(GatewaySettings::effective(config))
+        .map_err(|e| InputError::BadOption(format!("cannot render the settings: {e}")))?;
     let policy = Value::try_from(&config.policy)
         .map_err(|e| InputError::BadOption(format!("cannot render the policy: {e}")))?;
     let mut models = toml::Table::new();
@@ -175,7 +109,7 @@ fn render(config: &GatewayConfig) -> Result<String> {
     );
     Ok(format!(
         "{}{secrets}\n{}\n{}",
-        section("gateway", Value::Table(gateway))?,
+        section("gateway", gateway)?,
         section("policy", policy)?,
         section("models", Value::Table(models))?
     ))

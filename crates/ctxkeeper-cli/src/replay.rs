@@ -348,12 +348,7 @@ async fn stored_log(
 
 /// The named preset with the config file's `[policy]` overrides applied.
 fn resolve_policy(name: &str, overrides: Option<&str>) -> Result<PolicyConfig> {
-    let base = presets::preset(name).ok_or_else(|| {
-        InputError::BadOption(format!(
-            "unknown policy {name:?} (available: {})",
-            presets::NAMES.join(", ")
-        ))
-    })?;
+    let base = presets::lookup(name).map_err(|e| InputError::BadOption(e.to_string()))?;
     match overrides {
         Some(fragment) => Ok(base
             .with_overrides(fragment)

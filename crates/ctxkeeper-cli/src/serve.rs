@@ -8,10 +8,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use ctxkeeper::core::tokens::TokenModel;
-use ctxkeeper_gateway::assembly::ContextProvider;
-use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, policy_preset};
+use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, GatewaySettings};
 use ctxkeeper_gateway::router::Server;
-use ctxkeeper_gateway::summarize::SummarizerChoice;
 use ctxkeeper_gateway::tenancy::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal, TenantResolver};
 
@@ -44,145 +42,14 @@ Tenants (see SECURITY.md):
 #[derive(Debug, Args)]
 #[command(after_help = MCP_HELP)]
 pub struct ServeArgs {
-    /// The address to listen on (port 0 picks a free port).
-    #[arg(long, value_name = "ADDR", env = "CTXKEEPER_LISTEN")]
-    pub listen: Option<std::net::SocketAddr>,
-
-    /// The OpenAI-compatible upstream, including its /v1 (default https://api.openai.com/v1).
-    #[arg(long, value_name = "URL", env = "CTXKEEPER_UPSTREAM")]
-    pub upstream: Option<String>,
-
-    /// The Anthropic upstream, without /v1 (default https://api.anthropic.com).
-    #[arg(long, value_name = "URL", env = "CTXKEEPER_ANTHROPIC_UPSTREAM")]
-    pub anthropic_upstream: Option<String>,
-
-    /// The session store: sqlite://PATH (default: sessions.db in the data directory),
-    /// postgres://…, mysql://…, redis://…, file://DIR, memory://.
-    #[arg(long, value_name = "URL", env = "CTXKEEPER_STORE")]
-    pub store: Option<String>,
-
-    /// The archive for compacted content: a directory (default: workspace/ in the data
-    /// directory) or an archive URL (postgres://…, memory://; s3://…, gs://…, az://… in a
-    /// binary built with `--features cloud`).
-    #[arg(long, value_name = "DIR", env = "CTXKEEPER_WORKSPACE")]
-    pub workspace: Option<String>,
-
-    /// The context policy: default, none, agentscope, reme-compact, reme-compress, reme-auto,
-    /// agentrail, cowagent, harness.
-    #[arg(long, value_name = "NAME")]
-    pub policy: Option<String>,
+    /// Every gateway setting, as an option and an environment variable (a configuration
+    /// file's `[gateway]` table holds the same names).
+    #[command(flatten)]
+    pub settings: GatewaySettings,
 
     /// A TOML file: [gateway] settings, [models."NAME"] profiles, [policy] overrides.
     #[arg(long, value_name = "FILE", env = "CTXKEEPER_CONFIG")]
     pub config: Option<PathBuf>,
-
-    /// Enables the admin API with this bearer token.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "CTXKEEPER_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    pub admin_token: Option<String>,
-
-    /// Honour x-ctxkeeper-tenant from every client. Only behind a proxy that authenticates
-    /// clients and sets (or strips) that header itself.
-    #[arg(long)]
-    pub trust_tenant_header: bool,
-
-    /// A tenant-scoped token, TENANT=TOKEN (repeatable): its bearer reaches only TENANT, on
-    /// model calls (x-ctxkeeper-tenant-token), events, /mcp and the admin API.
-    #[arg(
-        long = "tenant-token",
-        value_name = "TENANT=TOKEN",
-        env = "CTXKEEPER_TENANT_TOKENS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub tenant_tokens: Vec<String>,
-
-    /// The largest request body accepted, in bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub body_limit: Option<usize>,
-
-    /// Seconds allowed between two reads from the upstream (default 300).
-    #[arg(long, value_name = "SECONDS")]
-    pub upstream_timeout: Option<u64>,
-
-    /// Seconds allowed for a whole upstream exchange, streamed answers included (default 1800).
-    #[arg(long, value_name = "SECONDS")]
-    pub upstream_deadline: Option<u64>,
-
-    /// Seconds a client has to send a request's headers (default 10).
-    #[arg(long, value_name = "SECONDS")]
-    pub header_timeout: Option<u64>,
-
-    /// Seconds a client has to send a request's body (default 60).
-    #[arg(long, value_name = "SECONDS")]
-    pub body_timeout: Option<u64>,
-
-    /// Request body bytes held at once over all requests; past it requests get 503 with
-    /// Retry-After (default 256 MiB).
-    #[arg(long, value_name = "BYTES")]
-    pub max_inflight_bytes: Option<usize>,
-
-    /// Seconds a warm session may sit idle in memory before it is dropped; it reloads from the
-    /// store (default 1800).
-    #[arg(long, value_name = "SECONDS")]
-    pub session_idle: Option<u64>,
-
-    /// Consecutive requests of one session that may overflow the context window and be
-    /// recovered; the next overflow is passed to the client (default 3).
-    #[arg(long, value_name = "N")]
-    pub max_consecutive_recoveries: Option<u32>,
-
-    /// Long-term memory on: each tenant's MEMORY.md and memory/YYYY-MM-DD.md in the
-    /// workspace directory receive the facts flushed before each compaction (default: on
-    /// when the policy wants it, as cowagent and harness do).
-    #[arg(long, conflicts_with = "no_memory")]
-    pub memory: bool,
-
-    /// Long-term memory off, whatever the policy wants.
-    #[arg(long)]
-    pub no_memory: bool,
-
-    /// Request-time context added after the stable prefix of every managed request
-    /// (repeatable or comma-separated): date, memory, budget. Default: none.
-    #[arg(long = "context-provider", value_name = "NAME", value_delimiter = ',')]
-    pub context_providers: Vec<String>,
-
-    /// Repair broken tool-call pairs in client histories (a `history_repaired` event names
-    /// each repair) instead of refusing the request with 400.
-    #[arg(long)]
-    pub repair: bool,
-
-    /// Who writes compaction summaries: `upstream` (default: the request's own upstream and
-    /// model, as the caller, on its prompt cache), `extractive` (no model), `openai` or
-    /// `anthropic` (a fixed summarizer; key from CTXKEEPER_SUMMARIZER_API_KEY, else
-    /// OPENAI_API_KEY / ANTHROPIC_API_KEY). A failed summary falls back to the extractive one.
-    #[arg(long, value_name = "KIND")]
-    pub summarizer: Option<String>,
-
-    /// The summary model (with `upstream`: instead of the request's own model).
-    #[arg(long, value_name = "MODEL")]
-    pub summarizer_model: Option<String>,
-
-    /// The base URL of an `openai` or `anthropic` summarizer.
-    #[arg(long, value_name = "URL")]
-    pub summarizer_url: Option<String>,
-
-    /// Past this share of the compaction trigger, a model summary is prepared in the
-    /// background so the request that crosses the trigger does not wait for it (default
-    /// 0.75; 0 turns it off).
-    #[arg(long, value_name = "SHARE")]
-    pub prepare_summaries_at: Option<f64>,
-
-    /// Who answers an OpenAI Responses `compaction_trigger` (Codex's server-side
-    /// compaction): `auto` (default: OpenAI's own API when it is the upstream, else the
-    /// gateway), `forward` (always the upstream) or `gateway` (always the gateway, which
-    /// compacts the session and returns one compaction item).
-    #[arg(long, value_name = "MODE")]
-    pub responses_compaction: Option<String>,
 
     /// Do not mount the MCP server at /mcp.
     #[arg(long)]
@@ -212,118 +79,19 @@ pub struct ServeArgs {
     pub mcp_window: Option<u64>,
 }
 
-/// Builds the configuration: defaults, then the file, then the options.
+/// Builds the configuration: defaults, then the file, then the environment and the options
+/// (merged once, [`ConfigFile::resolve`]).
 pub(crate) fn config(args: &ServeArgs) -> Result<GatewayConfig> {
-    let mut config = GatewayConfig::new(GatewayConfig::default_data_dir());
-    if let Some(path) = &args.config {
-        config = ConfigFile::read(path)
-            .and_then(|file| file.into_config(config))
-            .map_err(|e| InputError::BadOption(e.to_string()))?;
-    }
-    if let Some(listen) = args.listen {
-        config.listen = listen;
-    }
-    if let Some(url) = &args.upstream {
-        config.upstream.clone_from(url);
-    }
-    if let Some(url) = &args.anthropic_upstream {
-        config.anthropic_upstream.clone_from(url);
-    }
-    if let Some(url) = &args.store {
-        config.store_url.clone_from(url);
-    }
-    if let Some(dir) = &args.workspace {
-        config.workspace.clone_from(dir);
-    }
-    if let Some(name) = &args.policy {
-        // The file's [policy] overrides apply to whichever preset is chosen.
-        let mut policy = policy_preset(name).map_err(|e| InputError::BadOption(e.to_string()))?;
-        if let Some(path) = &args.config
-            && let Some(overrides) = ConfigFile::read(path)
-                .map_err(|e| InputError::BadOption(e.to_string()))?
-                .policy
-        {
-            policy = policy
-                .with_overrides(&overrides)
-                .map_err(|e| InputError::BadOption(format!("[policy]: {e}")))?;
-        }
-        config.policy = policy;
-    }
-    if args.admin_token.is_some() {
-        config.admin_token.clone_from(&args.admin_token);
-    }
-    if args.trust_tenant_header {
-        config.tenants = config.tenants.clone().trust_header(true);
-    }
-    for pair in &args.tenant_tokens {
-        let Some((tenant, token)) = pair.split_once('=') else {
-            return Err(
-                InputError::BadOption("--tenant-token takes TENANT=TOKEN".to_string()).into(),
-            );
-        };
-        config.tenants = config
-            .tenants
-            .clone()
-            .with_token(tenant.trim(), token)
-            .map_err(|e| InputError::BadOption(format!("--tenant-token: {e}")))?;
-    }
-    if let Some(limit) = args.body_limit {
-        config.body_limit = limit;
-    }
-    let secs = std::time::Duration::from_secs;
-    if let Some(n) = args.upstream_timeout {
-        config.upstream_timeout = secs(n);
-    }
-    if let Some(n) = args.upstream_deadline {
-        config.upstream_deadline = secs(n);
-    }
-    if let Some(n) = args.header_timeout {
-        config.header_timeout = secs(n);
-    }
-    if let Some(n) = args.body_timeout {
-        config.body_timeout = secs(n);
-    }
-    if let Some(bytes) = args.max_inflight_bytes {
-        config.max_inflight_bytes = bytes;
-    }
-    if let Some(n) = args.session_idle {
-        config.session_idle = secs(n);
-    }
-    if let Some(n) = args.max_consecutive_recoveries {
-        config.max_consecutive_recoveries = n;
-    }
-    if args.memory {
-        config.memory = Some(true);
-    }
-    if args.no_memory {
-        config.memory = Some(false);
-    }
-    if !args.context_providers.is_empty() {
-        config.context_providers = ContextProvider::parse_list(&args.context_providers)
-            .map_err(|e| InputError::BadOption(format!("--context-provider: {e}")))?;
-    }
-    if args.repair {
-        config.repair = true;
-    }
-    if args.summarizer.is_some() || args.summarizer_model.is_some() || args.summarizer_url.is_some()
-    {
-        let kind = args.summarizer.as_deref().unwrap_or("upstream");
-        config.summarizer = SummarizerChoice::parse(
-            kind,
-            args.summarizer_url.as_deref(),
-            args.summarizer_model.as_deref(),
+    let file = match &args.config {
+        Some(path) => ConfigFile::read(path).map_err(|e| InputError::BadOption(e.to_string()))?,
+        None => ConfigFile::default(),
+    };
+    let config = file
+        .resolve(
+            args.settings.clone(),
+            GatewayConfig::new(GatewayConfig::default_data_dir()),
         )
-        .map_err(|e| InputError::BadOption(format!("--summarizer: {e}")))?;
-    }
-    if let Some(share) = args.prepare_summaries_at {
-        config.prepare_summaries_at = ctxkeeper_gateway::config::prepare_share(share)
-            .map_err(|e| InputError::BadOption(format!("--prepare-summaries-at {e}")))?;
-    }
-    if let Some(mode) = &args.responses_compaction {
-        config.responses_compaction =
-            ctxkeeper_gateway::compaction_items::ResponsesCompaction::parse(mode)
-                .map_err(|e| InputError::BadOption(format!("--responses-compaction: {e}")))?;
-    }
+        .map_err(|e| InputError::BadOption(e.to_string()))?;
     config
         .validate()
         .map_err(|e| InputError::BadOption(e.to_string()))?;

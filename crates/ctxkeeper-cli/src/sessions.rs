@@ -329,12 +329,7 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
 
 /// A preset by name, with the list of names when it is unknown.
 fn named_policy(name: &str) -> Result<ctxkeeper_core::engine::PolicyConfig> {
-    ctxkeeper_core::engine::presets::preset(name).ok_or_else(|| {
-        anyhow!(
-            "unknown policy {name:?} (available: {})",
-            ctxkeeper_core::engine::presets::NAMES.join(", ")
-        )
-    })
+    Ok(ctxkeeper_core::engine::presets::lookup(name)?)
 }
 
 /// `sessions restore`: the context a resume brings back under the policy's restore strategy.

@@ -164,7 +164,7 @@ pub fn run(args: &WrapArgs) -> Result<ExitCode> {
         Some(_) => None,
         None => {
             let mut config = serve::config(&args.serve)?;
-            if args.serve.listen.is_none() {
+            if args.serve.settings.listen.is_none() {
                 config.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
             }
             Some(config)

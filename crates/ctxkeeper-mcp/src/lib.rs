@@ -153,13 +153,7 @@ impl ServerConfig {
 
     /// The scope and budget settings, validated.
     pub fn options(&self) -> Result<Options, SetupError> {
-        let policy = presets::preset(&self.policy).ok_or_else(|| {
-            SetupError(format!(
-                "unknown policy {:?} (available: {})",
-                self.policy,
-                presets::NAMES.join(", ")
-            ))
-        })?;
+        let policy = presets::lookup(&self.policy).map_err(|e| SetupError(e.to_string()))?;
         let model = TokenModel::for_model(&self.model, &Profiles::builtin());
         let window = self.window.unwrap_or(model.profile.context_window);
         let options = Options {

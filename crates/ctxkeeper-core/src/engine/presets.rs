@@ -39,6 +39,29 @@ pub const NAMES: [&str; 9] = [
     "harness",
 ];
 
+/// A policy name that is no preset; its message lists every preset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {name:?} (available: {})", NAMES.join(", "))]
+pub struct UnknownPreset {
+    pub name: String,
+}
+
+/// The preset called `name`, or an error listing the presets: what every face (the gateway's
+/// settings, `replay`, `sessions`, the MCP server, the benchmarks) says about a policy name.
+///
+/// ```
+/// use ctxkeeper_core::engine::presets;
+///
+/// assert_eq!(presets::lookup("agentscope").unwrap().name, "agentscope");
+/// let error = presets::lookup("agentscop").unwrap_err().to_string();
+/// assert!(error.contains("\"agentscop\"") && error.contains("agentscope, reme-compact"));
+/// ```
+pub fn lookup(name: &str) -> Result<PolicyConfig, UnknownPreset> {
+    preset(name).ok_or_else(|| UnknownPreset {
+        name: name.to_string(),
+    })
+}
+
 /// The preset called `name`, or `None`.
 pub fn preset(name: &str) -> Option<PolicyConfig> {
     Some(match name {

@@ -1,12 +1,15 @@
 //! The gateway's configuration: where it listens, where it forwards, where sessions and
 //! archives live, and the context policy it applies.
 //!
-//! Built in code ([`GatewayConfig::new`]) or from a TOML file ([`ConfigFile`]) whose
-//! `[gateway]` table holds the server settings, `[models."NAME"]` the model profiles and
-//! `[policy]` overrides of the chosen policy; command-line options override the file.
+//! [`GatewayConfig`] is what the gateway runs with, built in code ([`GatewayConfig::new`]) or
+//! resolved from settings: [`GatewaySettings`] declares every setting once (the `[gateway]`
+//! table of a file, the options and environment variables of `ctxkeeper serve`, what
+//! `ctxkeeper config show` prints), and [`ConfigFile::resolve`] merges file ← environment ←
+//! flags once and applies them, with the file's `[models."NAME"]` profiles and `[policy]`
+//! overrides.
 //!
 //! ```
-//! use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig};
+//! use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, GatewaySettings};
 //!
 //! let file = ConfigFile::parse(r#"
 //!     [gateway]
@@ -21,11 +24,16 @@
 //!     [policy]
 //!     keep_recent_rounds = 4
 //! "#).unwrap();
-//! let config: GatewayConfig = file.into_config(GatewayConfig::new("/tmp/ctxkeeper")).unwrap();
+//! let flags = GatewaySettings { body_limit: Some(1 << 20), ..GatewaySettings::default() };
+//! let config = file.resolve(flags, GatewayConfig::new("/tmp/ctxkeeper")).unwrap();
 //! assert_eq!(config.upstream, "http://127.0.0.1:9000/v1");
+//! assert_eq!(config.body_limit, 1 << 20);
 //! assert_eq!(config.policy.keep_recent_rounds, 4);
 //! assert_eq!(config.profiles.lookup("mock-8k").context_window, 8192);
 //! ```
+
+mod file;
+mod settings;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -33,12 +41,13 @@ use std::time::Duration;
 
 use ctxkeeper_core::engine::{PolicyConfig, presets};
 use ctxkeeper_core::tokens::Profiles;
-use serde::Deserialize;
 
 use crate::assembly::ContextProvider;
 use crate::compaction_items::ResponsesCompaction;
 use crate::summarize::SummarizerChoice;
 use crate::tenancy::TenantRule;
+pub use file::ConfigFile;
+pub use settings::GatewaySettings;
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -263,66 +272,9 @@ impl GatewayConfig {
 }
 
 /// A configuration problem, naming the setting.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct ConfigError(pub String);
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// The `[gateway]` table of a configuration file; every field optional.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatewaySection {
-    pub listen: Option<SocketAddr>,
-    pub upstream: Option<String>,
-    pub anthropic_upstream: Option<String>,
-    pub store: Option<String>,
-    pub workspace: Option<String>,
-    /// A preset name (`default`, `agentscope`, …).
-    pub policy: Option<String>,
-    pub admin_token: Option<String>,
-    pub body_limit: Option<usize>,
-    pub connect_timeout_secs: Option<u64>,
-    pub upstream_timeout_secs: Option<u64>,
-    pub upstream_deadline_secs: Option<u64>,
-    pub header_timeout_secs: Option<u64>,
-    pub body_timeout_secs: Option<u64>,
-    pub max_inflight_bytes: Option<usize>,
-    pub session_idle_secs: Option<u64>,
-    pub max_consecutive_recoveries: Option<u32>,
-    pub session_cache: Option<usize>,
-    /// Bytes of request bodies whose parsed messages are kept for the next request (0: off).
-    pub resent_prefix_bytes: Option<usize>,
-    /// Bodies from this size on are forwarded while they arrive (0: off).
-    pub forward_early_from_bytes: Option<usize>,
-    /// Honour `x-ctxkeeper-tenant` from every client (only behind an authenticating proxy).
-    pub trust_tenant_header: Option<bool>,
-    /// Tenant-scoped tokens: `tenant = "token"`.
-    pub tenant_tokens: Option<std::collections::BTreeMap<String, String>>,
-    /// Long-term memory on or off (default: as the policy wants it).
-    pub memory: Option<bool>,
-    /// Request-time context after the stable prefix: `date`, `memory`, `budget`.
-    pub context_providers: Option<Vec<String>>,
-    /// Repair broken tool-call pairs in client histories instead of refusing them.
-    pub repair: Option<bool>,
-    /// `upstream` (default), `extractive`, `openai` or `anthropic`.
-    pub summarizer: Option<String>,
-    /// The summary model (for `upstream`: instead of the request's model).
-    pub summarizer_model: Option<String>,
-    /// The base URL of an `openai` or `anthropic` summarizer.
-    pub summarizer_url: Option<String>,
-    pub summary_timeout_secs: Option<u64>,
-    /// Share of the trigger past which a model summary is prepared in the background
-    /// (0.75 by default; 0 turns preparation off).
-    pub prepare_summaries_at: Option<f64>,
-    /// `auto` (default), `forward` or `gateway`: who answers a Responses `compaction_trigger`.
-    pub responses_compaction: Option<String>,
-}
 
 /// The share of the trigger a summary is prepared at, from a setting in [0, 1): `None` for
 /// 0 (preparation off). The error completes a sentence naming the setting.
@@ -333,179 +285,6 @@ pub fn prepare_share(share: f64) -> Result<Option<f64>, String> {
         ));
     }
     Ok((share > 0.0).then_some(share))
-}
-
-/// A parsed configuration file: `[gateway]`, `[models."NAME"]` and `[policy]`.
-#[derive(Debug, Clone, Default)]
-pub struct ConfigFile {
-    pub gateway: GatewaySection,
-    /// The `[models]` table as TOML text (`[models."NAME"]` entries).
-    pub models: Option<String>,
-    /// The `[policy]` table as TOML text, applied on top of the chosen preset.
-    pub policy: Option<String>,
-}
-
-impl ConfigFile {
-    /// Parses the file's text; unknown sections and fields are errors.
-    pub fn parse(text: &str) -> Result<ConfigFile, ConfigError> {
-        let mut table: toml::Table =
-            toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim().to_string()))?;
-        let gateway = match table.remove("gateway") {
-            Some(value) => value
-                .try_into()
-                .map_err(|e: toml::de::Error| ConfigError(format!("[gateway]: {}", e.message())))?,
-            None => GatewaySection::default(),
-        };
-        let models = table.remove("models").map(|models| {
-            let mut wrapper = toml::Table::new();
-            wrapper.insert("models".into(), models);
-            wrapper.to_string()
-        });
-        let policy = match table.remove("policy") {
-            Some(toml::Value::Table(policy)) => Some(policy.to_string()),
-            Some(_) => return Err(ConfigError("[policy] must be a table".into())),
-            None => None,
-        };
-        if let Some(unknown) = table.keys().next() {
-            return Err(ConfigError(format!(
-                "unknown section {unknown:?} (expected [gateway], [models.\"NAME\"] or [policy])"
-            )));
-        }
-        Ok(ConfigFile {
-            gateway,
-            models,
-            policy,
-        })
-    }
-
-    /// Reads and parses a file.
-    pub fn read(path: &Path) -> Result<ConfigFile, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
-        ConfigFile::parse(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))
-    }
-
-    /// Applies the file on top of `base`.
-    pub fn into_config(self, mut base: GatewayConfig) -> Result<GatewayConfig, ConfigError> {
-        let g = self.gateway;
-        if let Some(listen) = g.listen {
-            base.listen = listen;
-        }
-        if let Some(upstream) = g.upstream {
-            base.upstream = upstream;
-        }
-        if let Some(upstream) = g.anthropic_upstream {
-            base.anthropic_upstream = upstream;
-        }
-        if let Some(store) = g.store {
-            base.store_url = store;
-        }
-        if let Some(workspace) = g.workspace {
-            base.workspace = workspace;
-        }
-        if let Some(name) = g.policy {
-            base.policy = policy_preset(&name)?;
-        }
-        if g.admin_token.is_some() {
-            base.admin_token = g.admin_token;
-        }
-        if let Some(limit) = g.body_limit {
-            base.body_limit = limit;
-        }
-        if let Some(secs) = g.connect_timeout_secs {
-            base.connect_timeout = Duration::from_secs(secs);
-        }
-        if let Some(secs) = g.upstream_timeout_secs {
-            base.upstream_timeout = Duration::from_secs(secs);
-        }
-        if let Some(secs) = g.upstream_deadline_secs {
-            base.upstream_deadline = Duration::from_secs(secs);
-        }
-        if let Some(secs) = g.header_timeout_secs {
-            base.header_timeout = Duration::from_secs(secs);
-        }
-        if let Some(secs) = g.body_timeout_secs {
-            base.body_timeout = Duration::from_secs(secs);
-        }
-        if let Some(bytes) = g.max_inflight_bytes {
-            base.max_inflight_bytes = bytes;
-        }
-        if let Some(secs) = g.session_idle_secs {
-            base.session_idle = Duration::from_secs(secs);
-        }
-        if let Some(n) = g.max_consecutive_recoveries {
-            base.max_consecutive_recoveries = n;
-        }
-        if let Some(n) = g.session_cache {
-            base.session_cache = n;
-        }
-        if let Some(bytes) = g.resent_prefix_bytes {
-            base.resent_prefix_bytes = bytes;
-        }
-        if let Some(bytes) = g.forward_early_from_bytes {
-            base.forward_early_from = bytes;
-        }
-        if let Some(trust) = g.trust_tenant_header {
-            base.tenants = base.tenants.trust_header(trust);
-        }
-        for (tenant, token) in g.tenant_tokens.iter().flatten() {
-            base.tenants = base
-                .tenants
-                .with_token(tenant, token)
-                .map_err(|e| ConfigError(format!("[gateway] tenant_tokens: {e}")))?;
-        }
-        if g.memory.is_some() {
-            base.memory = g.memory;
-        }
-        if let Some(names) = &g.context_providers {
-            base.context_providers = ContextProvider::parse_list(names)
-                .map_err(|e| ConfigError(format!("[gateway] context_providers: {e}")))?;
-        }
-        if let Some(repair) = g.repair {
-            base.repair = repair;
-        }
-        if g.summarizer.is_some() || g.summarizer_model.is_some() || g.summarizer_url.is_some() {
-            let kind = g.summarizer.as_deref().unwrap_or("upstream");
-            base.summarizer = SummarizerChoice::parse(
-                kind,
-                g.summarizer_url.as_deref(),
-                g.summarizer_model.as_deref(),
-            )
-            .map_err(|e| ConfigError(format!("[gateway] summarizer: {e}")))?;
-        }
-        if let Some(secs) = g.summary_timeout_secs {
-            base.summary_timeout = Duration::from_secs(secs);
-        }
-        if let Some(share) = g.prepare_summaries_at {
-            base.prepare_summaries_at = prepare_share(share)
-                .map_err(|e| ConfigError(format!("[gateway] prepare_summaries_at {e}")))?;
-        }
-        if let Some(mode) = &g.responses_compaction {
-            base.responses_compaction = ResponsesCompaction::parse(mode)
-                .map_err(|e| ConfigError(format!("[gateway] responses_compaction: {e}")))?;
-        }
-        if let Some(models) = &self.models {
-            base.profiles = Profiles::from_toml_str(models)
-                .map_err(|e| ConfigError(format!("[models]: {e}")))?;
-        }
-        if let Some(policy) = &self.policy {
-            base.policy = base
-                .policy
-                .with_overrides(policy)
-                .map_err(|e| ConfigError(format!("[policy]: {e}")))?;
-        }
-        Ok(base)
-    }
-}
-
-/// The preset called `name`, or an error listing the available ones.
-pub fn policy_preset(name: &str) -> Result<PolicyConfig, ConfigError> {
-    presets::preset(name).ok_or_else(|| {
-        ConfigError(format!(
-            "unknown policy {name:?} (available: {})",
-            presets::NAMES.join(", ")
-        ))
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,513 @@
+//! [`GatewaySettings`]: every setting of the gateway, declared once, every one optional.
+//!
+//! The same struct is the `[gateway]` table of a configuration file (serde), the options of
+//! `ctxkeeper serve` with their environment variables (clap: `--body-limit` or
+//! `CTXKEEPER_BODY_LIMIT`), and what `ctxkeeper config show` prints
+//! ([`GatewaySettings::effective`]). The layers are merged once, each over the one before,
+//! file ← environment ← flags ([`GatewaySettings::over`]; clap itself prefers a flag to its
+//! environment variable), and the result is applied to the defaults in one place
+//! ([`GatewaySettings::apply`]), which names the setting in every error.
+//!
+//! ```
+//! use ctxkeeper_gateway::config::{GatewayConfig, GatewaySettings};
+//!
+//! let file: GatewaySettings = toml::from_str("body_limit = 1000\nrepair = true").unwrap();
+//! let flags = GatewaySettings { body_limit: Some(2000), ..GatewaySettings::default() };
+//! let settings = file.over(flags);
+//! let config = settings.apply(GatewayConfig::new("/tmp/ctxkeeper")).unwrap();
+//! assert_eq!(config.body_limit, 2000, "the flag wins over the file");
+//! assert!(config.repair, "what the flags leave unsaid comes from the file");
+//! ```
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use ctxkeeper_core::engine::presets;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::{ConfigError, GatewayConfig, prepare_share};
+use crate::assembly::ContextProvider;
+use crate::compaction_items::ResponsesCompaction;
+use crate::summarize::SummarizerChoice;
+
+/// Every setting of the gateway; `None` leaves it to the layer below (in the end, to
+/// [`GatewayConfig::new`]'s defaults).
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySettings {
+    /// The address to listen on (port 0 picks a free port; default 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR", env = "CTXKEEPER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+
+    /// The OpenAI-compatible upstream, including its /v1 (default https://api.openai.com/v1).
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_UPSTREAM")]
+    pub upstream: Option<String>,
+
+    /// The Anthropic upstream, without /v1 (default https://api.anthropic.com).
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_ANTHROPIC_UPSTREAM")]
+    pub anthropic_upstream: Option<String>,
+
+    /// The session store: sqlite://PATH (default: sessions.db in the data directory),
+    /// postgres://…, mysql://…, redis://…, file://DIR, memory://.
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_STORE")]
+    pub store: Option<String>,
+
+    /// The archive for compacted content: a directory (default: workspace/ in the data
+    /// directory) or an archive URL (postgres://…, memory://; s3://…, gs://…, az://… in a
+    /// binary built with `--features cloud`).
+    #[arg(long, value_name = "DIR", env = "CTXKEEPER_WORKSPACE")]
+    pub workspace: Option<String>,
+
+    /// The context policy: default, none, agentscope, reme-compact, reme-compress, reme-auto,
+    /// agentrail, cowagent, harness.
+    #[arg(long, value_name = "NAME", env = "CTXKEEPER_POLICY")]
+    pub policy: Option<String>,
+
+    /// Enables the admin API with this bearer token.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CTXKEEPER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    #[serde(default, skip_serializing)]
+    pub admin_token: Option<String>,
+
+    /// Honour x-ctxkeeper-tenant from every client. Only behind a proxy that authenticates
+    /// clients and sets (or strips) that header itself.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new(),
+          env = "CTXKEEPER_TRUST_TENANT_HEADER")]
+    pub trust_tenant_header: Option<bool>,
+
+    /// A tenant-scoped token, TENANT=TOKEN (repeatable): its bearer reaches only TENANT, on
+    /// model calls (x-ctxkeeper-tenant-token), events, /mcp and the admin API. In a file, a
+    /// table `tenant_tokens = { TENANT = "TOKEN" }`.
+    #[arg(
+        long = "tenant-token",
+        value_name = "TENANT=TOKEN",
+        env = "CTXKEEPER_TENANT_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    #[serde(default, skip_serializing, deserialize_with = "token_table")]
+    pub tenant_tokens: Option<Vec<String>>,
+
+    /// The largest request body accepted, in bytes (default 32 MiB).
+    #[arg(long, value_name = "BYTES", env = "CTXKEEPER_BODY_LIMIT")]
+    pub body_limit: Option<usize>,
+
+    /// Request body bytes held at once over all requests; past it requests get 503 with
+    /// Retry-After (default 256 MiB).
+    #[arg(long, value_name = "BYTES", env = "CTXKEEPER_MAX_INFLIGHT_BYTES")]
+    pub max_inflight_bytes: Option<usize>,
+
+    /// Seconds allowed to connect to the upstream (default 10).
+    #[arg(
+        long = "connect-timeout",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_CONNECT_TIMEOUT"
+    )]
+    pub connect_timeout_secs: Option<u64>,
+
+    /// Seconds allowed between two reads from the upstream (default 300).
+    #[arg(
+        long = "upstream-timeout",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_UPSTREAM_TIMEOUT"
+    )]
+    pub upstream_timeout_secs: Option<u64>,
+
+    /// Seconds allowed for a whole upstream exchange, streamed answers included (default 1800).
+    #[arg(
+        long = "upstream-deadline",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_UPSTREAM_DEADLINE"
+    )]
+    pub upstream_deadline_secs: Option<u64>,
+
+    /// Seconds a client has to send a request's headers (default 10).
+    #[arg(
+        long = "header-timeout",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_HEADER_TIMEOUT"
+    )]
+    pub header_timeout_secs: Option<u64>,
+
+    /// Seconds a client has to send a request's body (default 60).
+    #[arg(
+        long = "body-timeout",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_BODY_TIMEOUT"
+    )]
+    pub body_timeout_secs: Option<u64>,
+
+    /// Seconds a warm session may sit idle in memory before it is dropped; it reloads from the
+    /// store (default 1800).
+    #[arg(
+        long = "session-idle",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_SESSION_IDLE"
+    )]
+    pub session_idle_secs: Option<u64>,
+
+    /// Sessions kept warm in memory before idle ones are dropped (default 10000).
+    #[arg(long, value_name = "N", env = "CTXKEEPER_SESSION_CACHE")]
+    pub session_cache: Option<usize>,
+
+    /// Bytes of request bodies whose parsed messages are kept, so that a session's next
+    /// request parses only what it adds (default 128 MiB; 0 parses every body in full).
+    #[arg(long, value_name = "BYTES", env = "CTXKEEPER_RESENT_PREFIX_BYTES")]
+    pub resent_prefix_bytes: Option<usize>,
+
+    /// Bodies of a known session from this size on go upstream while they arrive, their last
+    /// byte held until the gateway decides (default 256 KiB; 0 reads every body whole first).
+    #[arg(
+        long = "forward-early-from",
+        value_name = "BYTES",
+        env = "CTXKEEPER_FORWARD_EARLY_FROM"
+    )]
+    pub forward_early_from_bytes: Option<usize>,
+
+    /// Long-term memory: each tenant's MEMORY.md and memory/YYYY-MM-DD.md in the workspace
+    /// directory receive the facts flushed before each compaction (default: on when the
+    /// policy wants it, as cowagent and harness do). `--memory=false` or `--no-memory` turns
+    /// it off whatever the policy wants.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new(),
+          env = "CTXKEEPER_MEMORY", conflicts_with = "no_memory")]
+    pub memory: Option<bool>,
+
+    /// Long-term memory off, whatever the policy wants (`memory = false`).
+    #[arg(long)]
+    #[serde(skip)]
+    pub no_memory: bool,
+
+    /// Request-time context added after the stable prefix of every managed request
+    /// (repeatable or comma-separated): date, memory, budget. Default: none.
+    #[arg(
+        long = "context-provider",
+        value_name = "NAME",
+        value_delimiter = ',',
+        env = "CTXKEEPER_CONTEXT_PROVIDERS"
+    )]
+    pub context_providers: Option<Vec<String>>,
+
+    /// Repair broken tool-call pairs in client histories (a `history_repaired` event names
+    /// each repair) instead of refusing the request with 400.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", value_parser = BoolishValueParser::new(),
+          env = "CTXKEEPER_REPAIR")]
+    pub repair: Option<bool>,
+
+    /// Consecutive requests of one session that may overflow the context window and be
+    /// recovered; the next overflow is passed to the client (default 3).
+    #[arg(long, value_name = "N", env = "CTXKEEPER_MAX_CONSECUTIVE_RECOVERIES")]
+    pub max_consecutive_recoveries: Option<u32>,
+
+    /// Who writes compaction summaries: `upstream` (default: the request's own upstream and
+    /// model, as the caller, on its prompt cache), `extractive` (no model), `openai` or
+    /// `anthropic` (a fixed summarizer; key from CTXKEEPER_SUMMARIZER_API_KEY, else
+    /// OPENAI_API_KEY / ANTHROPIC_API_KEY). A failed summary falls back to the extractive one.
+    #[arg(long, value_name = "KIND", env = "CTXKEEPER_SUMMARIZER")]
+    pub summarizer: Option<String>,
+
+    /// The summary model (with `upstream`: instead of the request's own model).
+    #[arg(long, value_name = "MODEL", env = "CTXKEEPER_SUMMARIZER_MODEL")]
+    pub summarizer_model: Option<String>,
+
+    /// The base URL of an `openai` or `anthropic` summarizer.
+    #[arg(long, value_name = "URL", env = "CTXKEEPER_SUMMARIZER_URL")]
+    pub summarizer_url: Option<String>,
+
+    /// Seconds allowed for one summary call; past it the extractive summary stands in
+    /// (default 120).
+    #[arg(
+        long = "summary-timeout",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_SUMMARY_TIMEOUT"
+    )]
+    pub summary_timeout_secs: Option<u64>,
+
+    /// Past this share of the compaction trigger, a model summary is prepared in the
+    /// background so the request that crosses the trigger does not wait for it (default
+    /// 0.75; 0 turns it off).
+    #[arg(long, value_name = "SHARE", env = "CTXKEEPER_PREPARE_SUMMARIES_AT")]
+    pub prepare_summaries_at: Option<f64>,
+
+    /// Who answers an OpenAI Responses `compaction_trigger` (Codex's server-side
+    /// compaction): `auto` (default: OpenAI's own API when it is the upstream, else the
+    /// gateway), `forward` (always the upstream) or `gateway` (always the gateway, which
+    /// compacts the session and returns one compaction item).
+    #[arg(long, value_name = "MODE", env = "CTXKEEPER_RESPONSES_COMPACTION")]
+    pub responses_compaction: Option<String>,
+}
+
+/// A file's `tenant_tokens = { TENANT = "TOKEN" }`, as the `TENANT=TOKEN` pairs the flags give.
+fn token_table<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Vec<String>>, D::Error> {
+    let table = Option::<std::collections::BTreeMap<String, String>>::deserialize(de)?;
+    Ok(table.map(|table| {
+        table
+            .into_iter()
+            .map(|(tenant, token)| format!("{tenant}={token}"))
+            .collect()
+    }))
+}
+
+/// Every field, for the one merge ([`GatewaySettings::over`]).
+macro_rules! each_setting {
+    ($m:ident) => {
+        $m!(
+            listen,
+            upstream,
+            anthropic_upstream,
+            store,
+            workspace,
+            policy,
+            admin_token,
+            trust_tenant_header,
+            tenant_tokens,
+            body_limit,
+            max_inflight_bytes,
+            connect_timeout_secs,
+            upstream_timeout_secs,
+            upstream_deadline_secs,
+            header_timeout_secs,
+            body_timeout_secs,
+            session_idle_secs,
+            session_cache,
+            resent_prefix_bytes,
+            forward_early_from_bytes,
+            memory,
+            context_providers,
+            repair,
+            max_consecutive_recoveries,
+            summarizer,
+            summarizer_model,
+            summarizer_url,
+            summary_timeout_secs,
+            prepare_summaries_at,
+            responses_compaction
+        )
+    };
+}
+
+impl GatewaySettings {
+    /// `later` over `self`: each setting `later` gives replaces this one's.
+    pub fn over(self, later: GatewaySettings) -> GatewaySettings {
+        let (mut early, mut later) = (self.normalized(), later.normalized());
+        macro_rules! merge {
+            ($($field:ident),*) => {
+                $( early.$field = later.$field.take().or(early.$field.take()); )*
+            };
+        }
+        each_setting!(merge);
+        early
+    }
+
+    /// `--no-memory` spelled as the setting it is.
+    fn normalized(mut self) -> GatewaySettings {
+        if std::mem::take(&mut self.no_memory) {
+            self.memory = Some(false);
+        }
+        self
+    }
+
+    /// Applies every setting given to `base`; an error names the setting.
+    pub fn apply(&self, mut base: GatewayConfig) -> Result<GatewayConfig, ConfigError> {
+        let this = self.clone().normalized();
+        let secs = Duration::from_secs;
+        let setting = |name: &str, e: String| ConfigError(format!("{name}: {e}"));
+        macro_rules! set {
+            ($field:ident => $target:ident $(, $map:expr)?) => {
+                if let Some(value) = this.$field.clone() {
+                    base.$target = set!(@map value $(, $map)?);
+                }
+            };
+            (@map $value:ident) => { $value };
+            (@map $value:ident, $map:expr) => { $map($value) };
+        }
+        set!(listen => listen);
+        set!(upstream => upstream);
+        set!(anthropic_upstream => anthropic_upstream);
+        set!(store => store_url);
+        set!(workspace => workspace);
+        if let Some(name) = &this.policy {
+            base.policy = presets::lookup(name).map_err(|e| ConfigError(e.to_string()))?;
+        }
+        set!(admin_token => admin_token, Some);
+        set!(body_limit => body_limit);
+        set!(max_inflight_bytes => max_inflight_bytes);
+        set!(connect_timeout_secs => connect_timeout, secs);
+        set!(upstream_timeout_secs => upstream_timeout, secs);
+        set!(upstream_deadline_secs => upstream_deadline, secs);
+        set!(header_timeout_secs => header_timeout, secs);
+        set!(body_timeout_secs => body_timeout, secs);
+        set!(session_idle_secs => session_idle, secs);
+        set!(session_cache => session_cache);
+        set!(resent_prefix_bytes => resent_prefix_bytes);
+        set!(forward_early_from_bytes => forward_early_from);
+        set!(max_consecutive_recoveries => max_consecutive_recoveries);
+        set!(memory => memory, Some);
+        set!(repair => repair);
+        set!(summary_timeout_secs => summary_timeout, secs);
+        if let Some(trust) = this.trust_tenant_header {
+            base.tenants = base.tenants.trust_header(trust);
+        }
+        for pair in this.tenant_tokens.iter().flatten() {
+            let Some((tenant, token)) = pair.split_once('=') else {
+                return Err(ConfigError(
+                    "tenant_tokens: each token is given as TENANT=TOKEN".into(),
+                ));
+            };
+            base.tenants = base
+                .tenants
+                .with_token(tenant.trim(), token)
+                .map_err(|e| setting("tenant_tokens", e.to_string()))?;
+        }
+        if let Some(names) = &this.context_providers {
+            base.context_providers =
+                ContextProvider::parse_list(names).map_err(|e| setting("context_providers", e))?;
+        }
+        if this.summarizer.is_some()
+            || this.summarizer_model.is_some()
+            || this.summarizer_url.is_some()
+        {
+            let kind = this.summarizer.as_deref().unwrap_or("upstream");
+            base.summarizer = SummarizerChoice::parse(
+                kind,
+                this.summarizer_url.as_deref(),
+                this.summarizer_model.as_deref(),
+            )
+            .map_err(|e| setting("summarizer", e))?;
+        }
+        if let Some(share) = this.prepare_summaries_at {
+            base.prepare_summaries_at = prepare_share(share)
+                .map_err(|e| ConfigError(format!("prepare_summaries_at {e}")))?;
+        }
+        if let Some(mode) = &this.responses_compaction {
+            base.responses_compaction =
+                ResponsesCompaction::parse(mode).map_err(|e| setting("responses_compaction", e))?;
+        }
+        Ok(base)
+    }
+
+    /// The settings `config` runs with, every one given (what `ctxkeeper config show`
+    /// prints): secrets are left out (they are never serialized), the policy is left to the
+    /// `[policy]` table that shows it whole, and memory is the effective choice.
+    pub fn effective(config: &GatewayConfig) -> GatewaySettings {
+        let secs = |d: Duration| Some(d.as_secs());
+        // `upstream[:MODEL]`, `extractive`, `openai:MODEL`, `anthropic:MODEL`.
+        let summarizer = config.summarizer.name();
+        let (kind, model) = summarizer
+            .split_once(':')
+            .map_or((summarizer.as_str(), None), |(k, m)| (k, Some(m)));
+        GatewaySettings {
+            listen: Some(config.listen),
+            upstream: Some(config.upstream.clone()),
+            anthropic_upstream: Some(config.anthropic_upstream.clone()),
+            store: Some(ctxkeeper_store::redact(&config.store_url)),
+            workspace: Some(ctxkeeper_store::redact(&config.workspace)),
+            policy: None,
+            admin_token: None,
+            trust_tenant_header: Some(config.tenants.trusts_header()),
+            tenant_tokens: None,
+            body_limit: Some(config.body_limit),
+            max_inflight_bytes: Some(config.max_inflight_bytes),
+            connect_timeout_secs: secs(config.connect_timeout),
+            upstream_timeout_secs: secs(config.upstream_timeout),
+            upstream_deadline_secs: secs(config.upstream_deadline),
+            header_timeout_secs: secs(config.header_timeout),
+            body_timeout_secs: secs(config.body_timeout),
+            session_idle_secs: secs(config.session_idle),
+            session_cache: Some(config.session_cache),
+            resent_prefix_bytes: Some(config.resent_prefix_bytes),
+            forward_early_from_bytes: Some(config.forward_early_from),
+            // The effective value: the policy's wish resolved.
+            memory: Some(config.memory_enabled() && config.workspace_dir().is_some()),
+            no_memory: false,
+            context_providers: Some(
+                config
+                    .context_providers
+                    .iter()
+                    .map(|p| p.name().to_string())
+                    .collect(),
+            ),
+            repair: Some(config.repair),
+            max_consecutive_recoveries: Some(config.max_consecutive_recoveries),
+            summarizer: Some(kind.to_string()),
+            summarizer_model: model.map(str::to_string),
+            summarizer_url: None,
+            summary_timeout_secs: secs(config.summary_timeout),
+            prepare_summaries_at: Some(config.prepare_summaries_at.unwrap_or(0.0)),
+            responses_compaction: Some(config.responses_compaction.name().to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_layer_overrides_only_what_it_gives() {
+        let file: GatewaySettings =
+            toml::from_str("body_limit = 10\nsession_cache = 5\nmemory = true").unwrap();
+        let flags = GatewaySettings {
+            body_limit: Some(20),
+            no_memory: true,
+            ..GatewaySettings::default()
+        };
+        let merged = file.over(flags);
+        assert_eq!(merged.body_limit, Some(20));
+        assert_eq!(merged.session_cache, Some(5));
+        assert_eq!(merged.memory, Some(false), "--no-memory is memory = false");
+    }
+
+    #[test]
+    fn what_show_prints_reads_back_as_the_same_settings() {
+        let mut config = GatewayConfig::new("/tmp/x");
+        config.repair = true;
+        config.body_limit = 1234;
+        let shown = GatewaySettings::effective(&config);
+        let text = toml::to_string(&shown).unwrap();
+        let read: GatewaySettings = toml::from_str(&text).unwrap();
+        assert_eq!(read, shown);
+        let again = read.apply(GatewayConfig::new("/tmp/x")).unwrap();
+        assert_eq!(GatewaySettings::effective(&again), shown);
+    }
+
+    #[test]
+    fn tokens_come_as_a_table_in_a_file_and_are_never_printed() {
+        let file: GatewaySettings =
+            toml::from_str("tenant_tokens = { acme = \"acme-token-1\" }").unwrap();
+        assert_eq!(
+            file.tenant_tokens,
+            Some(vec!["acme=acme-token-1".to_string()])
+        );
+        let config = file.apply(GatewayConfig::new("/tmp/x")).unwrap();
+        assert_eq!(config.tenants.token_tenant("acme-token-1"), Some("acme"));
+        let text = toml::to_string(&file).unwrap();
+        assert!(!text.contains("acme-token-1"), "{text}");
+        let bad = GatewaySettings {
+            tenant_tokens: Some(vec!["no-equals".into()]),
+            ..GatewaySettings::default()
+        };
+        let err = bad.apply(GatewayConfig::new("/tmp/x")).unwrap_err();
+        assert!(err.0.contains("TENANT=TOKEN"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_policy_lists_the_presets() {
+        let settings = GatewaySettings {
+            policy: Some("agentscop".into()),
+            ..GatewaySettings::default()
+        };
+        let err = settings.apply(GatewayConfig::new("/tmp/x")).unwrap_err();
+        assert!(
+            err.0.contains("agentscop") && err.0.contains("cowagent"),
+            "{err}"
+        );
+    }
+}
