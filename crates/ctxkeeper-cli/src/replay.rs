@@ -583,6 +583,16 @@ fn fidelity_rows(report: &ReplayReport) -> Vec<(&'static str, String)> {
         ("file paths kept", share(report.file_paths_kept)),
         ("plan kept", share(report.plan_kept)),
         (
+            "next-action recall",
+            format!(
+                "{} of {} strings; long-range {} of {}",
+                share(report.next_action_recall),
+                thousands(report.next_action_strings as u64),
+                share(report.next_action_long_range_recall),
+                thousands(report.next_action_long_range_strings as u64)
+            ),
+        ),
+        (
             "references resolving",
             format!(
                 "{} ({} shown)",

@@ -15,7 +15,14 @@
 //!   phrases ("archived at …", "offloaded to …", "stored in …", "Archived: …"), for the caller
 //!   to resolve against its archive;
 //! - **leaked marker**: whether an engine fill marker reached the request
-//!   ([`crate::model::has_internal_marker`]).
+//!   ([`crate::model::has_internal_marker`]);
+//! - **next-action recall**: of the salient strings ([`crate::salience`]: identifiers, paths,
+//!   line numbers and codes) the real agent used in its next action (the text and tool-call
+//!   arguments of the assistant message the request was answered with) that the whole history
+//!   carried outside its system and developer messages, how many the request still carries,
+//!   standing alone (`foo_bar` is not found in `foo_bar_baz`); and the same for the
+//!   *long-range* ones, which only messages older than the last [`RECENT_MESSAGES`] carried.
+//!   The whole history carries every one of them by construction.
 //!
 //! [`Probe`] reads the history incrementally (each message once) and measures a request in one
 //! pass over its text (Aho-Corasick over every needle), so probing a replay of thousands of
@@ -34,18 +41,28 @@
 //! probe.observe(&history);
 //! // A request that kept the user's words but lost the call that named the file.
 //! let managed = vec![history[0].clone(), Message::user("[earlier messages summarized]")];
-//! let step = probe.measure(&managed);
+//! // The agent's next action opens the file it read before.
+//! let next = Message::assistant_with_calls("", vec![Part::tool_call("c2", "Edit", r#"{"file_path":"src/invoice.py"}"#)]);
+//! let step = probe.measure(&managed, Some(&next));
 //! assert_eq!((step.user_texts, step.user_texts_kept), (1, 1));
 //! assert_eq!((step.paths, step.paths_kept), (1, 0));
 //! assert!(!step.leaked_marker);
+//! // `src/invoice.py` and `invoice.py`: the history names both; the request kept the user's
+//! // `invoice.py` and lost the call's `src/invoice.py`.
+//! assert_eq!((step.next_action.strings, step.next_action.kept), (2, 1));
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 use crate::artifacts::tool_call_events;
 use crate::model::{Message, Part, Role, has_internal_marker};
+use crate::salience::{salient_arguments, salient_strings, stands_alone};
+
+/// Messages at the end of the history that count as recent for next-action recall: a string
+/// only older messages carried is long-range.
+pub const RECENT_MESSAGES: usize = 6;
 
 /// User texts shorter than this are not counted ("yes", "ok, continue").
 pub const USER_TEXT_MIN_CHARS: usize = 20;
@@ -80,6 +97,24 @@ pub struct StepProbe {
     pub references: Vec<String>,
     /// Whether an engine fill marker reached the request.
     pub leaked_marker: bool,
+    /// Next-action recall (zero counts when no next action was given).
+    pub next_action: NextActionRecall,
+}
+
+/// What a request kept of the salient strings the agent's next action used (see the
+/// [module documentation](self)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NextActionRecall {
+    /// Distinct salient strings of the next action that the history carried, and how many of
+    /// them the request carries.
+    pub strings: usize,
+    pub kept: usize,
+    /// Those only messages older than the last [`RECENT_MESSAGES`] carried, and how many of
+    /// them the request carries.
+    pub long_range: usize,
+    pub long_range_kept: usize,
+    /// The long-range strings the request lost, in the order the next action names them.
+    pub lost_long_range: Vec<String>,
 }
 
 /// The probes' view of one session's history, built incrementally.
@@ -93,6 +128,9 @@ pub struct Probe {
     known_paths: HashSet<String>,
     /// The latest plan call's arguments, whitespace-normalised.
     plan: Option<String>,
+    /// Salient strings of the history outside its system and developer messages, each with
+    /// the position of the last message that carries it.
+    salient: HashMap<String, usize>,
     /// The automaton over the needles, kept while they stay the same: texts and paths are
     /// only ever appended, so their counts and the plan name the set. Building it took most
     /// of a long replay's time when it was rebuilt at every step.
@@ -114,10 +152,53 @@ impl Probe {
         if history.len() < self.seen {
             *self = Probe::default();
         }
-        for message in &history[self.seen..] {
+        for (position, message) in history.iter().enumerate().skip(self.seen) {
             self.read(message);
+            self.read_salient(message, position);
         }
         self.seen = history.len();
+    }
+
+    fn read_salient(&mut self, message: &Message, position: usize) {
+        if message.role.is_instruction() {
+            return;
+        }
+        let salient = &mut self.salient;
+        let mut note = |piece: &str, _| match salient.get_mut(piece) {
+            Some(last) => *last = position,
+            None => {
+                salient.insert(piece.to_string(), position);
+            }
+        };
+        for part in &message.parts {
+            match part {
+                Part::ToolCall { arguments, .. } => salient_arguments(arguments, &mut note),
+                other => visit_strings(other, &mut |text| salient_strings(text, &mut note)),
+            }
+        }
+    }
+
+    /// The distinct salient strings `next` uses (its text and tool-call arguments) that the
+    /// history read so far carried, each with whether it is long-range.
+    fn next_action_strings(&self, next: &Message) -> Vec<(String, bool)> {
+        let recent_from = self.seen.saturating_sub(RECENT_MESSAGES);
+        let mut out: Vec<(String, bool)> = Vec::new();
+        let mut known: HashSet<String> = HashSet::new();
+        let mut consider = |piece: &str, _| {
+            if let Some(&last) = self.salient.get(piece)
+                && known.insert(piece.to_string())
+            {
+                out.push((piece.to_string(), last < recent_from));
+            }
+        };
+        for part in &next.parts {
+            match part {
+                Part::Text { text, .. } => salient_strings(text, &mut consider),
+                Part::ToolCall { arguments, .. } => salient_arguments(arguments, &mut consider),
+                _ => {}
+            }
+        }
+        out
     }
 
     fn read(&mut self, message: &Message) {
@@ -144,8 +225,9 @@ impl Probe {
         }
     }
 
-    /// Measures `request` against the history read so far.
-    pub fn measure(&mut self, request: &[Message]) -> StepProbe {
+    /// Measures `request` against the history read so far; `next` is the assistant message
+    /// the request was answered with, for next-action recall.
+    pub fn measure(&mut self, request: &[Message], next: Option<&Message>) -> StepProbe {
         let mut haystack = String::new();
         let mut leaked_marker = false;
         let mut references = Vec::new();
@@ -206,9 +288,13 @@ impl Probe {
                 }
             }
         }
+        let next_action = next.map_or_else(NextActionRecall::default, |next| {
+            self.next_action_recall(next, &haystack)
+        });
         let texts = self.user_texts.len();
         let paths = self.paths.len();
         StepProbe {
+            next_action,
             user_texts: texts,
             user_texts_kept: found[..texts].iter().filter(|f| **f).count(),
             paths,
@@ -217,6 +303,48 @@ impl Probe {
             references,
             leaked_marker,
         }
+    }
+}
+
+impl Probe {
+    fn next_action_recall(&self, next: &Message, haystack: &str) -> NextActionRecall {
+        let strings = self.next_action_strings(next);
+        let mut recall = NextActionRecall {
+            strings: strings.len(),
+            long_range: strings.iter().filter(|(_, long)| *long).count(),
+            ..NextActionRecall::default()
+        };
+        if strings.is_empty() {
+            return recall;
+        }
+        let mut found = vec![false; strings.len()];
+        if let Ok(automaton) = AhoCorasick::builder()
+            .kind(Some(AhoCorasickKind::NoncontiguousNFA))
+            .build(strings.iter().map(|(s, _)| s.as_str()))
+        {
+            let bytes = haystack.as_bytes();
+            let mut missing = strings.len();
+            for hit in automaton.find_overlapping_iter(haystack) {
+                let index = hit.pattern().as_usize();
+                if !found[index] && stands_alone(bytes, hit.start(), hit.end()) {
+                    found[index] = true;
+                    missing -= 1;
+                    if missing == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        for ((string, long), kept) in strings.into_iter().zip(found) {
+            recall.kept += usize::from(kept);
+            if long {
+                recall.long_range_kept += usize::from(kept);
+                if !kept {
+                    recall.lost_long_range.push(string);
+                }
+            }
+        }
+        recall
     }
 }
 
@@ -311,13 +439,13 @@ mod tests {
         let second = Message::user("Also keep the database schema exactly as it is now.");
         let mut probe = Probe::default();
         probe.observe(std::slice::from_ref(&first));
-        let step = probe.measure(&[first.clone(), second.clone()]);
+        let step = probe.measure(&[first.clone(), second.clone()], None);
         assert_eq!((step.user_texts, step.user_texts_kept), (1, 1));
         // A new user text after a measurement: the next one must look for it too.
         probe.observe(&[first.clone(), second.clone()]);
-        let step = probe.measure(std::slice::from_ref(&second));
+        let step = probe.measure(std::slice::from_ref(&second), None);
         assert_eq!((step.user_texts, step.user_texts_kept), (2, 1));
-        let step = probe.measure(&[first, second]);
+        let step = probe.measure(&[first, second], None);
         assert_eq!((step.user_texts, step.user_texts_kept), (2, 2));
     }
 
@@ -333,9 +461,9 @@ mod tests {
         probe.observe(&history);
         // The capsule may re-wrap lines: only the first 240 characters must match, normalised.
         let rewrapped = long.replace(' ', "\n  ");
-        let kept = probe.measure(&[Message::user(format!("User said:\n{rewrapped}"))]);
+        let kept = probe.measure(&[Message::user(format!("User said:\n{rewrapped}"))], None);
         assert_eq!((kept.user_texts, kept.user_texts_kept), (1, 1));
-        let cut = probe.measure(&[Message::user(long[..100].to_string())]);
+        let cut = probe.measure(&[Message::user(long[..100].to_string())], None);
         assert_eq!(cut.user_texts_kept, 0);
     }
 
@@ -361,7 +489,7 @@ mod tests {
         let request = vec![Message::user(format!(
             "Files read: opk/cli.py\nPlan:\n{plan}\n[cleared; the full output is archived at sessions/s/tool_result-a.txt]\nArchived: \u{1}ref:0\u{1}"
         ))];
-        let step = probe.measure(&request);
+        let step = probe.measure(&request, None);
         assert_eq!((step.paths, step.paths_kept), (1, 1));
         assert_eq!(step.plan_kept, Some(true));
         assert_eq!(
@@ -372,9 +500,66 @@ mod tests {
             ]
         );
         assert!(step.leaked_marker);
-        let without = probe.measure(&[Message::user("nothing")]);
+        let without = probe.measure(&[Message::user("nothing")], None);
         assert_eq!(without.plan_kept, Some(false));
         assert_eq!(without.paths_kept, 0);
+    }
+
+    #[test]
+    fn next_action_recall_counts_what_the_agent_reuses_and_splits_off_the_long_range() {
+        let mut history = vec![
+            Message::system("You are an agent. Use parse_args carefully."),
+            Message::user("The CLI crashes on --verbose."),
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "g",
+                    "Bash",
+                    r#"{"command":"grep -n verbose src/cli.py"}"#,
+                )],
+            ),
+            Message::tool_result(
+                "g",
+                "src/cli.py:120:    def build_parser(self):\n121: VERBOSE_FLAG = 2",
+            ),
+        ];
+        for n in 0..6 {
+            history.push(Message::user(format!("filler {n}")));
+        }
+        history.push(Message::tool_result("x", "recent: helper_fn"));
+        let mut probe = Probe::default();
+        probe.observe(&history);
+        let next = Message::assistant_with_calls(
+            "I will edit build_parser at line 120 and call helper_fn, parse_args and brand_new_name.",
+            vec![Part::tool_call(
+                "e",
+                "Edit",
+                r#"{"file_path":"src/cli.py","offset":120}"#,
+            )],
+        );
+        // Unmanaged: everything is there.
+        let whole = probe.measure(&history, Some(&next));
+        // build_parser, 120, helper_fn, src/cli.py, cli.py (parse_args is only in the
+        // system prompt; brand_new_name nowhere).
+        assert_eq!(whole.next_action.strings, 5);
+        assert_eq!(whole.next_action.kept, 5);
+        // All but helper_fn (in the last message) are long-range.
+        assert_eq!(whole.next_action.long_range, 4);
+        assert_eq!(whole.next_action.long_range_kept, 4);
+        // A request that lost the grep but names `build_parser_v2` and `cli.pyc`: neither
+        // counts, they do not stand alone.
+        let mut managed = vec![
+            history[0].clone(),
+            Message::user("[summary: build_parser_v2 in cli.pyc]"),
+        ];
+        managed.extend_from_slice(&history[4..]);
+        let step = probe.measure(&managed, Some(&next));
+        assert_eq!((step.next_action.strings, step.next_action.kept), (5, 1));
+        assert_eq!(step.next_action.long_range_kept, 0);
+        assert_eq!(
+            step.next_action.lost_long_range,
+            vec!["build_parser", "120", "src/cli.py", "cli.py"]
+        );
     }
 
     #[test]

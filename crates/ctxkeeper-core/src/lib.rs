@@ -15,7 +15,9 @@
 //! - [`stats`]: what `ctxkeeper inspect` reports about a trace;
 //! - [`engine`]: the compaction cascade, every seed system as a preset, events;
 //! - [`fidelity`]: probes of what a managed request still tells the model;
-//! - [`replay`]: replays a conversation step by step as the agent lived it and measures it.
+//! - [`replay`]: replays a conversation step by step as the agent lived it and measures it;
+//! - [`salience`]: the identifiers, paths and numbers an agent carries from what it read into
+//!   what it does next.
 //!
 //! This crate does no IO of its own: it reads from and writes to memory, so every behaviour can
 //! be tested without files, networks or environment variables. Callers at the edge (the CLI,
@@ -31,6 +33,7 @@ pub mod import;
 pub mod model;
 pub mod overflow;
 pub mod replay;
+pub mod salience;
 pub mod stats;
 pub mod summary;
 pub mod tokens;

@@ -11,8 +11,10 @@
 //! (`billed_input_tokens`), overflowed steps, provider-rule violations in what was sent, the
 //! stable prefix, the recent rounds kept verbatim, the engine's own time per step, and what
 //! the managed requests still tell the model ([`crate::fidelity`]: user instructions, file
-//! paths, the plan, resolving references, leaked markers), measured at every step where the
-//! managed request differs from the whole history.
+//! paths, the plan, resolving references, leaked markers, and next-action recall: the share
+//! of the identifiers, paths and numbers the agent's real next action reused that the request
+//! still carries), measured at every step where the managed request differs from the whole
+//! history.
 //!
 //! ```
 //! use ctxkeeper_core::import::Session;
@@ -242,6 +244,16 @@ pub struct ReplayReport {
     pub refs_resolving: Option<f64>,
     /// Requests that carried an engine fill marker (each is also a violation).
     pub leaked_markers: usize,
+    /// Next-action recall over those steps ([`crate::fidelity::NextActionRecall`]): the
+    /// salient strings the agent's real next action used that the history carried outside
+    /// its system messages (counted per step), and the share the requests carried, pooled
+    /// over the steps; the same for the long-range ones (only messages older than the last
+    /// [`crate::fidelity::RECENT_MESSAGES`] carried them). `None` when no step had one; the
+    /// whole history carries all of them.
+    pub next_action_strings: usize,
+    pub next_action_recall: Option<f64>,
+    pub next_action_long_range_strings: usize,
+    pub next_action_long_range_recall: Option<f64>,
     pub engine_time_us: EngineTime,
     /// Input tokens of every step, in order (for charts).
     #[serde(skip)]
@@ -323,7 +335,7 @@ pub fn replay<E: From<String>>(
                 let violations = found.len();
                 if differs(history, &request.messages) {
                     probe.observe(history);
-                    fidelity.add(&probe.measure(&request.messages), policy);
+                    fidelity.add(&probe.measure(&request.messages, Some(message)), policy);
                 }
                 report.steps += 1;
                 report.peak_input_tokens = report.peak_input_tokens.max(input_tokens);
@@ -391,6 +403,10 @@ struct FidelityTotals {
     refs_shown: usize,
     refs_resolved: usize,
     refs_checked: usize,
+    next_strings: usize,
+    next_kept: usize,
+    next_long: usize,
+    next_long_kept: usize,
 }
 
 impl FidelityTotals {
@@ -408,6 +424,10 @@ impl FidelityTotals {
             self.plan_steps += 1;
             self.plan_kept += usize::from(kept);
         }
+        self.next_strings += step.next_action.strings;
+        self.next_kept += step.next_action.kept;
+        self.next_long += step.next_action.long_range;
+        self.next_long_kept += step.next_action.long_range_kept;
         self.refs_shown += step.references.len();
         for reference in &step.references {
             if let Some(resolves) = policy.resolve_reference(reference) {
@@ -425,6 +445,10 @@ impl FidelityTotals {
         report.plan_kept = share(self.plan_kept as f64, self.plan_steps);
         report.refs_shown = self.refs_shown;
         report.refs_resolving = share(self.refs_resolved as f64, self.refs_checked);
+        report.next_action_strings = self.next_strings;
+        report.next_action_recall = share(self.next_kept as f64, self.next_strings);
+        report.next_action_long_range_strings = self.next_long;
+        report.next_action_long_range_recall = share(self.next_long_kept as f64, self.next_long);
     }
 }
 
