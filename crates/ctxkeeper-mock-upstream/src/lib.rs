@@ -12,7 +12,8 @@
 //!   `toolu_<n>`, unique per request;
 //! - otherwise the text `mock reply <n>`, `n` being the number of messages in the request;
 //! - with a [`Script`] configured, requests from a known agent's loop (Claude Code, Codex CLI,
-//!   mini-swe-agent) are answered by the script instead: shell commands with large outputs in
+//!   mini-swe-agent, or an agent framework's loop declaring Codex's shell tools) are answered
+//!   by the script instead: shell commands with large outputs in
 //!   that agent's own tool schema, then a final answer (see [`Script`]), so a test can drive
 //!   the real agents.
 //!

@@ -47,8 +47,9 @@ struct Args {
     /// Do not keep received requests (for benchmarks).
     #[arg(long)]
     no_record: bool,
-    /// Drive real agents (Claude Code, Codex CLI, mini-swe-agent): answer their loops with N
-    /// shell commands in their own tool schema, then a final answer.
+    /// Drive real agents (Claude Code, Codex CLI, mini-swe-agent) and agent frameworks' loops
+    /// (a `shell_command`, `exec_command` or `shell` tool): answer them with N shell commands
+    /// in their own tool schema, then a final answer.
     #[arg(long, value_name = "N")]
     script_steps: Option<u32>,
     /// How many bytes each scripted command prints.

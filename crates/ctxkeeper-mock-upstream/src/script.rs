@@ -10,6 +10,7 @@
 //! | Responses with `exec_command` (Codex CLI ≥ 0.1xx), `shell_command` or `shell` | that tool with `{"cmd"}`, `{"command"}` or `{"command": ["bash", "-lc", …]}` | the text `All done.` |
 //! | Chat with a `bash` tool (mini-swe-agent 2.x) | `bash {"command"}` | `bash` with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` |
 //! | Chat without tools (mini-swe-agent text mode) | a ```` ```mswea_bash_command ```` (or ```` ```bash ````) block | the same submit command in a block |
+//! | Chat or Anthropic with `exec_command`, `shell_command` or `shell` (an agent framework's loop: LangChain, the OpenAI Agents SDK, AgentScope) | that tool, as for Codex | the text `All done.` |
 //!
 //! Step `k` runs `echo ctxkstep<k>out; seq 1 <n>`: a marker line first (every agent keeps the
 //! head of a long output), then about [`Script::output_bytes`] bytes; the markers are what a
@@ -97,7 +98,13 @@ fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) 
                 )
             }
         }
-        Api::Responses if has("exec_command") || has("shell_command") || has("shell") => {
+        Api::Chat if has("bash") => {
+            let command = if finished { SUBMIT.to_owned() } else { cmd };
+            call("bash", json!({"command": command}))
+        }
+        // Codex's tools, in any API: an agent framework's loop (LangChain, the OpenAI Agents
+        // SDK, AgentScope) declaring one of them runs the steps and stops on the text.
+        _ if has("exec_command") || has("shell_command") || has("shell") => {
             if finished {
                 Some(Answer::Text("All done.".into()))
             } else if has("exec_command") {
@@ -107,10 +114,6 @@ fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) 
             } else {
                 call("shell", json!({"command": ["bash", "-lc", cmd]}))
             }
-        }
-        Api::Chat if has("bash") => {
-            let command = if finished { SUBMIT.to_owned() } else { cmd };
-            call("bash", json!({"command": command}))
         }
         Api::Chat if tools.is_empty() => {
             let command = if finished { SUBMIT.to_owned() } else { cmd };
@@ -273,6 +276,31 @@ mod tests {
             let text = args[key].to_string();
             assert!(text.contains("ctxkstep1out"), "{tool}: {args}");
         }
+    }
+
+    #[test]
+    fn a_framework_loop_gets_codex_tools_in_chat_and_anthropic_then_the_end() {
+        let chat = json!([{"type": "function", "function": {"name": "shell_command"}}]);
+        let body = object(json!({"tools": chat, "messages": [{"role": "user", "content": "go"}]}));
+        let (name, args) = arguments(step(Api::Chat, &body, 0));
+        assert_eq!(name, "shell_command");
+        assert!(
+            args["command"].to_string().contains("ctxkstep1out"),
+            "{args}"
+        );
+        let done = object(json!({"tools": chat, "messages": [
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep2out"}]}));
+        assert_eq!(
+            step(Api::Chat, &done, 0),
+            Some(Answer::Text("All done.".into()))
+        );
+        let anthropic = object(
+            json!({"tools": [{"name": "exec_command", "input_schema": {}}],
+            "messages": [{"role": "user", "content": "go"}]}),
+        );
+        let (name, args) = arguments(step(Api::Anthropic, &anthropic, 0));
+        assert_eq!(name, "exec_command");
+        assert!(args["cmd"].to_string().contains("ctxkstep1out"), "{args}");
     }
 
     #[test]
