@@ -1366,8 +1366,11 @@ impl PyContextManager {
             inner
                 .manager
                 .state()
-                .messages()
-                .map(|m| u64::from(model.message_tokens(m)))
+                .entries
+                .iter()
+                // The engine's cached count where it has one: a call costs the messages it
+                // never counted, not the whole context.
+                .map(|e| u64::from(e.tokens.unwrap_or_else(|| model.message_tokens(&e.message))))
                 .sum()
         })?;
         Ok(tokens + inner.config.fixed_tokens)
