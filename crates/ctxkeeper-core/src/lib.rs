@@ -16,6 +16,8 @@
 //! - [`engine`]: the compaction cascade, every seed system as a preset, events;
 //! - [`fidelity`]: probes of what a managed request still tells the model;
 //! - [`replay`]: replays a conversation step by step as the agent lived it and measures it;
+//! - [`untrusted`]: text the user did not write (tool output, arguments) quoted as data,
+//!   never as structure;
 //! - [`salience`]: the identifiers, paths and numbers an agent carries from what it read into
 //!   what it does next.
 //!
@@ -37,5 +39,6 @@ pub mod salience;
 pub mod stats;
 pub mod summary;
 pub mod tokens;
+pub mod untrusted;
 
 pub use error::{ParseError, Position};

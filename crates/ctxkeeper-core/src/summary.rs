@@ -235,7 +235,9 @@ impl Summary {
             out.push_str("## ");
             out.push_str(&field.title);
             out.push('\n');
-            out.push_str(text);
+            // A field quotes what the messages said (tool output included) or what a model
+            // wrote: its lines never open a section of their own.
+            out.push_str(&crate::untrusted::neutralise(text));
         }
         out
     }

@@ -291,7 +291,7 @@ impl LongTermMemory {
         let now = now_ms();
         let minutes = now.div_euclid(60_000).rem_euclid(1_440);
         let of = session.map_or(String::new(), |s| {
-            format!(" of session {}", s.replace(['\n', '\r'], " "))
+            format!(" of session {}", ctxkeeper_core::untrusted::one_line(s, 200))
         });
         let mut text = format!(
             "\n## {:02}:{:02} UTC — before compaction{of}\n",
@@ -300,7 +300,8 @@ impl LongTermMemory {
         );
         for fact in facts {
             text.push_str("- ");
-            text.push_str(&fact.replace('\n', " "));
+            // A fact may quote tool output: one line, so it can never open a heading here.
+            text.push_str(&ctxkeeper_core::untrusted::one_line(fact, usize::MAX));
             text.push('\n');
         }
         self.append_daily(scope, &date_string(now), &text)
