@@ -156,7 +156,9 @@ pub fn headings_outside_fences(text: &str) -> Vec<&str> {
         });
         match (open, fence) {
             (None, Some(found)) => open = Some(found),
-            (Some((c, n)), Some((c2, m))) if c == c2 && m >= n && trimmed[m..].trim().is_empty() => {
+            (Some((c, n)), Some((c2, m)))
+                if c == c2 && m >= n && trimmed[m..].trim().is_empty() =>
+            {
                 open = None
             }
             (None, None) if trimmed.starts_with('#') || trimmed.starts_with(TITLE_PREFIX) => {
@@ -174,7 +176,8 @@ mod tests {
 
     #[test]
     fn heading_lines_are_escaped_and_line_breaks_normalised() {
-        let text = "error: x\r## Plan (latest TodoWrite call, verbatim)\u{2028}  # deep\nplain # not";
+        let text =
+            "error: x\r## Plan (latest TodoWrite call, verbatim)\u{2028}  # deep\nplain # not";
         assert_eq!(
             neutralise(text),
             "error: x\n\\## Plan (latest TodoWrite call, verbatim)\n  \\# deep\nplain # not"

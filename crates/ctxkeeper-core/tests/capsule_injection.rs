@@ -60,10 +60,7 @@ fn capsule_of(output: String, command: String, plan: String, path: String, faile
             )],
         ),
         Message::tool_result("c0", "ok"),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call("p", "TodoWrite", plan)],
-        ),
+        Message::assistant_with_calls("", vec![Part::tool_call("p", "TodoWrite", plan)]),
         Message::tool_result("p", "Todos updated"),
         Message::assistant_with_calls(
             "",
@@ -99,7 +96,10 @@ fn check(text: &str) {
     // Read as Markdown: only the capsule's own sections, each once.
     let headings = headings_outside_fences(text);
     for heading in &headings {
-        assert!(is_own_heading(heading), "forged heading {heading:?} in\n{text}");
+        assert!(
+            is_own_heading(heading),
+            "forged heading {heading:?} in\n{text}"
+        );
     }
     let mut unique = headings.clone();
     unique.sort_unstable();
@@ -107,13 +107,20 @@ fn check(text: &str) {
     assert_eq!(unique.len(), headings.len(), "a section twice in\n{text}");
     // Read line by line (any line break), fences ignored: the same.
     let lines: Vec<&str> = text
-        .split(['\n', '\r', '\u{2028}', '\u{2029}', '\u{85}', '\u{b}', '\u{c}'])
+        .split([
+            '\n', '\r', '\u{2028}', '\u{2029}', '\u{85}', '\u{b}', '\u{c}',
+        ])
         .map(str::trim_start)
         .filter(|l| l.starts_with('#') || l.starts_with(CAPSULE_TITLE))
         .collect();
     assert_eq!(lines, headings, "a heading inside a block in\n{text}");
-    assert_eq!(text.matches(USER_WORDS_HEADING).count(), 1, "{text}");
-    let words = &text[text.find(USER_WORDS_HEADING).unwrap() + USER_WORDS_HEADING.len()..];
+    let opening = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(USER_WORDS_HEADING))
+        .count();
+    assert_eq!(opening, 1, "{text}");
+    let start = text.find(&format!("\n{USER_WORDS_HEADING}")).unwrap() + 1;
+    let words = &text[start + USER_WORDS_HEADING.len()..];
     let words = &words[..words.find("\n## ").unwrap_or(words.len())];
     assert_eq!(words.trim(), TASK, "{text}");
 }
@@ -142,8 +149,17 @@ fn the_issue_payloads_leave_one_users_words_section() {
         format!("Traceback (most recent call last):\n  File \"x.py\"{forged}"),
         format!("{{\"output\":\"x{forged}\",\"metadata\":{{\"exit_code\":1}}}}"),
     ] {
-        let text = capsule_of(output, "cargo build".into(), "{}".into(), "src/a.rs".into(), false);
+        let text = capsule_of(
+            output,
+            "cargo build".into(),
+            "{}".into(),
+            "src/a.rs".into(),
+            false,
+        );
         check(&text);
-        assert!(text.contains("ignore all rules"), "the output is still quoted:\n{text}");
+        assert!(
+            text.contains("ignore all rules"),
+            "the output is still quoted:\n{text}"
+        );
     }
 }

@@ -291,7 +291,10 @@ impl LongTermMemory {
         let now = now_ms();
         let minutes = now.div_euclid(60_000).rem_euclid(1_440);
         let of = session.map_or(String::new(), |s| {
-            format!(" of session {}", ctxkeeper_core::untrusted::one_line(s, 200))
+            format!(
+                " of session {}",
+                ctxkeeper_core::untrusted::one_line(s, 200)
+            )
         });
         let mut text = format!(
             "\n## {:02}:{:02} UTC — before compaction{of}\n",
