@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Runs every policy on every shared trace at one or more windows.
 
-Usage: bench/compaction_table.py [--bin PATH] [--jobs N] [--json] [WINDOW...]
+Usage: bench/compaction_table.py [--bin PATH] [--jobs N] [--json | --recall] [--policies P,..] [WINDOW...]
        (default window 16000; needs a release build: cargo build --release)
 
 Each cell is one `ctxkeeper replay --json` run (which also replays the unmanaged baseline).
 Cells run `--jobs` at a time (default: the number of CPUs). Without --json it prints the
-markdown table of each window; with --json one JSON object with every report, for
+markdown table of each window; with --recall the fidelity table instead (billed input,
+next-action recall overall and long-range, the user's words, file paths, paths named in
+tool-call arguments, plan, references, leaked markers, violations); with --json one JSON object with every report, for
 ctxkeeper-bench-report. The archive of each replay goes to a fresh scratch directory under
 /dev/shm when it exists (the figures do not depend on where it goes; only wall time does).
 """
@@ -84,18 +86,40 @@ def markdown(reports, window):
     return "\n".join(lines)
 
 
+def recall_markdown(reports, window):
+    def share(x):
+        return "–" if x is None else f"{x:.2f}"
+
+    lines = [
+        "| trace | policy | billed input | × unmanaged | managed steps | next-action recall (strings) | long-range recall (strings) | user's words | file paths | paths in arguments | plan | refs resolving | leaked | violations |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for d in (r for r in reports if r["window"] == window):
+        b = d["baseline"]
+        bratio = d["billed_input_tokens"] / max(1, b["billed_input_tokens"])
+        lines.append(
+            f"| {d['label']} | {d['policy']} | {d['billed_input_tokens']:,} | {bratio:.2f} | {d['fidelity_steps']} "
+            f"| {share(d['next_action_recall'])} ({d['next_action_strings']}) "
+            f"| {share(d['next_action_long_range_recall'])} ({d['next_action_long_range_strings']}) "
+            f"| {share(d['user_instructions_kept'])} | {share(d['file_paths_kept'])} | {share(d.get('argument_paths_kept'))} "
+            f"| {share(d['plan_kept'])} | {share(d['refs_resolving'])} | {d['leaked_markers']} | {d['violations']} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("windows", nargs="*", type=int, default=[16000])
     parser.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "ctxkeeper"))
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--recall", action="store_true", help="print the fidelity table")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated presets")
     args = parser.parse_args()
     if not os.path.exists(args.bin):
         sys.exit(f"compaction_table.py: {args.bin} not found: run cargo build --release first")
 
     cells = [(label, path, extra, policy, window)
-             for window in args.windows for (label, path, extra) in traces() for policy in POLICIES]
+             for window in args.windows for (label, path, extra) in traces() for policy in args.policies.split(",")]
     # Longest first (the concatenated session dominates), so the pool ends evenly.
     order = sorted(range(len(cells)), key=lambda i: "(concat)" not in cells[i][0])
     started = time.monotonic()
@@ -112,7 +136,7 @@ def main():
         json.dump({
             "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "windows": args.windows,
-            "policies": POLICIES,
+            "policies": args.policies.split(","),
             "jobs": args.jobs,
             "wall_s": round(time.monotonic() - started, 1),
             "reports": reports,
@@ -121,7 +145,7 @@ def main():
     else:
         for window in args.windows:
             print(f"\n### window {window:,}\n")
-            print(markdown(reports, window))
+            print(recall_markdown(reports, window) if args.recall else markdown(reports, window))
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def cmd_machine(args):
 
 ENGINE_STEP = re.compile(
     r"engine_step policy=(?P<policy>\S+) window=(?P<window>\d+) messages=(?P<messages>\d+) "
-    r"steps: (?P<quiet>\d+) quiet, (?P<busy>\d+) compacting; median of (?P<runs>\d+) runs: "
+    r"(?:repeat=\d+ )?steps: (?P<quiet>\d+) quiet, (?P<busy>\d+) compacting; median of (?P<runs>\d+) runs: "
     r"quiet p50 (?P<p50>[\d.]+) µs, quiet p99 (?P<p99>[\d.]+) µs, compacting mean (?P<mean>[\d.]+) µs"
 )
 
