@@ -11,7 +11,9 @@ use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, GatewaySettings};
 use ctxkeeper_gateway::router::Server;
 use ctxkeeper_gateway::tenancy::{TENANT_HEADER, TenantError, TenantRule};
-use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal, TenantResolver};
+use ctxkeeper_mcp::{
+    Options, Services, TenantEndpoint, TenantLimits, TenantRefusal, TenantResolver,
+};
 
 use crate::trace_input::InputError;
 
@@ -36,7 +38,9 @@ Tenants (see SECURITY.md):
   API's bearer token.
 
   Only loopback Host headers (localhost, 127.0.0.1, ::1) are accepted at /mcp unless
-  --mcp-allow-host names more.";
+  --mcp-allow-host names more. /mcp keeps at most 1,024 tenants, --mcp-tenants-per-source per
+  client address, 32 MCP sessions per tenant, and forgets what idles --mcp-idle-secs: made-up
+  keys push out only their own client's tenants, never lock a real key out.";
 
 /// Options of `ctxkeeper serve`.
 #[derive(Debug, Args)]
@@ -77,6 +81,25 @@ pub struct ServeArgs {
     /// The context window in tokens for `context_stats` and `compact` (default: the model's).
     #[arg(long, value_name = "TOKENS")]
     pub mcp_window: Option<u64>,
+
+    /// Tenants one client address may hold at /mcp; its next new tenant (a new API key)
+    /// forgets its least recently used one. Bounds what made-up keys can occupy.
+    #[arg(
+        long,
+        default_value_t = 64,
+        value_name = "N",
+        conflicts_with = "no_mcp"
+    )]
+    pub mcp_tenants_per_source: usize,
+
+    /// Seconds an /mcp tenant or MCP session may go without a request before it is forgotten.
+    #[arg(
+        long,
+        default_value_t = 600,
+        value_name = "SECS",
+        conflicts_with = "no_mcp"
+    )]
+    pub mcp_idle_secs: u64,
 }
 
 /// Builds the configuration: defaults, then the file, then the environment and the options
@@ -189,8 +212,14 @@ pub(crate) async fn mcp_endpoint(
         }
     };
     let resolve = mcp_tenant_rule(args.mcp_tenant.clone(), gateway.config.tenants.clone());
-    let endpoint = TenantEndpoint::new(services, options, &args.mcp_allow_hosts, resolve)
-        .map_err(|e| InputError::BadOption(e.to_string()))?;
+    let limits = TenantLimits {
+        tenants_per_source: args.mcp_tenants_per_source.max(1),
+        idle: std::time::Duration::from_secs(args.mcp_idle_secs.max(1)),
+        ..TenantLimits::default()
+    };
+    let endpoint =
+        TenantEndpoint::with_limits(services, options, &args.mcp_allow_hosts, resolve, limits)
+            .map_err(|e| InputError::BadOption(e.to_string()))?;
     Ok(Some(endpoint))
 }
 

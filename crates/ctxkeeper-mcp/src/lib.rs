@@ -73,7 +73,7 @@ use rmcp::transport::streamable_http_server::{
 };
 
 pub use server::ContextServer;
-pub use tenants::{MAX_TENANTS, TenantEndpoint, TenantRefusal, TenantResolver};
+pub use tenants::{MAX_TENANTS, TenantEndpoint, TenantLimits, TenantRefusal, TenantResolver};
 
 /// Where the server's data lives and what it is allowed to see.
 #[derive(Debug, Clone)]

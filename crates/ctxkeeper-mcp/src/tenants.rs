@@ -11,24 +11,55 @@
 //! rmcp's checks still run on every request, inside the tenant's service: the `Host` header
 //! must be loopback or explicitly allowed, exactly as for [`crate::router`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::{SessionId, SessionManager};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 
 use crate::{ContextServer, Options, Services, SetupError};
 
-/// Most tenants kept warm at once. Tenant names come from request headers, so the map must be
-/// bounded; beyond this, tenants without a live MCP session are forgotten (their next request
-/// simply builds a fresh server), and only when every one of them has a live session are new
-/// tenants refused with 503.
+/// Most tenants kept warm at once (the default of [`TenantLimits::max_tenants`]).
 pub const MAX_TENANTS: usize = 1_024;
+
+/// The bounds of the per-tenant state `/mcp` keeps. Tenant names come from request headers
+/// (any bearer string is a tenant), so every bound evicts instead of refusing: a full map
+/// forgets the least recently used tenant of the source address holding the most tenants, and
+/// a new tenant is always served. A client with made-up keys can therefore only push out its
+/// own tenants (and, past the global bound, those of the busiest source), never lock a real key
+/// out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantLimits {
+    /// Tenants with a server at once, over every source.
+    pub max_tenants: usize,
+    /// Tenants one source address (the TCP peer's IP) may have created and still hold; its
+    /// next new tenant forgets its least recently used one.
+    pub tenants_per_source: usize,
+    /// Open MCP sessions per tenant; a new one closes the tenant's oldest.
+    pub sessions_per_tenant: usize,
+    /// A tenant without a request for this long is forgotten (its sessions closed), and an MCP
+    /// session without a message for this long ends.
+    pub idle: Duration,
+}
+
+impl Default for TenantLimits {
+    fn default() -> TenantLimits {
+        TenantLimits {
+            max_tenants: MAX_TENANTS,
+            tenants_per_source: 64,
+            sessions_per_tenant: 32,
+            idle: Duration::from_secs(600),
+        }
+    }
+}
 
 /// Reads the tenant a request is served for from its headers. A refusal is answered with its
 /// status and message, before any tool or MCP session is involved.
@@ -85,16 +116,51 @@ type HttpService = StreamableHttpService<ContextServer, LocalSessionManager>;
 struct TenantService {
     http: HttpService,
     sessions: Arc<LocalSessionManager>,
+    /// Its own cancellation token (a child of the endpoint's): cancelling it ends the tenant's
+    /// sessions and their streams.
+    config: StreamableHttpServerConfig,
+    /// The sessions it opened, oldest first (some may have ended since).
+    opened: Arc<Mutex<VecDeque<SessionId>>>,
+}
+
+/// A tenant's entry in the map.
+struct Entry {
+    service: TenantService,
+    /// The peer address that created it (`None`: served without a peer address).
+    source: Option<IpAddr>,
+    last_used: Instant,
+}
+
+impl Entry {
+    fn forget(self) {
+        self.service.config.cancellation_token.cancel();
+    }
 }
 
 impl TenantService {
-    /// Whether the tenant has no live MCP session (so forgetting it loses nothing). A session
-    /// map that is being written to right now counts as live.
-    fn idle(&self) -> bool {
-        self.sessions
-            .sessions
-            .try_read()
-            .is_ok_and(|live| live.is_empty())
+    /// Records a session the tenant just opened and closes its oldest past `cap`.
+    async fn opened(&self, id: SessionId, cap: usize) {
+        let closing: Vec<SessionId> = {
+            let mut opened = self.opened.lock().unwrap_or_else(PoisonError::into_inner);
+            opened.push_back(id);
+            let mut closing = Vec::new();
+            if opened.len() > cap {
+                // Sessions that ended on their own first.
+                let live = self.sessions.sessions.try_read();
+                if let Ok(live) = live {
+                    opened.retain(|id| live.contains_key(id));
+                }
+                while opened.len() > cap {
+                    if let Some(oldest) = opened.pop_front() {
+                        closing.push(oldest);
+                    }
+                }
+            }
+            closing
+        };
+        for id in closing {
+            let _ = self.sessions.close_session(&id).await;
+        }
     }
 }
 
@@ -103,47 +169,116 @@ struct Inner {
     /// Everything but the tenant, which each request replaces.
     options: Options,
     config: StreamableHttpServerConfig,
+    limits: TenantLimits,
     resolve: TenantResolver,
-    by_tenant: Mutex<HashMap<String, TenantService>>,
+    by_tenant: Mutex<HashMap<String, Entry>>,
 }
 
 impl Inner {
-    fn service(&self, tenant: &str) -> Result<TenantService, TenantRefusal> {
+    fn service(
+        &self,
+        tenant: &str,
+        source: Option<IpAddr>,
+    ) -> Result<TenantService, TenantRefusal> {
         // A panic while the lock was held cannot leave the map half-updated: every write is a
-        // single insert or retain.
+        // single insert, remove or retain.
         let mut by_tenant = self
             .by_tenant
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(service) = by_tenant.get(tenant) {
-            return Ok(service.clone());
+        let now = Instant::now();
+        if let Some(entry) = by_tenant.get_mut(tenant) {
+            entry.last_used = now;
+            return Ok(entry.service.clone());
         }
-        if by_tenant.len() >= MAX_TENANTS {
-            by_tenant.retain(|_, service| !service.idle());
-            if by_tenant.len() >= MAX_TENANTS {
-                return Err(TenantRefusal {
-                    status: StatusCode::SERVICE_UNAVAILABLE,
-                    message: format!(
-                        "{MAX_TENANTS} tenants have open MCP sessions; try again later"
-                    ),
-                });
-            }
-        }
+        self.make_room(&mut by_tenant, source, now);
         let options = Options {
             tenant: tenant.to_string(),
             ..self.options.clone()
         };
         let server = ContextServer::new(self.services.clone(), options)
             .map_err(|e| TenantRefusal::bad_request(e.0))?;
-        let sessions = Arc::new(LocalSessionManager::default());
+        let mut manager = LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(self.limits.idle);
+        let sessions = Arc::new(manager);
+        let mut config = self.config.clone();
+        config.cancellation_token = self.config.cancellation_token.child_token();
         let http = StreamableHttpService::new(
             move || Ok(server.clone()),
             sessions.clone(),
-            self.config.clone(),
+            config.clone(),
         );
-        let service = TenantService { http, sessions };
-        by_tenant.insert(tenant.to_string(), service.clone());
+        let service = TenantService {
+            http,
+            sessions,
+            config,
+            opened: Arc::default(),
+        };
+        by_tenant.insert(
+            tenant.to_string(),
+            Entry {
+                service: service.clone(),
+                source,
+                last_used: now,
+            },
+        );
         Ok(service)
+    }
+
+    /// Before a new tenant from `source` is added: forgets idle tenants, then `source`'s least
+    /// recently used one when it holds its share, then, when the map is full, the least
+    /// recently used tenant of the source holding the most.
+    fn make_room(
+        &self,
+        by_tenant: &mut HashMap<String, Entry>,
+        source: Option<IpAddr>,
+        now: Instant,
+    ) {
+        let idle = self.limits.idle;
+        let expired: Vec<String> = by_tenant
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.last_used) >= idle)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for tenant in expired {
+            if let Some(entry) = by_tenant.remove(&tenant) {
+                entry.forget();
+            }
+        }
+        let per_source = self.limits.tenants_per_source.max(1);
+        while by_tenant.values().filter(|e| e.source == source).count() >= per_source {
+            if !forget_lru(by_tenant, source) {
+                break;
+            }
+        }
+        while by_tenant.len() >= self.limits.max_tenants.max(1) {
+            let mut counts: HashMap<Option<IpAddr>, usize> = HashMap::new();
+            for entry in by_tenant.values() {
+                *counts.entry(entry.source).or_default() += 1;
+            }
+            let Some((busiest, _)) = counts.into_iter().max_by_key(|(_, n)| *n) else {
+                break;
+            };
+            if !forget_lru(by_tenant, busiest) {
+                break;
+            }
+        }
+    }
+}
+
+/// Forgets the least recently used tenant created from `source`; false when it has none.
+fn forget_lru(by_tenant: &mut HashMap<String, Entry>, source: Option<IpAddr>) -> bool {
+    let oldest = by_tenant
+        .iter()
+        .filter(|(_, e)| e.source == source)
+        .min_by_key(|(_, e)| e.last_used)
+        .map(|(t, _)| t.clone());
+    match oldest.and_then(|t| by_tenant.remove(&t)) {
+        Some(entry) => {
+            entry.forget();
+            true
+        }
+        None => false,
     }
 }
 
@@ -159,27 +294,51 @@ impl std::fmt::Debug for TenantEndpoint {
         f.debug_struct("TenantEndpoint")
             .field("session", &self.inner.options.session)
             .field("allowed_hosts", &self.inner.config.allowed_hosts)
+            .field("limits", &self.inner.limits)
             .finish_non_exhaustive()
     }
 }
 
 impl TenantEndpoint {
-    /// An endpoint over `services`. `options` give the session confinement, policy, model and
-    /// window of every tenant's server; their `tenant` is replaced by what `resolve` returns
-    /// for each request (it is validated like any tenant). `allowed_hosts` extends the
-    /// loopback `Host` headers rmcp accepts.
+    /// An endpoint over `services` with the default [`TenantLimits`]. `options` give the
+    /// session confinement, policy, model and window of every tenant's server; their `tenant`
+    /// is replaced by what `resolve` returns for each request (it is validated like any
+    /// tenant). `allowed_hosts` extends the loopback `Host` headers rmcp accepts.
     pub fn new(
         services: Services,
         options: Options,
         allowed_hosts: &[String],
         resolve: TenantResolver,
     ) -> Result<TenantEndpoint, SetupError> {
+        TenantEndpoint::with_limits(
+            services,
+            options,
+            allowed_hosts,
+            resolve,
+            TenantLimits::default(),
+        )
+    }
+
+    /// [`TenantEndpoint::new`] with explicit bounds.
+    pub fn with_limits(
+        services: Services,
+        options: Options,
+        allowed_hosts: &[String],
+        resolve: TenantResolver,
+        limits: TenantLimits,
+    ) -> Result<TenantEndpoint, SetupError> {
         options.validate()?;
+        if limits.idle.is_zero() {
+            return Err(SetupError(
+                "the MCP idle limit must be greater than 0".into(),
+            ));
+        }
         Ok(TenantEndpoint {
             inner: Arc::new(Inner {
                 services,
                 options,
                 config: crate::http_config(allowed_hosts),
+                limits,
                 resolve,
                 by_tenant: Mutex::new(HashMap::new()),
             }),
@@ -199,7 +358,8 @@ impl TenantEndpoint {
         self.inner.config.cancellation_token.cancel();
     }
 
-    /// Answers one request (what the router runs for `/mcp`).
+    /// Answers one request (what the router runs for `/mcp`). The request's source is the
+    /// [`ConnectInfo`] in its extensions, when the host put one there.
     pub async fn handle(&self, request: Request) -> Response {
         handle(State(self.inner.clone()), request).await
     }
@@ -212,14 +372,37 @@ impl TenantEndpoint {
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
+
+    /// The bounds this endpoint keeps.
+    pub fn limits(&self) -> TenantLimits {
+        self.inner.limits
+    }
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
-    let service = match (inner.resolve)(request.headers()).and_then(|t| inner.service(&t)) {
+    let source = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    let opening =
+        request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
+    let service = match (inner.resolve)(request.headers()).and_then(|t| inner.service(&t, source)) {
         Ok(service) => service,
         Err(refusal) => return refusal.into_response(),
     };
-    service.http.handle(request).await.map(Body::new)
+    let response = service.http.handle(request).await.map(Body::new);
+    if opening {
+        let id = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|id| id.to_str().ok());
+        if let Some(id) = id {
+            service
+                .opened(SessionId::from(id), inner.limits.sessions_per_tenant.max(1))
+                .await;
+        }
+    }
+    response
 }
 
 #[cfg(test)]
@@ -390,21 +573,43 @@ mod tests {
         assert_eq!(allowing.handle(request).await.status(), StatusCode::OK);
     }
 
+    fn from(mut request: Request, source: [u8; 4]) -> Request {
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((source, 40_000))));
+        request
+    }
+
+    async fn endpoint_with(dir: &std::path::Path, limits: TenantLimits) -> TenantEndpoint {
+        let plain = endpoint(dir, &[]).await;
+        let inner = &plain.inner;
+        TenantEndpoint::with_limits(
+            inner.services.clone(),
+            inner.options.clone(),
+            &[],
+            inner.resolve.clone(),
+            limits,
+        )
+        .unwrap()
+    }
+
     #[tokio::test]
-    async fn idle_tenants_are_forgotten_once_the_map_is_full() {
+    async fn invented_keys_never_lock_a_real_key_out() {
         let dir = tempfile::tempdir().unwrap();
         let endpoint = endpoint(dir.path(), &[]).await;
+        let limits = endpoint.limits();
         let kept = open_session(&endpoint, "acme").await;
-        for i in 0..MAX_TENANTS + 5 {
-            let mut request = post(&initialize(), Some(&format!("t{i}")), None);
-            // A foreign host: the tenant's server is built, but no session is ever opened.
-            request
-                .headers_mut()
-                .insert(header::HOST, "evil.example".parse().unwrap());
-            endpoint.handle(request).await;
+        // 2,000 made-up keys from one address, each opening a live session.
+        for i in 0..2_000 {
+            let request = from(
+                post(&initialize(), Some(&format!("made-up-{i}")), None),
+                [10, 0, 0, 2],
+            );
+            let response = endpoint.handle(request).await;
+            assert_eq!(response.status(), StatusCode::OK, "key {i}");
         }
-        assert!(endpoint.tenants() <= MAX_TENANTS);
-        // The tenant with a live session survived the eviction.
+        assert!(endpoint.tenants() <= limits.tenants_per_source + 1);
+        // A tenant from another address kept its session.
         let answer = text(
             endpoint
                 .handle(post(&list_sessions(), Some("acme"), Some(&kept)))
@@ -412,6 +617,86 @@ mod tests {
         )
         .await;
         assert!(answer.contains("theirs"), "{answer}");
+        // A real key from the flooding address itself is served too.
+        let response = endpoint
+            .handle(from(
+                post(&initialize(), Some("default"), None),
+                [10, 0, 0, 2],
+            ))
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_full_map_forgets_the_busiest_sources_oldest_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = TenantLimits {
+            max_tenants: 8,
+            tenants_per_source: 6,
+            ..TenantLimits::default()
+        };
+        let endpoint = endpoint_with(dir.path(), limits).await;
+        let kept = open_session(&endpoint, "acme").await;
+        for (source, n) in [(2, 20), (3, 20)] {
+            for i in 0..n {
+                let tenant = format!("s{source}-{i}");
+                let request = from(post(&initialize(), Some(&tenant), None), [10, 0, 0, source]);
+                assert_eq!(endpoint.handle(request).await.status(), StatusCode::OK);
+            }
+        }
+        assert!(endpoint.tenants() <= 8);
+        let answer = text(
+            endpoint
+                .handle(post(&list_sessions(), Some("acme"), Some(&kept)))
+                .await,
+        )
+        .await;
+        assert!(answer.contains("theirs"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_tenant_is_forgotten_with_its_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = TenantLimits {
+            idle: Duration::from_millis(300),
+            ..TenantLimits::default()
+        };
+        let endpoint = endpoint_with(dir.path(), limits).await;
+        let old = open_session(&endpoint, "acme").await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        open_session(&endpoint, "default").await;
+        assert_eq!(endpoint.tenants(), 1);
+        let response = endpoint
+            .handle(post(&list_sessions(), Some("acme"), Some(&old)))
+            .await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_tenants_sessions_are_bounded_oldest_closed_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = TenantLimits {
+            sessions_per_tenant: 2,
+            ..TenantLimits::default()
+        };
+        let endpoint = endpoint_with(dir.path(), limits).await;
+        let first = open_session(&endpoint, "acme").await;
+        let second = open_session(&endpoint, "acme").await;
+        let third = open_session(&endpoint, "acme").await;
+        // Closing runs through the session's worker: give it a moment.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let status = |id: String| {
+            let endpoint = endpoint.clone();
+            async move {
+                endpoint
+                    .handle(post(&list_sessions(), Some("acme"), Some(&id)))
+                    .await
+                    .status()
+            }
+        };
+        assert_eq!(status(first).await, StatusCode::NOT_FOUND);
+        assert_eq!(status(second).await, StatusCode::OK);
+        assert_eq!(status(third).await, StatusCode::OK);
     }
 
     #[tokio::test]
