@@ -31,11 +31,14 @@ use std::sync::{Arc, LazyLock};
 use rusqlite::{Connection, ToSql, params, params_from_iter};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    CONTEXT_INSERT, Found, INDEX_BATCH, LOG_INSERT, MAX_GROUP, PendingCommit, ROW_OF_EIGHT,
-    ROW_OF_SEVEN, SESSION_UPSERT, STATE_UPSERT, SqliteSync, Win, found_from, group_shapes_sql,
-    judge_group,
+use super::PendingCommit;
+use super::group::{
+    Found, MAX_GROUP, ROW_OF_EIGHT, ROW_OF_SEVEN, SESSION_UPSERT, STATE_UPSERT, Win, found_from,
+    group_shapes_sql, judge_group,
 };
+use super::open::SqliteSync;
+use super::save::{CONTEXT_INSERT, LOG_INSERT};
+use super::search::{INDEX_BATCH, INDEX_LOG};
 use crate::time::now_ms;
 use crate::{Committed, SessionKey, StoreError};
 
@@ -271,7 +274,7 @@ fn index_log(conn: &mut Connection, unindexed: &AtomicU64) -> Result<(), StoreEr
     let indexed = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .and_then(|tx| {
-            for statement in super::INDEX_LOG {
+            for statement in INDEX_LOG {
                 tx.execute(statement, [])?;
             }
             tx.commit()

@@ -1,0 +1,139 @@
+//! Opening a store or an archive from the URL (or path) that names it: the scheme picks the
+//! backend, and a backend whose cargo feature is off answers [`StoreError::NotImplemented`].
+
+use std::sync::Arc;
+
+#[cfg(any(
+    not(feature = "sql"),
+    not(feature = "redis"),
+    not(feature = "object-store")
+))]
+use crate::redact;
+use crate::{LocalWorkspace, Offloader, SessionStore, StoreError, file_store, memory_store};
+
+/// Opens the session store a URL names, creating its schema or directory on first use.
+///
+/// | URL | backend |
+/// | --- | --- |
+/// | `memory://` | in-process, lost on exit (tests, demos) |
+/// | `file://DIR` or a bare path | JSON files in the `004` workspace layout |
+/// | `sqlite://PATH` | SQLite, WAL journal, FTS5 search — the embedded default |
+/// | `redis://…`, `rediss://…`, `redis+cluster://h1,h2`, `redis+sentinel://h1,h2/master` | Redis |
+/// | `postgres://…` / `postgresql://…` | PostgreSQL, tsvector search |
+/// | `mysql://…` / `mariadb://…` | MySQL or MariaDB, FULLTEXT search |
+///
+/// A backend whose cargo feature is off answers [`StoreError::NotImplemented`].
+pub async fn open_store(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    install_tls_provider();
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("memory") => Ok(Arc::new(memory_store::MemoryStore::new())),
+        Some("file") | None => Ok(Arc::new(file_store::FileStore::open(url).await?)),
+        Some("sqlite") | Some("postgres") | Some("postgresql") | Some("mysql")
+        | Some("mariadb") => open_sql(url).await,
+        Some(scheme) if scheme.starts_with("redis") => open_redis(url).await,
+        Some(other) => Err(StoreError::InvalidInput(format!(
+            "unknown store scheme `{other}://`"
+        ))),
+    }
+}
+
+#[cfg(feature = "sql")]
+async fn open_sql(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    Ok(Arc::new(crate::sql::SqlStore::connect(url).await?))
+}
+
+#[cfg(not(feature = "sql"))]
+async fn open_sql(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    Err(StoreError::NotImplemented(format!(
+        "{}: built without SQL features",
+        redact(url)
+    )))
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    Ok(Arc::new(
+        crate::redis_store::RedisStore::connect(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> {
+    Err(StoreError::NotImplemented(format!(
+        "{}: built without the `redis` feature",
+        redact(url)
+    )))
+}
+
+/// Opens the archive (offloader) a URL or path names.
+///
+/// | URL | archive |
+/// | --- | --- |
+/// | a path or `file://DIR` | [`LocalWorkspace`] in that directory |
+/// | `sqlite://…`, `postgres://…`, `mysql://…` | archived items in the SQL database |
+/// | `memory://` | an in-memory object store (feature `object-store`) |
+/// | `s3://bucket/prefix`, `gs://…`, `az://…` | object storage (feature `object-store-cloud`; credentials from the usual environment variables) |
+pub async fn open_archive(url_or_path: &str) -> Result<Arc<dyn Offloader>, StoreError> {
+    install_tls_provider();
+    let scheme = url_or_path
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        None => Ok(Arc::new(LocalWorkspace::new(url_or_path)?)),
+        Some("file") => {
+            let path = url_or_path
+                .split_once("://")
+                .map(|(_, rest)| rest)
+                .unwrap_or_default();
+            Ok(Arc::new(LocalWorkspace::new(path)?))
+        }
+        Some("sqlite") | Some("postgres") | Some("postgresql") | Some("mysql")
+        | Some("mariadb") => open_sql_archive(url_or_path).await,
+        Some(_) => open_object_archive(url_or_path),
+    }
+}
+
+#[cfg(feature = "sql")]
+async fn open_sql_archive(url: &str) -> Result<Arc<dyn Offloader>, StoreError> {
+    Ok(Arc::new(
+        crate::sql::SqlStore::connect(url).await?.archive(),
+    ))
+}
+
+#[cfg(not(feature = "sql"))]
+async fn open_sql_archive(url: &str) -> Result<Arc<dyn Offloader>, StoreError> {
+    Err(StoreError::NotImplemented(format!(
+        "{}: built without SQL features",
+        redact(url)
+    )))
+}
+
+#[cfg(feature = "object-store")]
+fn open_object_archive(url: &str) -> Result<Arc<dyn Offloader>, StoreError> {
+    Ok(Arc::new(crate::object_archive::ObjectArchive::from_url(
+        url,
+    )?))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn open_object_archive(url: &str) -> Result<Arc<dyn Offloader>, StoreError> {
+    Err(StoreError::NotImplemented(format!(
+        "{}: built without the `object-store` feature",
+        redact(url)
+    )))
+}
+
+/// Makes aws-lc-rs the process's rustls provider unless one is installed already: with more
+/// than one provider compiled in (another crate may bring `ring`), rustls refuses to pick one.
+#[cfg(feature = "tls")]
+pub fn install_tls_provider() {
+    // An error only means a provider is installed already, which is what we want.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+}
+
+/// Without the `tls` feature there is no TLS provider to install.
+#[cfg(not(feature = "tls"))]
+pub fn install_tls_provider() {}
