@@ -119,7 +119,10 @@ fn check(text: &str) {
         .filter(|l| l.trim_start().starts_with(USER_WORDS_HEADING))
         .count();
     assert_eq!(opening, 1, "{text}");
-    let start = text.find(&format!("\n{USER_WORDS_HEADING}")).unwrap() + 1;
+    let start = text
+        .find(&format!("\n{USER_WORDS_HEADING}"))
+        .expect("the capsule has a user's-words section")
+        + 1;
     let words = &text[start + USER_WORDS_HEADING.len()..];
     let words = &words[..words.find("\n## ").unwrap_or(words.len())];
     assert_eq!(words.trim(), TASK, "{text}");
