@@ -79,7 +79,7 @@ pub fn neutralise(text: &str) -> Cow<'_, str> {
 /// `text` on one line: runs of whitespace (line breaks included) become one space, and a
 /// leading `#` is escaped. At most `max_chars` characters, with an ellipsis when cut.
 pub fn one_line(text: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max_chars + 8));
+    let mut out = String::with_capacity(text.len().min(max_chars.saturating_add(8)));
     let mut chars = 0;
     for word in text.split(|c: char| c.is_whitespace() || is_line_break(c)) {
         if word.is_empty() {
