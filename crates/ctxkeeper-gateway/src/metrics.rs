@@ -20,7 +20,6 @@
 //! | `ctxkeeper_sessions_evicted_total` | counter (warm sessions dropped by count or idle time) | |
 //! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
 //! | `ctxkeeper_summaries_prepared_total` | counter (summaries started in the background before the trigger) | |
-//! | `ctxkeeper_summaries_late_total` | counter (model summaries a request stopped waiting for; the extractive one stood in) | |
 //! | `ctxkeeper_resent_messages_reused_total` | counter (resent messages taken from the session's previous request, not parsed again) | |
 //! | `ctxkeeper_bodies_forwarded_early_total` | counter (large bodies sent upstream while they arrived) | |
 //! | `ctxkeeper_early_forwards_cut_total` | counter (of those, uploads cut because the gateway sent another body or none) | |
@@ -120,7 +119,6 @@ pub struct Metrics {
     pub events_dropped: AtomicU64,
     pub session_forks: AtomicU64,
     pub summaries_prepared: AtomicU64,
-    pub summaries_late: AtomicU64,
     pub resent_messages_reused: AtomicU64,
     pub bodies_forwarded_early: AtomicU64,
     pub early_forwards_cut: AtomicU64,
@@ -276,11 +274,6 @@ impl Metrics {
                 "ctxkeeper_summaries_prepared_total",
                 "Summaries started in the background before a session reached its trigger.",
                 &self.summaries_prepared,
-            ),
-            (
-                "ctxkeeper_summaries_late_total",
-                "Model summaries a request stopped waiting for at the wait bound (the extractive summary stood in).",
-                &self.summaries_late,
             ),
             (
                 "ctxkeeper_resent_messages_reused_total",

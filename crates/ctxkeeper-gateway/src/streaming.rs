@@ -156,8 +156,6 @@ pub enum Opening {
 pub struct StreamHead {
     splitter: SseSplitter,
     decided: Option<Opening>,
-    /// Events seen so far (a preamble, when nothing is decided yet).
-    events: usize,
 }
 
 impl StreamHead {
@@ -166,23 +164,14 @@ impl StreamHead {
     pub fn feed(&mut self, chunk: &[u8]) -> Option<Opening> {
         if self.decided.is_none() {
             let mut decided = None;
-            let mut events = 0;
             self.splitter.feed(chunk, |raw| {
                 if decided.is_none() {
-                    events += 1;
                     decided = opening_event(raw);
                 }
             });
-            self.events += events;
             self.decided = decided;
         }
         self.decided.clone()
-    }
-
-    /// Whether any event arrived (with nothing decided: only preamble events, the opening of
-    /// an answer whose content never came).
-    pub fn opened(&self) -> bool {
-        self.events > 0
     }
 }
 
@@ -220,40 +209,10 @@ fn opening_event(raw: &[u8]) -> Option<Opening> {
     if is_error {
         return Some(Opening::Error(data));
     }
-    if value.as_ref().is_some_and(role_only_chunk) {
-        return None;
-    }
     match kind.as_deref() {
         Some(kind) if PREAMBLE.contains(&kind) => None,
         _ => Some(Opening::Content),
     }
-}
-
-/// Chat Completions' opening chunk, which names the role and carries nothing yet
-/// (`{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}`): a
-/// stream cut right after it is a failed answer, not an empty one.
-fn role_only_chunk(chunk: &Value) -> bool {
-    let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
-        return false;
-    };
-    let empty = |value: &Value| match value {
-        Value::Null => true,
-        Value::String(s) => s.is_empty(),
-        Value::Array(items) => items.is_empty(),
-        _ => false,
-    };
-    !choices.is_empty()
-        && choices.iter().all(|choice| {
-            choice.get("finish_reason").is_none_or(Value::is_null)
-                && choice
-                    .get("delta")
-                    .and_then(Value::as_object)
-                    .is_some_and(|delta| {
-                        delta
-                            .iter()
-                            .all(|(field, value)| field == "role" || empty(value))
-                    })
-        })
 }
 
 struct EventEnd {

@@ -128,9 +128,6 @@ pub struct GatewayConfig {
     pub summarizer: SummarizerChoice,
     /// Time allowed for one summary call; past it the extractive summary stands in.
     pub summary_timeout: Duration,
-    /// Time an agent's request waits for a model's summary; past it the extractive summary
-    /// stands in while the model's call finishes in the background.
-    pub summary_wait: Duration,
     /// Past this share of the trigger a model summary is prepared in the background, so the
     /// request that crosses the trigger does not wait for it (`None`: never).
     pub prepare_summaries_at: Option<f64>,
@@ -171,7 +168,6 @@ impl GatewayConfig {
             repair: false,
             summarizer: SummarizerChoice::Upstream { model: None },
             summary_timeout: Duration::from_secs(120),
-            summary_wait: crate::sessions::DEFAULT_SUMMARY_WAIT,
             prepare_summaries_at: Some(crate::sessions::DEFAULT_PREPARE_AT),
             responses_compaction: ResponsesCompaction::Auto,
         }

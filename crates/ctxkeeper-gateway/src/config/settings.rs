@@ -230,15 +230,6 @@ pub struct GatewaySettings {
     )]
     pub summary_timeout_secs: Option<u64>,
 
-    /// Seconds an agent's request waits for a model's summary; past it the extractive summary
-    /// stands in and the model's call finishes in the background (default 5).
-    #[arg(
-        long = "summary-wait",
-        value_name = "SECONDS",
-        env = "CTXKEEPER_SUMMARY_WAIT"
-    )]
-    pub summary_wait_secs: Option<u64>,
-
     /// Past this share of the compaction trigger, a model summary is prepared in the
     /// background so the request that crosses the trigger does not wait for it (default
     /// 0.75; 0 turns it off).
@@ -296,7 +287,6 @@ macro_rules! each_setting {
             summarizer_model,
             summarizer_url,
             summary_timeout_secs,
-            summary_wait_secs,
             prepare_summaries_at,
             responses_compaction
         )
@@ -362,7 +352,6 @@ impl GatewaySettings {
         set!(memory => memory, Some);
         set!(repair => repair);
         set!(summary_timeout_secs => summary_timeout, secs);
-        set!(summary_wait_secs => summary_wait, secs);
         if let Some(trust) = this.trust_tenant_header {
             base.tenants = base.tenants.trust_header(trust);
         }
@@ -451,7 +440,6 @@ impl GatewaySettings {
             summarizer_model: model.map(str::to_string),
             summarizer_url: None,
             summary_timeout_secs: secs(config.summary_timeout),
-            summary_wait_secs: secs(config.summary_wait),
             prepare_summaries_at: Some(config.prepare_summaries_at.unwrap_or(0.0)),
             responses_compaction: Some(config.responses_compaction.name().to_string()),
         }

@@ -72,16 +72,9 @@ impl ManagedError {
     pub(super) fn into_api(self) -> ApiError {
         let api = match &self {
             ManagedError::SessionId(_) => ApiError::invalid_request(self.to_string()),
-            // The cause may name files of the store or the workspace: it goes to the log
-            // (and stays the error's source), the client learns only what failed.
-            ManagedError::Step { key, source } => {
-                ApiError::internal(format!("session {}: {}", key.session(), source.public()))
+            ManagedError::Step { .. } | ManagedError::Compaction { .. } => {
+                ApiError::internal(self.to_string())
             }
-            ManagedError::Compaction { key, source } => ApiError::internal(format!(
-                "session {}: could not compact: {}",
-                key.session(),
-                source.public()
-            )),
         };
         api.with_source(self)
     }

@@ -68,10 +68,7 @@ impl Sessions {
         let stored = slot.client.hashes.len();
         let mut diverged = false;
         if common < stored {
-            if common + 1 == stored
-                && !Self::opening_only(key, incoming, common)
-                && Self::drop_newest(slot)
-            {
+            if common + 1 == stored && Self::drop_newest(slot) {
                 slot.client.hashes.truncate(common);
                 slot.unsaved = true;
                 outbox.announce(&GatewayEvent::NewestMessageReplaced { position: common });
@@ -97,8 +94,7 @@ impl Sessions {
         }
         self.ensure_live(key, slot, incoming, tools)?;
         let start = slot.client.hashes.len();
-        let summarizer =
-            self.waited(self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone()));
+        let summarizer = self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone());
         let Some(live) = slot.live.as_mut() else {
             return Err(SessionError::Corrupt("no context manager".into()));
         };
@@ -148,23 +144,6 @@ impl Sessions {
             ticket: Ticket(slot.generation),
             key: key.clone(),
         }))
-    }
-
-    /// Whether a session derived from its conversation's opening (`auto-…`: the model, the
-    /// instructions and the first user message name it) and the request share nothing beyond
-    /// that opening: the request may be another agent's first, with the same opening, and is
-    /// no replacement of this conversation's newest message. A session named by a header
-    /// belongs to one client and keeps the replacement.
-    pub(super) fn opening_only(key: &SessionKey, incoming: &Incoming, common: usize) -> bool {
-        if !key.session().starts_with(identity::DERIVED_PREFIX) {
-            return false;
-        }
-        let opening = incoming
-            .messages
-            .iter()
-            .position(|m| m.role == Role::User)
-            .map_or(0, |first| first + 1);
-        common <= opening
     }
 
     /// Removes the newest client message from the context when it is still there as the

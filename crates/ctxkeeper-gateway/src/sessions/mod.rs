@@ -47,7 +47,6 @@ mod slot;
 #[cfg(test)]
 mod tests;
 pub mod timeline;
-mod wait;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -76,7 +75,6 @@ pub use events::{SessionEvent, Subscription};
 pub use inspect::{ContextStats, PatchError};
 pub use prepare::DEFAULT_PREPARE_AT;
 pub use slot::DEFAULT_IDLE_TTL;
-pub use wait::DEFAULT_SUMMARY_WAIT;
 
 /// The extension key holding a session's policy overrides (a TOML fragment).
 pub const POLICY_OVERRIDES: &str = "policy_overrides";
@@ -124,27 +122,6 @@ impl std::fmt::Display for SessionError {
                 "{consecutive} consecutive requests overflowed the context window; not \
                  recovering again (is the model's window configured?)"
             ),
-        }
-    }
-}
-
-impl SessionError {
-    /// What a client may be told: the kind of failure, without the store's or the
-    /// workspace's paths and messages (those go to the log).
-    pub fn public(&self) -> String {
-        match self {
-            SessionError::Store(_) => {
-                "the session store failed; the gateway's log has the details".into()
-            }
-            SessionError::Context(_) => "the context could not be updated (archive or policy); \
-                                         the gateway's log has the details"
-                .into(),
-            SessionError::Unreadable { version, .. } => format!(
-                "the stored session (version {version}) cannot be read; rebuild it from its log \
-                 with POST /admin/sessions/{{id}}/rebuild"
-            ),
-            SessionError::Corrupt(_) => "the stored session is unreadable".into(),
-            SessionError::RecoveryRefused { .. } => self.to_string(),
         }
     }
 }
@@ -320,8 +297,6 @@ pub struct Sessions {
     /// The share of the trigger past which a summary is prepared in the background
     /// ([`Sessions::with_summary_preparation`]).
     prepare_at: Option<f64>,
-    /// How long a request waits for a model's summary ([`Sessions::with_summary_wait`]).
-    summary_wait: Duration,
 }
 
 impl Sessions {
@@ -352,7 +327,6 @@ impl Sessions {
             metrics: Arc::new(Metrics::default()),
             upstream_summaries: None,
             prepare_at: Some(prepare::DEFAULT_PREPARE_AT),
-            summary_wait: wait::DEFAULT_SUMMARY_WAIT,
         }
     }
 
@@ -718,7 +692,7 @@ impl Sessions {
             .filter(|l| *l > 0)
             .or_else(|| Some(input_window(learned, incoming.requested_output)));
         // The request that overflowed cannot be the summary call's prefix: it is too long.
-        let summarizer = self.waited(self.step_summarizer(incoming.route.as_ref(), None));
+        let summarizer = self.step_summarizer(incoming.route.as_ref(), None);
         let outcome = live
             .manager
             .handle_overflow_with(summarizer.as_ref(), attempt, failed, limit)

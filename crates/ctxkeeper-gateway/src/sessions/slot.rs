@@ -225,12 +225,6 @@ impl Sessions {
         evicted
     }
 
-    /// How often a server sweeps idle sessions out ([`Self::evict_idle`]): a quarter of the
-    /// idle time, between 10 ms and 30 s.
-    pub fn sweep_interval(&self) -> Duration {
-        (self.idle_ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(30))
-    }
-
     /// How many sessions are warm in memory.
     pub fn warm_sessions(&self) -> usize {
         self.slots.lock().map_or(0, |warm| warm.map.len())
