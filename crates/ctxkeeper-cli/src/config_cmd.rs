@@ -19,6 +19,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use ctxkeeper::store::redact;
+use ctxkeeper_core::engine::{PolicyConfig, presets};
 use ctxkeeper_gateway::config::{GatewayConfig, GatewaySettings};
 
 use crate::serve::{self, ServeArgs};
@@ -107,10 +108,131 @@ fn render(config: &GatewayConfig) -> Result<String> {
             "none"
         },
     );
+    let preset = presets::preset(&config.policy_preset);
+    let origin = format!(
+        "# [policy]: the {} preset; a value marked \"# override\" comes from the config file's [policy] (the preset's value follows it)\n",
+        config.policy_preset
+    );
+    let policy = match &preset {
+        Some(preset) => mark_overrides(&section("policy", policy)?, &config.policy, preset),
+        None => section("policy", policy)?,
+    };
     Ok(format!(
-        "{}{secrets}\n{}\n{}",
+        "{}{secrets}\n{origin}{policy}\n{}",
         section("gateway", gateway)?,
-        section("policy", policy)?,
         section("models", Value::Table(models))?
     ))
+}
+
+/// The rendered `[policy]` section with every value that differs from the preset's marked
+/// `# override (preset: VALUE)`; a list that differs is marked on each of its lines or
+/// table headers.
+fn mark_overrides(rendered: &str, policy: &PolicyConfig, preset: &PolicyConfig) -> String {
+    let (Ok(effective), Ok(original)) =
+        (serde_json::to_value(policy), serde_json::to_value(preset))
+    else {
+        return rendered.to_string();
+    };
+    let mut out = String::with_capacity(rendered.len());
+    // The table the lines being read belong to, as a dotted path below `policy`.
+    let mut table = String::new();
+    // Inside a multi-line string, the delimiter that closes it.
+    let mut open: Option<&str> = None;
+    for line in rendered.lines() {
+        if let Some(delimiter) = open {
+            if line.contains(delimiter) {
+                open = None;
+            }
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let trimmed = line.trim();
+        let mut mark = None;
+        let mut multiline = false;
+        if let Some(header) = trimmed
+            .strip_prefix("[[")
+            .and_then(|h| h.strip_suffix("]]"))
+        {
+            table = header
+                .trim_start_matches("policy")
+                .trim_start_matches('.')
+                .to_string();
+            mark = differs(&effective, &original, &table);
+        } else if let Some(header) = trimmed.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            table = header
+                .trim_start_matches("policy")
+                .trim_start_matches('.')
+                .to_string();
+        } else if let Some((key, value)) = trimmed.split_once(" = ") {
+            for delimiter in ["\"\"\"", "'''"] {
+                if value.starts_with(delimiter) && !value[3..].contains(delimiter) {
+                    open = Some(delimiter);
+                    multiline = true;
+                }
+            }
+            let key = key.trim().trim_matches('"');
+            let path = if table.is_empty() {
+                key.to_string()
+            } else {
+                format!("{table}.{key}")
+            };
+            // A key of an element of a list of tables: the list is marked on its header.
+            if !array_element(&effective, &table) {
+                mark = differs(&effective, &original, &path);
+            }
+        }
+        match mark {
+            // A comment after `"""` would be part of the string: it goes above instead.
+            Some(was) if multiline => {
+                out.push_str(&format!("# override (preset: {was})\n{line}\n"));
+            }
+            Some(was) => out.push_str(&format!("{line}  # override (preset: {was})\n")),
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// The value at a dotted path of a serialised policy.
+fn lookup<'v>(value: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
+    path.split('.')
+        .filter(|key| !key.is_empty())
+        .try_fold(value, |value, key| value.get(key))
+}
+
+/// Whether `table` is a list (its lines are the elements of a list of tables).
+fn array_element(effective: &serde_json::Value, table: &str) -> bool {
+    !table.is_empty() && lookup(effective, table).is_some_and(serde_json::Value::is_array)
+}
+
+/// The preset's value at `path`, as TOML text, when the policy's differs from it.
+fn differs(
+    effective: &serde_json::Value,
+    original: &serde_json::Value,
+    path: &str,
+) -> Option<String> {
+    let now = lookup(effective, path).filter(|v| !v.is_null());
+    let was = lookup(original, path).filter(|v| !v.is_null());
+    if now == was {
+        return None;
+    }
+    Some(match was {
+        None => "unset".to_string(),
+        Some(serde_json::Value::Array(items)) => format!("{} entries", items.len()),
+        Some(serde_json::Value::Object(_)) => "a table".to_string(),
+        Some(value) => {
+            let text =
+                toml::Value::try_from(value).map_or_else(|_| value.to_string(), |v| v.to_string());
+            // A template or prompt is named, not repeated.
+            match text.char_indices().nth(60) {
+                Some((cut, _)) if !text.contains('\n') => format!("{}…", &text[..cut]),
+                _ if text.contains('\n') => "a multi-line text".to_string(),
+                _ => text,
+            }
+        }
+    })
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
-use ctxkeeper::core::engine::{PolicyConfig, presets};
+use ctxkeeper::core::engine::{ConfigError, PolicyConfig, PolicyOverlay, presets};
 use ctxkeeper::core::formats::Wire;
 use ctxkeeper::core::model::{CheckRules, Request, Role};
 use ctxkeeper::core::replay::{ReplayOptions, ReplayReport, StepView, Unmanaged, replay};
@@ -31,9 +31,10 @@ pub struct ReplayArgs {
 
     /// The context policy: `none` (the unmanaged baseline), `default`, or a seed system's
     /// preset (agentscope, reme-compact, reme-compress, reme-auto, agentrail, cowagent,
-    /// harness). A `[policy]` table in --config overrides its settings.
-    #[arg(long, default_value = "none", value_name = "POLICY")]
-    pub policy: String,
+    /// harness); default `none`. A `[policy]` table in --config overrides its settings key by
+    /// key (its `name`, when a preset's, selects that preset).
+    #[arg(long, value_name = "POLICY")]
+    pub policy: Option<String>,
 
     /// The summarizer for policies that summarize: `extractive` needs no model.
     #[arg(long, default_value = "extractive", value_name = "KIND")]
@@ -81,7 +82,7 @@ pub struct ReplayArgs {
 pub fn run(args: &ReplayArgs) -> Result<()> {
     let wire: Wire = args.wire.parse().map_err(InputError::BadOption)?;
     let loaded = trace_input::load(&args.trace)?;
-    let policy = resolve_policy(&args.policy, loaded.policy_overrides.as_deref())?;
+    let policy = resolve_policy(args.policy.as_deref(), loaded.policy_overrides.as_deref())?;
     let window = args.window.unwrap_or(loaded.tokens.profile.context_window);
     if window == 0 {
         bail!(InputError::BadOption(
@@ -346,13 +347,27 @@ async fn stored_log(
     Ok(pages.into_iter().rev().flatten().collect())
 }
 
-/// The named preset with the config file's `[policy]` overrides applied.
-fn resolve_policy(name: &str, overrides: Option<&str>) -> Result<PolicyConfig> {
-    let base = presets::lookup(name).map_err(|e| InputError::BadOption(e.to_string()))?;
-    match overrides {
-        Some(fragment) => Ok(base
-            .with_overrides(fragment)
-            .map_err(|e| InputError::BadOption(format!("[policy] in the config file: {e}")))?),
+/// The named preset (`none` when none is named) with the config file's `[policy]` overrides
+/// applied; a `[policy]` whose `name` is a preset selects it, as `serve` reads the file.
+fn resolve_policy(name: Option<&str>, overrides: Option<&str>) -> Result<PolicyConfig> {
+    let bad = |e: ConfigError| InputError::BadOption(format!("[policy] in the config file: {e}"));
+    let overlay = overrides
+        .map(PolicyOverlay::parse)
+        .transpose()
+        .map_err(bad)?;
+    let named = overlay.as_ref().and_then(PolicyOverlay::preset);
+    if let (Some(name), Some(named)) = (name, named)
+        && name != named
+    {
+        return Err(InputError::BadOption(format!(
+            "[policy] name = {named:?} in the config file selects the {named} preset, but --policy is {name:?}: keep one of them"
+        ))
+        .into());
+    }
+    let base = presets::lookup(name.or(named).unwrap_or("none"))
+        .map_err(|e| InputError::BadOption(e.to_string()))?;
+    match overlay {
+        Some(overlay) => Ok(overlay.apply(&base).map_err(bad)?),
         None => Ok(base),
     }
 }

@@ -267,8 +267,12 @@ pub const UNVERIFIED_MARK: &str = "[unverified] ";
 /// summary, which was checked when it was made) and fixes it in place:
 ///
 /// - a line that quotes the user ("User: …", "the user asked: \"…\"", "User constraint: …")
-///   must quote words a user message of the source holds (whitespace and case aside), or it is
-///   dropped: a summary must never hand the agent an instruction the user did not give;
+///   must quote words a user message holds (whitespace and case aside), or it is dropped: a
+///   summary must never hand the agent an instruction the user did not give. The user's
+///   messages are those of the source and `session_users`, the texts of every other user
+///   message of the session (the task the user gave first usually stays outside the
+///   summarized span, and a summary rightly quotes it). A quote that opens on one line and
+///   closes on a later one is checked as a whole, and kept or dropped as a whole;
 /// - every path (`src/app.py`), backquoted term (`` `parse_args` ``) and identifier
 ///   (`snake_case`, `CamelCase`, `a::b`) a line names must occur somewhere in the source, or
 ///   the line is marked [`UNVERIFIED_MARK`].
@@ -279,6 +283,7 @@ pub fn check_summary(
     summary: &mut Summary,
     request: &SummaryRequest,
     also_known: &[String],
+    session_users: &[&str],
 ) -> SummaryCheck {
     let mut check = SummaryCheck::default();
     let previous = request.previous.as_ref();
@@ -317,6 +322,11 @@ pub fn check_summary(
         }
         if let Some(focus) = &request.focus {
             push_folded(&mut user_words, focus);
+            user_words.push('\n');
+        }
+        for text in session_users {
+            push_folded(&mut user_words, text);
+            user_words.push('\n');
         }
     }
     // Every term a line names, except those the caller knows (the archive references the
@@ -362,15 +372,44 @@ pub fn check_summary(
     let mut lines = lines.iter();
     for name in &field_names {
         let count = summary.get(name).lines().count();
+        let field: Vec<&(String, Vec<String>)> = lines.by_ref().take(count).collect();
         let mut kept: Vec<String> = Vec::with_capacity(count);
         let mut changed = false;
-        for (line, terms) in lines.by_ref().take(count) {
-            if let Some(quote) = quoted_user_words(line)
-                && !user_words.contains(&fold(&quote))
+        let mut at = 0;
+        // Lines before this one continue a quote already checked.
+        let mut continued = 0;
+        while at < field.len() {
+            let (line, terms) = field[at];
+            at += 1;
+            if at > continued
+                && let Some(quote) = quoted_user_words(line)
             {
-                check.dropped.push(line.clone());
-                changed = true;
-                continue;
+                // A quote left open runs on to the line that closes it.
+                let mut whole = quote.text;
+                let mut end = at;
+                if let Some(close) = quote.open {
+                    let closing = field[at..]
+                        .iter()
+                        .take(MAX_QUOTE_LINES)
+                        .position(|(l, _)| l.contains(close));
+                    if let Some(offset) = closing {
+                        for (next, _) in &field[at..=at + offset] {
+                            whole.push(' ');
+                            whole.push_str(next.split(close).next().unwrap_or(""));
+                        }
+                        end = at + offset + 1;
+                    }
+                }
+                let whole = elided(&whole);
+                if whole.chars().count() >= MIN_QUOTE_CHARS && !user_words.contains(&fold(whole)) {
+                    check
+                        .dropped
+                        .extend(field[at - 1..end].iter().map(|(l, _)| l.clone()));
+                    changed = true;
+                    at = end;
+                    continue;
+                }
+                continued = end;
             }
             if !line.starts_with(UNVERIFIED_MARK) && terms.iter().any(|t| !known(t)) {
                 check.unverified.push(line.clone());
@@ -431,11 +470,50 @@ fn push_folded(out: &mut String, text: &str) {
     }
 }
 
+/// A quote running over more lines than this is not followed past its first line.
+const MAX_QUOTE_LINES: usize = 40;
+/// A quote shorter than this proves nothing and is not checked.
+const MIN_QUOTE_CHARS: usize = 12;
+
+/// What a summary line quotes of the user.
+struct Quote {
+    /// The quoted words on this line.
+    text: String,
+    /// The closing quotation mark, when the quote does not close on this line.
+    open: Option<char>,
+}
+
+/// The part of a quote before an elision ("…" or "..."), trimmed.
+fn elided(quote: &str) -> &str {
+    let end = [quote.find('…'), quote.find("...")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(quote.len());
+    quote[..end].trim()
+}
+
+/// The closing mark of an opening quotation mark.
+fn closing_mark(c: char) -> Option<char> {
+    match c {
+        '"' => Some('"'),
+        '“' => Some('”'),
+        _ => None,
+    }
+}
+
 /// The user's words a summary line quotes, if it quotes any: the text after the extractive
-/// labels ("User: …", "User constraint: …", "Later request: …", "Latest user request: …"), or
-/// the quoted part of "the user said/asked/wrote/requested … \"…\"". An elision ("…") ends
-/// the quote; a quote shorter than 12 characters proves nothing and is not checked.
-fn quoted_user_words(line: &str) -> Option<String> {
+/// labels ("User: …", "User constraint: …", "Later request: …", "Latest user request: …"),
+/// without the quotation marks around it, or the quoted part of "the user
+/// said/asked/wrote/requested … \"…\"". An elision ("…", "...") ends the quote; a quote
+/// shorter than 12 characters proves nothing and is not checked.
+fn quoted_user_words(line: &str) -> Option<Quote> {
+    let quote = quote_on_line(line)?;
+    (quote.open.is_some() || elided(&quote.text).chars().count() >= MIN_QUOTE_CHARS)
+        .then_some(quote)
+}
+
+fn quote_on_line(line: &str) -> Option<Quote> {
     const LABELS: [&str; 4] = [
         "User: ",
         "User constraint: ",
@@ -443,9 +521,27 @@ fn quoted_user_words(line: &str) -> Option<String> {
         "Latest user request: ",
     ];
     let bare = line.trim_start().trim_start_matches(['-', '*', ' ']);
-    let quote = if let Some(rest) = LABELS.iter().find_map(|l| bare.strip_prefix(l)) {
-        rest.to_string()
-    } else {
+    if let Some(rest) = LABELS.iter().find_map(|l| bare.strip_prefix(l)) {
+        let rest = rest.trim();
+        let Some(close) = rest.chars().next().and_then(closing_mark) else {
+            return Some(Quote {
+                text: rest.to_string(),
+                open: None,
+            });
+        };
+        let inner = &rest[rest.chars().next().map_or(0, char::len_utf8)..];
+        return Some(match inner.find(close) {
+            Some(end) => Quote {
+                text: inner[..end].to_string(),
+                open: None,
+            },
+            None => Quote {
+                text: inner.to_string(),
+                open: Some(close),
+            },
+        });
+    }
+    {
         let lower = bare.to_ascii_lowercase();
         const VERBS: [&str; 7] = [
             "user said",
@@ -460,16 +556,21 @@ fn quoted_user_words(line: &str) -> Option<String> {
             .iter()
             .find_map(|v| lower.find(v).map(|i| i + v.len()))?;
         let rest = &bare[at..];
-        let (open, close) = rest.char_indices().find_map(|(i, c)| match c {
-            '"' => Some((i, '"')),
-            '“' => Some((i, '”')),
-            _ => None,
-        })?;
-        let inner = &rest[open + close.len_utf8()..];
-        inner[..inner.find(close).unwrap_or(inner.len())].to_string()
-    };
-    let quote = quote.split('…').next().unwrap_or("").trim().to_string();
-    (quote.chars().count() >= 12).then_some(quote)
+        let (open, close) = rest
+            .char_indices()
+            .find_map(|(i, c)| closing_mark(c).map(|close| (i + c.len_utf8(), close)))?;
+        let inner = &rest[open..];
+        Some(match inner.find(close) {
+            Some(end) => Quote {
+                text: inner[..end].to_string(),
+                open: None,
+            },
+            None => Quote {
+                text: inner.to_string(),
+                open: Some(close),
+            },
+        })
+    }
 }
 
 /// The paths, backquoted terms and identifiers a line names.
@@ -608,7 +709,7 @@ mod tests {
             "current_state",
             "- Read src/invoice.rs; `round_total` uses CacheManager.\n- Edited src/tax.rs and `apply_discount_twice`.",
         );
-        let check = check_summary(&mut summary, &source, &[]);
+        let check = check_summary(&mut summary, &source, &[], &[]);
         assert_eq!(
             check.dropped,
             vec!["- The user asked: \"drop the invoices table and recreate it\"".to_string()]
@@ -626,7 +727,7 @@ mod tests {
             "- Read src/invoice.rs; `round_total` uses CacheManager.\n[unverified] - Edited src/tax.rs and `apply_discount_twice`."
         );
         // Checking a checked summary changes nothing.
-        let again = check_summary(&mut summary, &source, &[]);
+        let again = check_summary(&mut summary, &source, &[], &[]);
         assert!(again.dropped.is_empty());
     }
 
@@ -641,7 +742,57 @@ mod tests {
             "task_overview",
             "- User: Migrate the parser to nom 8.\n- `parse_header` ported.",
         );
-        assert!(check_summary(&mut summary, &source, &[]).is_clean());
+        assert!(check_summary(&mut summary, &source, &[], &[]).is_clean());
+    }
+
+    #[test]
+    fn quotes_are_read_against_every_user_message_of_the_session() {
+        // The task stays outside the summarized span: only tool rounds are summarized.
+        let source = request(vec![
+            Message::assistant("Reading the ledger."),
+            Message::tool_result("c1", "ledger ok"),
+        ]);
+        let task = "Fix the rounding bug in invoice totals.\nKeep the public API unchanged.";
+        let mut summary = Summary::empty(&source.schema, "model");
+        summary.set(
+            "task_overview",
+            "- User: \"Fix the rounding bug in invoice totals.\"\n- The user asked: \"Fix the rounding bug in invoice totals.\n  Keep the public API unchanged.\"\n- Progress so far.",
+        );
+        let check = check_summary(&mut summary, &source, &[], &[task]);
+        assert!(check.is_clean(), "{check:?}");
+        // Without the session's user messages the same quotes are dropped (both lines of the
+        // multi-line one), which is what happened to every model-written summary before.
+        let check = check_summary(&mut summary, &source, &[], &[]);
+        assert_eq!(check.dropped.len(), 3, "{check:?}");
+        assert_eq!(summary.get("task_overview"), "- Progress so far.");
+    }
+
+    #[test]
+    fn a_multi_line_quote_is_checked_as_a_whole() {
+        let source = request(vec![Message::tool_result("c1", "ok")]);
+        let task = "Migrate the parser to nom 8.\nThen delete the old lexer.";
+        let mut summary = Summary::empty(&source.schema, "model");
+        // Each line alone is the start or the end of the user's words; together they add an
+        // instruction the user never gave.
+        summary.set(
+            "task_overview",
+            "- The user said: \"Migrate the parser to nom 8.\nThen delete the old lexer and the tests.\"\n- Parser half done.",
+        );
+        let check = check_summary(&mut summary, &source, &[], &[task]);
+        assert_eq!(
+            check.dropped,
+            vec![
+                "- The user said: \"Migrate the parser to nom 8.".to_string(),
+                "Then delete the old lexer and the tests.\"".to_string()
+            ]
+        );
+        assert_eq!(summary.get("task_overview"), "- Parser half done.");
+        // The true quote over two lines, elided at the end, passes.
+        summary.set(
+            "task_overview",
+            "- The user said: \"Migrate the parser to nom 8.\nThen delete the old...\"",
+        );
+        assert!(check_summary(&mut summary, &source, &[], &[task]).is_clean());
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
@@ -229,10 +229,13 @@ async fn patch_policy(
     State(gw): State<Arc<Gateway>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Result<Response, ApiError> {
+    // Authorised before a byte of the body is read: a client without a token cannot hold
+    // the connection by sending it slowly.
     let tenant = authorize(&gw, &headers)?;
     let key = key(&tenant, &id)?;
+    let body = read_fragment(body).await?;
     let patch = parse_fragment(&headers, &body)?;
     match gw.sessions.patch_overrides(&key, patch).await {
         Ok(Some(merged)) => Ok(axum::Json(json!({"id": id, "overrides": merged})).into_response()),
@@ -242,6 +245,34 @@ async fn patch_policy(
         ))),
         Err(PatchError::Session(err)) => Err(store_error(err)),
     }
+}
+
+/// The most a policy fragment may hold.
+const FRAGMENT_LIMIT: usize = 64 * 1024;
+
+/// Reads a policy fragment's body (within the server's body deadline).
+async fn read_fragment(body: Body) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut fragment = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            if crate::limits::BodyDeadline::caused(&e) {
+                ApiError::new(
+                    axum::http::StatusCode::REQUEST_TIMEOUT,
+                    crate::error::Kind::InvalidRequest,
+                    e.to_string(),
+                )
+            } else {
+                ApiError::invalid_request(format!("could not read the policy fragment: {e}"))
+            }
+        })?;
+        if fragment.len() + chunk.len() > FRAGMENT_LIMIT {
+            return Err(ApiError::too_large(FRAGMENT_LIMIT));
+        }
+        fragment.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(fragment))
 }
 
 /// A policy fragment: JSON when the content type says so, else TOML.

@@ -37,6 +37,9 @@ use ctxkeeper_store::state::validate_identifier;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
+/// How the name of a session derived from its conversation ([`derived_session`]) begins.
+pub const DERIVED_PREFIX: &str = "auto-";
+
 /// Header naming the session.
 pub const SESSION_HEADER: &str = "x-ctxkeeper-session";
 /// `x-ctxkeeper-pin: latest` pins the newest user message of the request: it stays verbatim
@@ -84,7 +87,7 @@ pub fn derived_session(model: Option<&str>, messages: &[Message]) -> String {
     if let Some(first) = messages.iter().find(|m| m.role == Role::User) {
         hasher.update(fingerprints.canonical_bytes(first));
     }
-    format!("auto-{:032x}", hasher.digest128())
+    format!("{DERIVED_PREFIX}{:032x}", hasher.digest128())
 }
 
 /// The session an agent harness names in its own headers, scoped by the gateway to the

@@ -101,6 +101,7 @@ impl Gateway {
         .with_max_consecutive_recoveries(config.max_consecutive_recoveries)
         .with_summarizer_choice(config.summarizer.clone())
         .with_summary_preparation(config.prepare_summaries_at)
+        .with_summary_wait(config.summary_wait)
         .with_metrics(metrics.clone())
         .with_event_bus(bus);
         let sessions = match open_memory(&config)? {

@@ -90,3 +90,174 @@ impl Drop for BodyPermit {
         Metrics::sub(&self.metrics.inflight_body_bytes, self.bytes as u64);
     }
 }
+
+/// The request body of every route, cut off when it has not fully arrived by its deadline
+/// (the gateway's body timeout, counted from when the request's headers arrived). Whatever
+/// reads the body then sees a [`BodyDeadline`] error: the model endpoints answer 408 in the
+/// client's shape, the other faces refuse the request, and the connection closes.
+#[derive(Debug)]
+pub struct DeadlineBody {
+    inner: axum::body::Body,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    timeout: std::time::Duration,
+}
+
+/// A body that did not arrive within the body timeout.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the request body did not arrive within {} s (body_timeout_secs)", .0.as_secs())]
+pub struct BodyDeadline(pub std::time::Duration);
+
+impl BodyDeadline {
+    /// Whether `error` (or what caused it) is a body deadline.
+    pub fn caused(error: &(dyn std::error::Error + 'static)) -> bool {
+        let mut current = Some(error);
+        while let Some(error) = current {
+            if error.is::<BodyDeadline>() {
+                return true;
+            }
+            current = error.source();
+        }
+        false
+    }
+}
+
+impl DeadlineBody {
+    /// `inner`, to arrive completely within `timeout` from now.
+    pub fn new(inner: axum::body::Body, timeout: std::time::Duration) -> DeadlineBody {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(timeout)),
+            timeout,
+        }
+    }
+}
+
+impl hyper::body::Body for DeadlineBody {
+    type Data = bytes::Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending => {
+                if this.deadline.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(Some(Err(Box::new(BodyDeadline(this.timeout)))))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection's socket until its protocol is known: the first 24 bytes (what tells HTTP/2's
+/// preface from an HTTP/1 request line) must arrive within the header timeout, or reads fail
+/// and the connection closes. After that HTTP/1's header timeout and HTTP/2's keep-alive
+/// pings bound an idle connection.
+#[derive(Debug)]
+pub struct Handshake<S> {
+    inner: S,
+    read: usize,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+/// The bytes that tell the protocol: the length of HTTP/2's connection preface.
+const PROTOCOL_BYTES: usize = 24;
+
+impl<S> Handshake<S> {
+    /// `inner`, whose first bytes must arrive within `timeout`.
+    pub fn new(inner: S, timeout: std::time::Duration) -> Handshake<S> {
+        Handshake {
+            inner,
+            read: 0,
+            deadline: Some(Box::pin(tokio::time::sleep(timeout))),
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Handshake<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = &mut *self;
+        let before = buf.filled().len();
+        match std::pin::Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                this.read += buf.filled().len() - before;
+                if this.read >= PROTOCOL_BYTES {
+                    this.deadline = None;
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                let expired = this
+                    .deadline
+                    .as_mut()
+                    .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
+                if expired {
+                    this.deadline = None;
+                    Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client sent no request within the header timeout",
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Handshake<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -20,6 +20,9 @@
 //! | `ctxkeeper_sessions_evicted_total` | counter (warm sessions dropped by count or idle time) | |
 //! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
 //! | `ctxkeeper_summaries_prepared_total` | counter (summaries started in the background before the trigger) | |
+//! | `ctxkeeper_summaries_failed_total` | counter (summary calls that failed: in a compaction or prepared in the background) | |
+//! | `ctxkeeper_summaries_degraded_total` | counter (compactions applied with a degraded, extractive stand-in summary) | |
+//! | `ctxkeeper_summaries_late_total` | counter (model summaries a request stopped waiting for; the extractive one stood in) | |
 //! | `ctxkeeper_resent_messages_reused_total` | counter (resent messages taken from the session's previous request, not parsed again) | |
 //! | `ctxkeeper_bodies_forwarded_early_total` | counter (large bodies sent upstream while they arrived) | |
 //! | `ctxkeeper_early_forwards_cut_total` | counter (of those, uploads cut because the gateway sent another body or none) | |
@@ -119,6 +122,9 @@ pub struct Metrics {
     pub events_dropped: AtomicU64,
     pub session_forks: AtomicU64,
     pub summaries_prepared: AtomicU64,
+    pub summaries_failed: AtomicU64,
+    pub summaries_degraded: AtomicU64,
+    pub summaries_late: AtomicU64,
     pub resent_messages_reused: AtomicU64,
     pub bodies_forwarded_early: AtomicU64,
     pub early_forwards_cut: AtomicU64,
@@ -274,6 +280,21 @@ impl Metrics {
                 "ctxkeeper_summaries_prepared_total",
                 "Summaries started in the background before a session reached its trigger.",
                 &self.summaries_prepared,
+            ),
+            (
+                "ctxkeeper_summaries_failed_total",
+                "Summary calls that failed (in a compaction, or prepared in the background).",
+                &self.summaries_failed,
+            ),
+            (
+                "ctxkeeper_summaries_degraded_total",
+                "Compactions applied with a degraded summary (the extractive stand-in for a failed one).",
+                &self.summaries_degraded,
+            ),
+            (
+                "ctxkeeper_summaries_late_total",
+                "Model summaries a request stopped waiting for at the wait bound (the extractive summary stood in).",
+                &self.summaries_late,
             ),
             (
                 "ctxkeeper_resent_messages_reused_total",

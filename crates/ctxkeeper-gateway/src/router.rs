@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -37,7 +37,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use crate::error::{ApiError, GatewayError, Kind};
+use crate::error::{ApiError, Flavor, GatewayError, Kind};
+use crate::limits::{DeadlineBody, Handshake};
 use crate::sessions::SessionEvent;
 use crate::{Gateway, GatewayConfig, admin, http};
 
@@ -167,20 +168,31 @@ impl Server {
     ) -> Result<(), GatewayError> {
         let gateway = self.gateway.clone();
         let header_timeout = gateway.config.header_timeout;
-        let app = router(self.gateway).merge(self.extra);
+        let body_timeout = gateway.config.body_timeout;
+        let app = router(self.gateway)
+            .merge(self.extra)
+            .layer(axum::middleware::from_fn(too_large_as_json));
         let mut builder = ConnBuilder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout);
-        builder.http2().timer(TokioTimer::new());
+        // An HTTP/2 client is pinged once its connection has been quiet for the header
+        // timeout, and dropped when it does not answer within it.
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(header_timeout)
+            .keep_alive_timeout(header_timeout);
         let graceful = GracefulShutdown::new();
+        // Idle sessions leave memory on a clock, not only when a new session arrives.
+        let sweeper = tokio::spawn(sweep_idle_sessions(gateway.clone()));
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => stream,
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
                         Err(err) => {
                             // Out of file descriptors and the like: wait instead of spinning.
                             tracing::warn!(%err, "accept failed");
@@ -189,9 +201,30 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let service = TowerToHyperService::new(app.clone());
+                    // The peer address reaches handlers as axum's `ConnectInfo` (the MCP
+                    // endpoint bounds its tenants per source address).
+                    let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+                        app.clone(),
+                        move |request: axum::http::Request<hyper::body::Incoming>| {
+                            let (mut parts, body) = request.into_parts();
+                            parts.extensions.insert(ConnectInfo(peer));
+                            // Every route's body arrives within the body timeout.
+                            let body = if hyper::body::Body::is_end_stream(&body) {
+                                axum::body::Body::new(body)
+                            } else {
+                                axum::body::Body::new(DeadlineBody::new(
+                                    axum::body::Body::new(body),
+                                    body_timeout,
+                                ))
+                            };
+                            axum::http::Request::from_parts(parts, body)
+                        },
+                    ));
                     let connection = builder
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection(
+                            TokioIo::new(Handshake::new(stream, header_timeout)),
+                            service,
+                        )
                         .into_owned();
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
@@ -203,11 +236,53 @@ impl Server {
             }
         }
         drop(self.listener);
+        sweeper.abort();
         // Event streams never end on their own: a connected subscriber would hold the
         // graceful shutdown forever.
         gateway.sessions.close_events();
         graceful.shutdown().await;
         Ok(())
+    }
+}
+
+/// A 413 that is not JSON yet (axum's body limit on `/admin` and `/ui`, rmcp's on `/mcp`)
+/// becomes one in the gateway's error shape. The model endpoints' answers are left alone:
+/// an upstream's error goes to the client as the upstream sent it.
+async fn too_large_as_json(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let model_call = request.uri().path().starts_with("/v1/");
+    let response = next.run(request).await;
+    if model_call
+        || response.status() != StatusCode::PAYLOAD_TOO_LARGE
+        || response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"))
+    {
+        return response;
+    }
+    let mut error = ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Kind::TooLarge,
+        "request body is larger than this endpoint accepts",
+    );
+    error.code = Some("request_too_large");
+    error.render(Flavor::OpenAi)
+}
+
+/// Drops warm sessions idle past `--session-idle`, every quarter of it (at most every 30 s).
+async fn sweep_idle_sessions(gateway: Arc<Gateway>) {
+    let every = gateway.sessions.sweep_interval();
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let evicted = gateway.sessions.evict_idle();
+        if evicted > 0 {
+            tracing::debug!(evicted, "idle sessions swept");
+        }
     }
 }
 

@@ -156,6 +156,8 @@ pub enum Opening {
 pub struct StreamHead {
     splitter: SseSplitter,
     decided: Option<Opening>,
+    /// Events seen so far (a preamble, when nothing is decided yet).
+    events: usize,
 }
 
 impl StreamHead {
@@ -164,14 +166,23 @@ impl StreamHead {
     pub fn feed(&mut self, chunk: &[u8]) -> Option<Opening> {
         if self.decided.is_none() {
             let mut decided = None;
+            let mut events = 0;
             self.splitter.feed(chunk, |raw| {
                 if decided.is_none() {
+                    events += 1;
                     decided = opening_event(raw);
                 }
             });
+            self.events += events;
             self.decided = decided;
         }
         self.decided.clone()
+    }
+
+    /// Whether any event arrived (with nothing decided: only preamble events, the opening of
+    /// an answer whose content never came).
+    pub fn opened(&self) -> bool {
+        self.events > 0
     }
 }
 
@@ -209,10 +220,40 @@ fn opening_event(raw: &[u8]) -> Option<Opening> {
     if is_error {
         return Some(Opening::Error(data));
     }
+    if value.as_ref().is_some_and(role_only_chunk) {
+        return None;
+    }
     match kind.as_deref() {
         Some(kind) if PREAMBLE.contains(&kind) => None,
         _ => Some(Opening::Content),
     }
+}
+
+/// Chat Completions' opening chunk, which names the role and carries nothing yet
+/// (`{"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}`): a
+/// stream cut right after it is a failed answer, not an empty one.
+fn role_only_chunk(chunk: &Value) -> bool {
+    let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+        return false;
+    };
+    let empty = |value: &Value| match value {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    };
+    !choices.is_empty()
+        && choices.iter().all(|choice| {
+            choice.get("finish_reason").is_none_or(Value::is_null)
+                && choice
+                    .get("delta")
+                    .and_then(Value::as_object)
+                    .is_some_and(|delta| {
+                        delta
+                            .iter()
+                            .all(|(field, value)| field == "role" || empty(value))
+                    })
+        })
 }
 
 struct EventEnd {
@@ -307,7 +348,15 @@ mod tests {
         let anthropic = ": keep-alive\n\nevent: message_start\ndata: {\"type\":\"message_start\"}\n\n\
                          event: ping\ndata: {\"type\":\"ping\"}\n\n\
                          event: content_block_start\ndata: {\"type\":\"content_block_start\"}\n\n";
-        let chat = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+        // Chat's opening chunk names the role only: a preamble, decided by what follows it.
+        let chat_role =
+            "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        let chat =
+            format!("{chat_role}data: {{\"choices\":[{{\"delta\":{{\"content\":\"Hi\"}}}}]}}\n\n");
+        let chat_cut_error = format!(
+            "{chat_role}{}",
+            "data: {\"error\":{\"message\":\"upstream failed\"}}\n\n"
+        );
         let chat_error =
             "data: {\"error\":{\"message\":\"maximum context length is 10 tokens\"}}\n\n";
         for piece in [1, 5, 1000] {
@@ -323,7 +372,16 @@ mod tests {
             ));
             assert_eq!(opening(content, piece), Some(Opening::Content));
             assert_eq!(opening(anthropic, piece), Some(Opening::Content));
-            assert_eq!(opening(chat, piece), Some(Opening::Content));
+            assert_eq!(opening(&chat, piece), Some(Opening::Content));
+            assert!(matches!(
+                opening(&chat_cut_error, piece),
+                Some(Opening::Error(_))
+            ));
+            assert_eq!(
+                opening(chat_role, piece),
+                None,
+                "piece {piece}: the role alone decides nothing"
+            );
         }
         // Only the preamble so far: undecided.
         assert_eq!(

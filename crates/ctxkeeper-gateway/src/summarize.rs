@@ -11,7 +11,15 @@
 //! prefixes serves almost all of it from its cache, at a tenth of the price, where a
 //! separate summarization prompt would be billed in full. When no forwarded request is known
 //! yet (the first step after a restart), the request is built from the messages to summarize
-//! with the caller's model and tools.
+//! with the caller's model (and its tools only when the messages hold tool calls, which
+//! Anthropic requires).
+//!
+//! **Its shape.** The answer must be the summary: a summary request that keeps tools (for the
+//! cached prefix, which starts with them, or for tool blocks) says `tool_choice: none`, one
+//! without tools says nothing of tool choice, and no summary request carries a thinking
+//! budget (`thinking` is removed; `max_tokens` is the summary's own bound). On Anthropic a
+//! changed `tool_choice` or thinking setting costs the cached *messages* (tools and system
+//! stay cached): the price of an answer that is never a tool call nor 32k tokens of thinking.
 //!
 //! A failure (an error status, a timeout, an answer that is not the summary object) is
 //! returned as an [`LlmError`]; the session's [`ctxkeeper::ContextManager`] then stands in the
@@ -26,7 +34,7 @@ use async_trait::async_trait;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use ctxkeeper_core::formats::Wire;
-use ctxkeeper_core::model::{Request as WireRequest, ToolSpec};
+use ctxkeeper_core::model::{Part, Request as WireRequest, ToolSpec};
 use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use ctxkeeper_llm::prompt::in_context_instruction;
 use ctxkeeper_llm::{LlmError, Summarizer, extract_json};
@@ -149,10 +157,20 @@ impl UpstreamSummarizer {
         let mut body = prefix
             .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(bytes).ok())
             .unwrap_or_else(|| {
+                // Built from the messages, the request declares tools only where the API
+                // needs them: Anthropic refuses tool blocks in a request without tools.
+                let calls = request.messages.iter().any(|m| {
+                    m.has_tool_results()
+                        || m.parts.iter().any(|p| matches!(p, Part::ToolCall { .. }))
+                });
                 let built = WireRequest {
                     model: self.route.model.clone(),
                     messages: request.messages.clone(),
-                    tools: self.route.tools.clone(),
+                    tools: if calls {
+                        self.route.tools.clone()
+                    } else {
+                        Vec::new()
+                    },
                     ..WireRequest::default()
                 };
                 match wire.emit_request(&built) {
@@ -178,8 +196,10 @@ impl UpstreamSummarizer {
         }
         body.insert("stream".into(), Value::Bool(false));
         body.remove("stream_options");
+        // No thinking budget: the summary is written, not reasoned out at the agent's length.
+        body.remove("thinking");
         limit_output(wire, &mut body, u64::from(request.max_output_tokens));
-        unforce_tools(wire, &mut body);
+        no_tool_calls(wire, &mut body);
         body
     }
 }
@@ -318,17 +338,11 @@ fn append_instruction(wire: Wire, body: &mut Map<String, Value>, instruction: St
     }
 }
 
-/// Caps the answer at `tokens`, in the field the API names (an extended-thinking budget on
-/// top: Anthropic refuses `max_tokens` at or below it).
+/// Caps the answer at `tokens`, in the field the API names.
 fn limit_output(wire: Wire, body: &mut Map<String, Value>, tokens: u64) {
     match wire {
         Wire::Anthropic => {
-            let thinking = body
-                .get("thinking")
-                .and_then(|t| t.get("budget_tokens"))
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            body.insert("max_tokens".into(), json!(thinking + tokens));
+            body.insert("max_tokens".into(), json!(tokens));
         }
         Wire::Responses => {
             body.insert("max_output_tokens".into(), json!(tokens));
@@ -344,27 +358,26 @@ fn limit_output(wire: Wire, body: &mut Map<String, Value>, tokens: u64) {
     }
 }
 
-/// A `tool_choice` that forces a call would make the answer a call, not the summary: it
-/// becomes `auto` (left alone otherwise, since changing it costs Anthropic's message cache).
-fn unforce_tools(wire: Wire, body: &mut Map<String, Value>) {
-    let Some(choice) = body.get("tool_choice") else {
+/// The answer must be the summary, never a tool call: a request that keeps its tools (the
+/// cached prefix starts with them, or its messages hold tool blocks) says `tool_choice: none`;
+/// one without tools says nothing of tool choice.
+fn no_tool_calls(wire: Wire, body: &mut Map<String, Value>) {
+    let has_tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| !tools.is_empty());
+    if !has_tools {
+        body.remove("tools");
+        body.remove("tool_choice");
+        body.remove("parallel_tool_calls");
         return;
-    };
-    let kind = choice
-        .as_str()
-        .or_else(|| choice.get("type").and_then(Value::as_str))
-        .unwrap_or_default();
-    let forced = match wire {
-        Wire::Anthropic => matches!(kind, "any" | "tool"),
-        Wire::OpenAiChat | Wire::Responses => matches!(kind, "required" | "function" | "custom"),
-    };
-    if forced {
-        let auto = match wire {
-            Wire::Anthropic => json!({"type": "auto"}),
-            Wire::OpenAiChat | Wire::Responses => json!("auto"),
-        };
-        body.insert("tool_choice".into(), auto);
     }
+    let none = match wire {
+        Wire::Anthropic => json!({"type": "none"}),
+        Wire::OpenAiChat | Wire::Responses => json!("none"),
+    };
+    body.insert("tool_choice".into(), none);
+    body.remove("parallel_tool_calls");
 }
 
 /// The answer's text.
@@ -478,7 +491,61 @@ mod tests {
         assert!(instruction.contains("Reading src/parse.rs now."));
         assert_eq!(body["stream"], false);
         assert_eq!(body["max_tokens"], 700);
-        assert_eq!(body["tool_choice"], json!({"type": "auto"}));
+        assert_eq!(body["tool_choice"], json!({"type": "none"}));
+    }
+
+    #[test]
+    fn a_summary_request_never_invites_a_tool_call_nor_a_thinking_budget() {
+        // Claude Code's shape: tools, no tool_choice, a 32k thinking budget.
+        let forwarded = json!({
+            "model": "claude-x", "max_tokens": 64000,
+            "thinking": {"type": "enabled", "budget_tokens": 32000},
+            "tools": [{"name": "bash", "input_schema": {"type": "object"}}],
+            "messages": [{"role": "user", "content": "Fix the parser."}]
+        });
+        let prefix = Bytes::from(serde_json::to_vec(&forwarded).expect("json"));
+        let summarizer = UpstreamSummarizer::new(route(Wire::Anthropic), Some(prefix), None);
+        let body = summarizer.body(&request());
+        // The tools stay for the cache; the model may not call them.
+        assert_eq!(body["tools"], forwarded["tools"]);
+        assert_eq!(body["tool_choice"], json!({"type": "none"}));
+        assert!(!body.contains_key("thinking"));
+        assert_eq!(body["max_tokens"], 700);
+        // OpenAI's shape with parallel calls and a forced tool.
+        let forwarded = json!({
+            "model": "gpt-x", "tool_choice": "required", "parallel_tool_calls": true,
+            "tools": [{"type": "function", "function": {"name": "bash", "parameters": {}}}],
+            "messages": [{"role": "user", "content": "Fix the parser."}]
+        });
+        let prefix = Bytes::from(serde_json::to_vec(&forwarded).expect("json"));
+        let summarizer = UpstreamSummarizer::new(route(Wire::OpenAiChat), Some(prefix), None);
+        let body = summarizer.body(&request());
+        assert_eq!(body["tool_choice"], "none");
+        assert!(!body.contains_key("parallel_tool_calls"));
+        // Built from messages without tool blocks: no tools, no tool choice.
+        let mut tooled = route(Wire::Anthropic).as_ref().clone();
+        tooled.tools = vec![ToolSpec {
+            name: "bash".into(),
+            description: None,
+            parameters: json!({"type": "object"}),
+            extra: Default::default(),
+            hints: Default::default(),
+        }];
+        let summarizer = UpstreamSummarizer::new(Arc::new(tooled.clone()), None, None);
+        let body = summarizer.body(&request());
+        assert!(!body.contains_key("tools"), "{body:?}");
+        assert!(!body.contains_key("tool_choice"));
+        // With tool blocks among them the tools are declared, and not to be called.
+        let mut with_calls = request();
+        with_calls.messages.push(Message::assistant_with_calls(
+            "",
+            vec![Part::tool_call("t1", "bash", "{}")],
+        ));
+        with_calls.messages.push(Message::tool_result("t1", "ok"));
+        let summarizer = UpstreamSummarizer::new(Arc::new(tooled), None, None);
+        let body = summarizer.body(&with_calls);
+        assert_eq!(body["tools"].as_array().map(Vec::len), Some(1));
+        assert_eq!(body["tool_choice"], json!({"type": "none"}));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ctxkeeper::core::engine::presets;
+use ctxkeeper::core::engine::{PolicyConfig, Stage, presets};
 use ctxkeeper::core::model::{Message, Part, Role};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
 use ctxkeeper::llm::ExtractiveSummarizer;
@@ -154,6 +154,22 @@ fn server_with(
     window: u64,
     policy: &str,
 ) -> ContextServer {
+    server_with_policy(
+        f,
+        tenant,
+        session,
+        window,
+        presets::preset(policy).expect("preset"),
+    )
+}
+
+fn server_with_policy(
+    f: &Fixture,
+    tenant: &str,
+    session: Option<&str>,
+    window: u64,
+    policy: PolicyConfig,
+) -> ContextServer {
     ContextServer::new(
         Services {
             store: f.store.clone(),
@@ -164,7 +180,7 @@ fn server_with(
         Options {
             tenant: tenant.into(),
             session: session.map(str::to_string),
-            policy: presets::preset(policy).expect("preset"),
+            policy,
             model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
             window,
         },
@@ -697,9 +713,25 @@ async fn compact_shrinks_the_stored_context_and_archives_what_left() {
 /// Agentrail's `messages.compactions/<id>.jsonl`.
 #[tokio::test]
 async fn compact_under_seed_presets_writes_their_archive_files() {
+    // ReMe compresses only past 20,000 tokens of compressible messages: the fixture's few
+    // hundred leave it alone, as the seed would.
+    let f = fixture().await;
+    let untouched = ok(
+        server_with(&f, "default", Some("s1"), 8_000, "reme-compress")
+            .call("compact", json!({}))
+            .await,
+    );
+    assert_eq!(untouched["compacted"], false, "{untouched}");
     for (policy, suffix) in [("reme-compress", "_1.json"), ("agentrail", ".jsonl")] {
         let f = fixture().await;
-        let server = server_with(&f, "default", Some("s1"), 8_000, policy);
+        let mut config = presets::preset(policy).expect("preset");
+        // The threshold lowered (a one-key override) so the fixture compresses.
+        for stage in &mut config.stages {
+            if let Stage::Summarize { min_tokens, .. } = stage {
+                *min_tokens = None;
+            }
+        }
+        let server = server_with_policy(&f, "default", Some("s1"), 8_000, config);
         let report = ok(server.call("compact", json!({})).await);
         assert_eq!(report["compacted"], true, "{policy}: {report}");
         let archived: Vec<String> = report["archived"]

@@ -28,6 +28,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::overlay::PolicyOverlay;
 use crate::capsule::CapsuleConfig;
 use crate::model::{Message, Role};
 use crate::summary::SummarySchema;
@@ -403,28 +404,10 @@ impl PolicyConfig {
     }
 
     /// Applies a TOML fragment on top of this policy (a one-off override): the fragment's
-    /// top-level keys replace this policy's.
+    /// keys are set at every depth and every other key is kept; lists are replaced, and a
+    /// `name` naming a preset starts from that preset ([`PolicyOverlay`]).
     pub fn with_overrides(&self, fragment: &str) -> Result<PolicyConfig, ConfigError> {
-        // Merged as JSON, not TOML: TOML has no null, so an unset option (`trigger_ratio =
-        // None`) would vanish and come back as its default.
-        let mut base = match serde_json::to_value(self) {
-            Ok(serde_json::Value::Object(base)) => base,
-            Ok(_) => return Err(ConfigError("a policy serializes to an object".into())),
-            Err(err) => return Err(ConfigError(err.to_string())),
-        };
-        let patch: toml::Table = toml::from_str(fragment)
-            .map_err(|err| ConfigError(err.to_string().trim().to_string()))?;
-        for (key, value) in patch {
-            // JSON has no NaN or infinity: serde_json would turn `trigger_ratio = nan` into
-            // null, an unset option, which silently switches the ratio trigger off.
-            check_finite(&key, &value)?;
-            let value = serde_json::to_value(value).map_err(|e| ConfigError(e.to_string()))?;
-            base.insert(key, value);
-        }
-        let config: PolicyConfig = serde_json::from_value(serde_json::Value::Object(base))
-            .map_err(|err| ConfigError(err.to_string()))?;
-        config.validate()?;
-        Ok(config)
+        PolicyOverlay::parse(fragment)?.apply(self)
     }
 
     /// Checks the ranges the mechanisms depend on. Every number is checked, NaN and
@@ -591,23 +574,6 @@ impl Range {
     }
 }
 
-/// Refuses NaN and infinities anywhere in an override's value, naming the field.
-fn check_finite(path: &str, value: &toml::Value) -> Result<(), ConfigError> {
-    match value {
-        toml::Value::Float(number) if !number.is_finite() => Err(ConfigError(format!(
-            "{path} must be a finite number, got {number}"
-        ))),
-        toml::Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, item)| check_finite(&format!("{path}[{i}]"), item)),
-        toml::Value::Table(table) => table
-            .iter()
-            .try_for_each(|(key, item)| check_finite(&format!("{path}.{key}"), item)),
-        _ => Ok(()),
-    }
-}
-
 /// Work done as messages enter the context.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -633,6 +599,11 @@ pub struct ToolResultCap {
     pub max_chars: Option<usize>,
     /// Results above this share of the context window are capped, whatever the window.
     pub max_window_share: Option<f64>,
+    /// The preview is the longest prefix that fits the token limit (`max_tokens`, or the
+    /// window share when smaller) together with its marker, instead of `head_chars` +
+    /// `tail_chars` (AgentScope: "keep the largest prefix that fits the limit", counted in
+    /// tokens).
+    pub fit_prefix: bool,
     /// Characters of the start kept in the preview.
     pub head_chars: usize,
     /// Characters of the end kept in the preview (errors and stack traces live there).
@@ -652,6 +623,7 @@ impl Default for ToolResultCap {
             max_tokens: Some(4_000),
             max_chars: None,
             max_window_share: None,
+            fit_prefix: false,
             head_chars: 2_000,
             tail_chars: 2_000,
             recent_results: 0,
@@ -687,6 +659,14 @@ pub enum Stage {
         /// Clear the calls' arguments too.
         #[serde(default)]
         clear_inputs: bool,
+        /// The most recent messages stay verbatim too, whatever the rounds (ReMe compact's
+        /// `keep_recent_count` = 1: the output the model is about to read).
+        #[serde(default, alias = "keep_recent_count")]
+        keep_messages: usize,
+        /// Characters of the start of a cleared output kept after the pointer (ReMe
+        /// compact's preview); 0 keeps the pointer only.
+        #[serde(default)]
+        preview_chars: usize,
     },
     /// Cap old tool results to a head + tail preview (CowAgent's historical truncation and
     /// aggressive trim), archiving the whole output.
@@ -700,6 +680,10 @@ pub enum Stage {
         /// Run before every model call, not only under pressure (Agentrail layer 1, CowAgent).
         #[serde(default)]
         always: bool,
+        /// User texts over `max_chars` are cut to a head + tail too, the current one included
+        /// (CowAgent's aggressive trim: "10K chars per tool result and user text").
+        #[serde(default)]
+        user_text: bool,
     },
     /// Drop the oldest `drop_fraction` of whole turns when there are more than `max_turns`,
     /// and at least down to `max_turns` (CowAgent; 0 trims to exactly `max_turns`); the
@@ -740,6 +724,12 @@ pub enum Stage {
         /// compaction started with (ReMe auto's `compact_ratio_threshold`).
         #[serde(default, alias = "compact_ratio_threshold")]
         min_ratio: Option<f64>,
+        /// Run only if the messages it may summarize (after the instructions, before the
+        /// `keep_messages` kept) come to more than this many tokens (ReMe compress's
+        /// `max_total_tokens`, which "excludes keep_recent_count messages and system
+        /// messages").
+        #[serde(default)]
+        min_tokens: Option<u64>,
     },
     /// Keep only the newest turns and the summary: the hard reset of last resort.
     Clear {
@@ -949,84 +939,5 @@ mod tests {
         assert!(PolicyConfig::from_toml_str("trigger_ratio = 0.0").is_err());
         assert!(PolicyConfig::from_toml_str("trigger_ratio = 0.5\ntarget_ratio = 0.6").is_err());
         assert!(PolicyConfig::from_toml_str("[overflow]\nmax_attempts = 0").is_err());
-    }
-
-    #[test]
-    fn overrides_replace_top_level_keys() {
-        let base = PolicyConfig::default();
-        let patched = base
-            .with_overrides("target_ratio = 0.1\nkeep_recent_rounds = 1")
-            .unwrap_or_default();
-        assert_eq!(patched.target_ratio, 0.1);
-        assert_eq!(patched.keep_recent_rounds, 1);
-        assert_eq!(patched.trigger_ratio, base.trigger_ratio);
-        assert!(base.with_overrides("trigger_ratio = 2.0").is_err());
-    }
-
-    /// Finding 7 of the hardening review: a PATCH with `trigger_ratio = nan` was merged as
-    /// JSON, where NaN becomes null, and silently switched the ratio trigger off.
-    #[test]
-    fn non_finite_and_out_of_range_overrides_are_refused_with_the_field() {
-        let base = PolicyConfig::default();
-        for (fragment, field) in [
-            ("trigger_ratio = nan", "trigger_ratio"),
-            ("trigger_ratio = inf", "trigger_ratio"),
-            ("trigger_ratio = -0.5", "trigger_ratio"),
-            ("target_ratio = nan", "target_ratio"),
-            ("target_ratio = -inf", "target_ratio"),
-            ("target_ratio = -0.1", "target_ratio"),
-            (
-                "[ingest.tool_result]\nmax_window_share = nan",
-                "max_window_share",
-            ),
-            (
-                "[ingest.tool_result]\nmax_window_share = 1.5",
-                "max_window_share",
-            ),
-            ("[overflow]\nshrink_factor = 1.0", "overflow.shrink_factor"),
-            ("[overflow]\nshrink_factor = -inf", "overflow.shrink_factor"),
-            ("[budget_notice]\nnudge_at = 0.0", "budget_notice.nudge_at"),
-            (
-                "[reactive]\nmicro_trigger_pct = -5.0",
-                "reactive.micro_trigger_pct",
-            ),
-            (
-                "[reactive]\nfull_trigger_pct = nan",
-                "reactive.full_trigger_pct",
-            ),
-            (
-                "[[stages]]\nkind = \"trim_turns\"\nmax_turns = 4\ndrop_fraction = -0.1",
-                "stages[0] (trim_turns).drop_fraction",
-            ),
-            (
-                "[[stages]]\nkind = \"summarize\"\nkeep_ratio = nan",
-                "stages[0].keep_ratio",
-            ),
-            (
-                "[[stages]]\nkind = \"summarize\"\nmin_ratio = 1.5",
-                "stages[0] (summarize).min_ratio",
-            ),
-        ] {
-            let err = base
-                .with_overrides(fragment)
-                .err()
-                .map(|e| e.0)
-                .unwrap_or_else(|| format!("{fragment:?} was accepted"));
-            assert!(err.contains(field), "{fragment:?}: {err}");
-            // A whole policy file is held to the same ranges.
-            assert!(
-                PolicyConfig::from_toml_str(fragment).is_err(),
-                "{fragment:?} passed as a file"
-            );
-        }
-        // The nearest valid values pass.
-        for fragment in [
-            "trigger_ratio = 0.9\ntarget_ratio = 0.0",
-            "[overflow]\nshrink_factor = 0.99",
-            "[[stages]]\nkind = \"trim_turns\"\nmax_turns = 4\ndrop_fraction = 1.0",
-            "trigger_ratio = 0.5\ntarget_ratio = 0.2",
-        ] {
-            assert!(base.with_overrides(fragment).is_ok(), "{fragment:?}");
-        }
     }
 }

@@ -43,6 +43,7 @@ mod config;
 mod events;
 mod fill;
 mod images;
+mod overlay;
 pub mod presets;
 mod stages;
 mod state;
@@ -55,6 +56,7 @@ pub use config::{
 pub use events::{CompactionReason, Economics, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
 pub use images::{ImageOffload, image_placeholder};
+pub use overlay::PolicyOverlay;
 pub use stages::CLEARED_PREFIX;
 pub use state::{ContextState, Entry, EntryMeta, TriggerMemory};
 
@@ -428,8 +430,9 @@ impl Engine {
         }
         if let Some((trigger, _)) = self.active_trigger(state, budget) {
             // The estimate (exact counts where known, the session's own bytes-per-token ratio
-            // plus a margin elsewhere) decides; exact counting happens while compacting, so a
-            // step that does not compact never runs the tokenizer. Anchored on the provider's
+            // plus a margin elsewhere) decides; under estimated accounting exact counting
+            // happens while compacting, so a step that does not compact never runs the
+            // tokenizer. Anchored on the provider's
             // report of the last request, only the newest messages are estimated, so firing
             // at 98 % covers their error; otherwise firing at 92 % keeps the real size under
             // the trigger even when the estimate of the whole context is a little low.
@@ -437,8 +440,12 @@ impl Engine {
             let fires = match self.config.accounting {
                 Accounting::Estimate if state.anchored() => approx * 100 >= trigger * 98,
                 Accounting::Estimate => approx * 100 >= trigger * 92,
+                // The estimate only spares the tokenizer on steps far below the trigger:
+                // before anything was counted it assumes prose, and output denser than
+                // prose (numbers one per line, hex, base64) carries up to twice the tokens
+                // it predicts, so exact counting starts at half the trigger.
                 Accounting::Exact => {
-                    approx * 10 >= trigger * 9 && self.request_tokens(state, budget) > trigger
+                    approx * 2 >= trigger && self.request_tokens(state, budget) > trigger
                 }
             };
             if fires && state.retry_allowed(approx) {
@@ -581,12 +588,18 @@ impl Engine {
                 }
             })
             .collect();
-        // Every summary is checked against what it summarized before it is used.
+        // Every summary is checked against what it summarized before it is used, its quotes
+        // of the user against every user message of the session.
+        let session_users = if requests.is_empty() {
+            Vec::new()
+        } else {
+            session_user_texts(state, &draft)
+        };
         let mut checks = Vec::new();
         for (summary, request) in summaries.iter_mut().zip(&requests) {
             // The request still has this plan's markers where the host saw references: those
             // references are known without reading the messages again.
-            let check = check_summary(summary, request, &refs);
+            let check = check_summary(summary, request, &refs, &session_users);
             if !check.is_clean() {
                 checks.push(Event::SummaryChecked {
                     dropped: check.dropped,
@@ -770,11 +783,14 @@ impl Engine {
                 continue;
             }
             let marker = ref_marker(archive.len());
+            let preview = match self.token_limit(cap, budget.window) {
+                Some(limit) if cap.fit_prefix => self.prefix_preview(&full, limit, &marker),
+                _ => stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &marker),
+            };
             archive.push(ArchiveItem::ToolResult {
                 call_id: call_id.clone(),
-                content: full.clone(),
+                content: full,
             });
-            let preview = stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &marker);
             *content = vec![Part::text(preview)];
         }
         if archive.is_empty() {
@@ -838,17 +854,57 @@ impl Engine {
             .collect()
     }
 
+    /// The cap's limit in tokens: `max_tokens`, or the window share when smaller.
+    fn token_limit(&self, cap: &ToolResultCap, window: u64) -> Option<u64> {
+        let share = cap.max_window_share.map(|s| (s * window as f64) as u64);
+        match (cap.max_tokens, share) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The longest prefix of `text` that fits `limit` tokens with the note naming where the
+    /// whole output is (AgentScope's tool-result truncation, counted in tokens).
+    fn prefix_preview(&self, text: &str, limit: u64, reference: &str) -> String {
+        let total = self.model.text_tokens(text);
+        let note = |kept: usize| {
+            format!(
+                "\n\n[… truncated: {total} tokens in all, {} characters omitted; the whole output is archived at {reference} (read it with your file tools) …]",
+                text[kept..].chars().count()
+            )
+        };
+        // The reference is filled in later: room for a long path.
+        let room = limit.saturating_sub(u64::from(self.model.text_tokens(&note(0))) + 64);
+        let room = u32::try_from(room).unwrap_or(u32::MAX);
+        // Binary search on byte offsets (snapped to characters); each count stops at `room`.
+        let (mut fits, mut over) = (0usize, text.len());
+        while over - fits > 1 {
+            let mut middle = fits + (over - fits) / 2;
+            while !text.is_char_boundary(middle) {
+                middle -= 1;
+            }
+            if middle <= fits {
+                break;
+            }
+            if self
+                .model
+                .text_tokens_up_to(&text[..middle], room)
+                .is_some()
+            {
+                fits = middle;
+            } else {
+                over = middle;
+            }
+        }
+        format!("{}{}", &text[..fits], note(fits))
+    }
+
     fn exceeds_cap(&self, cap: &ToolResultCap, text: &str, window: u64) -> bool {
         if cap.max_chars.is_some_and(|max| text.chars().count() > max) {
             return true;
         }
-        let share = cap.max_window_share.map(|s| (s * window as f64) as u64);
-        let limit = match (cap.max_tokens, share) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(limit) => limit,
-                None => return false,
-            },
+        let Some(limit) = self.token_limit(cap, window) else {
+            return false;
         };
         // A token is at least one byte, so short texts need no counting; long ones are
         // counted only up to the limit.
@@ -919,6 +975,39 @@ fn tool_name_for(state: &ContextState, call_id: &str) -> Option<String> {
                 .find(|(id, _, _)| *id == call_id)
                 .map(|(_, n, _)| n.to_string())
         })
+}
+
+/// The texts of every user message of the session the engine still knows: those of the
+/// context before and after the compaction (the engine's own messages aside), and those the
+/// session capsule keeps of messages archived earlier.
+fn session_user_texts<'a>(state: &'a ContextState, draft: &'a [Entry]) -> Vec<&'a str> {
+    let messages = state
+        .entries
+        .iter()
+        .chain(draft)
+        .filter(|e| !e.meta.synthetic);
+    let mut texts: Vec<&str> = messages
+        .filter(|e| e.message.role == Role::User)
+        .flat_map(|e| &e.message.parts)
+        .filter_map(|part| match part {
+            Part::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let capsules = [
+        state.capsule(),
+        draft.iter().find_map(|e| e.meta.capsule.as_deref()),
+    ];
+    texts.extend(
+        capsules
+            .into_iter()
+            .flatten()
+            .flat_map(|capsule| &capsule.instructions)
+            .map(|instruction| instruction.text.as_str()),
+    );
+    texts.sort_unstable();
+    texts.dedup();
+    texts
 }
 
 /// All text of a list of parts, joined by newlines.

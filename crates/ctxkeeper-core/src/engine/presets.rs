@@ -4,7 +4,7 @@
 //! | preset | reproduces |
 //! | --- | --- |
 //! | `agentscope` | AgentScope `ContextConfig`: trigger 0.8 × window, keep 0.1 × window of recent conversation, 5-field structured summary, tool results over 50,000 tokens cut to a prefix at ingest, at most 5 images (older ones stored as `data/<sha256>.<ext>`) |
-//! | `reme-compact` | ReMe `MessageOffloadOp` compact: above 20,000 tokens, tool messages over 2,000 tokens become a pointer to their archived file |
+//! | `reme-compact` | ReMe `MessageOffloadOp` compact: above 20,000 tokens, tool messages over 2,000 tokens (but the newest message) become a pointer to their archived file and a 400-character preview |
 //! | `reme-compress` | ReMe compress: above 20,000 tokens, older messages summarized in groups of at most 8,000 tokens into state snapshots ("Part g/n"), each group's originals in `<chat_id>_<g>.json`, the last 2 kept |
 //! | `reme-auto` | ReMe auto: compact, then compress when the result is still above 75 % of the original |
 //! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×), request-boundary summary at 80,000 tokens and ≥ 20 messages archived to `messages.compactions/<id>.jsonl`, reactive micro at 85 % / full at 92 %, last 2 rounds kept |
@@ -86,6 +86,7 @@ fn summarize_stage() -> Stage {
         oldest_rounds: None,
         keep_ratio: None,
         min_ratio: None,
+        min_tokens: None,
     }
 }
 
@@ -165,6 +166,8 @@ fn default() -> PolicyConfig {
                 min_result_tokens: 60,
                 exclude_tools: Vec::new(),
                 clear_inputs: false,
+                keep_messages: 0,
+                preview_chars: 0,
             },
             Stage::TruncateArgs {
                 max_arg_length: 2_000,
@@ -190,10 +193,12 @@ fn agentscope() -> PolicyConfig {
         target_ratio: 0.1,
         keep_recent_rounds: 0,
         ingest: IngestConfig {
-            // "Keep the largest prefix that fits the limit": a prefix only, no tail.
+            // "Keep the largest prefix that fits the limit": a prefix only, no tail, and the
+            // limit is `tool_result_limit` = 50,000 tokens (not characters).
             tool_result: Some(ToolResultCap {
                 max_tokens: Some(50_000),
-                head_chars: 200_000,
+                fit_prefix: true,
+                head_chars: 0,
                 tail_chars: 0,
                 ..ToolResultCap::default()
             }),
@@ -206,6 +211,7 @@ fn agentscope() -> PolicyConfig {
             oldest_rounds: None,
             keep_ratio: Some(0.1),
             min_ratio: None,
+            min_tokens: None,
         }],
         summary: SummaryConfig {
             summary_template: "<system-reminder>The earlier conversation was compressed. {count} messages were offloaded to {reference}; read them back with your file tools if you need a detail.</system-reminder>\n\n{summary}".into(),
@@ -215,6 +221,10 @@ fn agentscope() -> PolicyConfig {
         ..PolicyConfig::default()
     }
 }
+
+/// The characters of an offloaded tool output the ReMe presets' compaction keeps as its
+/// preview (the document gives no size: about 100 tokens, enough to recognise the output).
+pub const REME_PREVIEW_CHARS: usize = 400;
 
 /// The group size of the ReMe presets' compression.
 pub const REME_GROUP_TOKENS: u64 = 8_000;
@@ -227,11 +237,15 @@ enum Mode {
 }
 
 fn reme(mode: Mode) -> PolicyConfig {
+    // "Only a preview is kept in context with a reference to the stored file", and the last
+    // `keep_recent_count` = 1 message stays as it is.
     let compact = Stage::Mask {
         keep_rounds: 0,
         min_result_tokens: 2_000,
         exclude_tools: Vec::new(),
         clear_inputs: false,
+        keep_messages: 1,
+        preview_chars: REME_PREVIEW_CHARS,
     };
     // Grouped as ReMe's `group_token_threshold` allows (the document gives no default):
     // 8,000 tokens makes two or three groups of a 20,000-token history, each its own
@@ -243,6 +257,8 @@ fn reme(mode: Mode) -> PolicyConfig {
         oldest_rounds: None,
         keep_ratio: None,
         min_ratio,
+        // "For compression mode: excludes keep_recent_count messages and system messages."
+        min_tokens: Some(20_000),
     };
     let (name, stages) = match mode {
         Mode::Compact => ("reme-compact", vec![compact]),
@@ -311,7 +327,7 @@ fn agentrail() -> PolicyConfig {
             max_images: None,
         },
         stages: vec![
-            Stage::CapResults { max_chars: 6_000, keep_rounds: 2, historical_only: false, always: true },
+            Stage::CapResults { max_chars: 6_000, keep_rounds: 2, historical_only: false, always: true, user_text: false },
             Stage::Summarize {
                 keep_tokens: None,
                 keep_messages: None,
@@ -319,6 +335,7 @@ fn agentrail() -> PolicyConfig {
                 oldest_rounds: None,
                 keep_ratio: None,
                 min_ratio: None,
+                min_tokens: None,
             },
         ],
         reactive: Some(ReactiveConfig::default()),
@@ -350,6 +367,7 @@ fn cowagent() -> PolicyConfig {
                 keep_rounds: 0,
                 historical_only: true,
                 always: true,
+                user_text: false,
             },
             Stage::TrimTurns {
                 max_turns: 20,
@@ -377,6 +395,7 @@ fn cowagent() -> PolicyConfig {
                     keep_rounds: 0,
                     historical_only: false,
                     always: false,
+                    user_text: true,
                 },
                 Stage::Clear { keep_turns: 1 },
             ],
@@ -445,6 +464,7 @@ fn harness() -> PolicyConfig {
                 oldest_rounds: None,
                 keep_ratio: None,
                 min_ratio: None,
+                min_tokens: None,
             },
         ],
         summary: SummaryConfig {

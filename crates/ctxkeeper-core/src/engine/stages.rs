@@ -194,6 +194,7 @@ impl<'a> Draft<'a> {
                 oldest_rounds: Some(reactive.micro_batch_groups),
                 keep_ratio: None,
                 min_ratio: None,
+                min_tokens: None,
             }],
             CompactionReason::ReactiveFull => vec![Stage::Summarize {
                 keep_tokens: Some(0),
@@ -202,6 +203,7 @@ impl<'a> Draft<'a> {
                 oldest_rounds: None,
                 keep_ratio: None,
                 min_ratio: None,
+                min_tokens: None,
             }],
             CompactionReason::Overflow => {
                 let mut stages = if config.overflow.stages.is_empty() {
@@ -250,18 +252,26 @@ impl<'a> Draft<'a> {
                 min_result_tokens,
                 exclude_tools,
                 clear_inputs,
+                keep_messages,
+                preview_chars,
             } => self.mask(
                 *keep_rounds,
                 *min_result_tokens,
                 exclude_tools,
                 *clear_inputs,
+                (*keep_messages, *preview_chars),
             ),
             Stage::CapResults {
                 max_chars,
                 keep_rounds,
                 historical_only,
+                user_text,
                 ..
-            } => self.cap_results(*max_chars, *keep_rounds, *historical_only),
+            } => {
+                let results = self.cap_results(*max_chars, *keep_rounds, *historical_only);
+                let texts = *user_text && self.cap_user_texts(*max_chars);
+                results || texts
+            }
             Stage::TrimTurns {
                 max_turns,
                 drop_fraction,
@@ -291,12 +301,18 @@ impl<'a> Draft<'a> {
                 oldest_rounds,
                 keep_ratio,
                 min_ratio,
+                min_tokens,
             } => {
                 if let Some(ratio) = min_ratio {
                     let now = self.total() as f64;
                     if now <= ratio * self.tokens_at_start as f64 {
                         return false;
                     }
+                }
+                if let Some(floor) = min_tokens
+                    && self.compressible_tokens(keep_messages.unwrap_or(0)) <= *floor
+                {
+                    return false;
                 }
                 let keep_tokens =
                     keep_tokens.or(keep_ratio.map(|r| (r * self.window as f64) as u64));
@@ -309,6 +325,19 @@ impl<'a> Draft<'a> {
             }
             Stage::Clear { keep_turns } => self.clear(*keep_turns),
         }
+    }
+
+    /// Tokens of the messages a summary may take: after the instructions, before the last
+    /// `keep` messages, instructions further down left out (ReMe's compression threshold).
+    fn compressible_tokens(&mut self, keep: usize) -> u64 {
+        let start = self.conversation_start();
+        let end = self.entries.len().saturating_sub(keep).max(start);
+        let model = &self.engine.model;
+        self.entries[start..end]
+            .iter_mut()
+            .filter(|e| !e.message.role.is_instruction())
+            .map(|e| u64::from(e.planning_tokens(model)))
+            .sum()
     }
 
     /// Index of the first entry after the leading instructions.
@@ -403,7 +432,25 @@ impl<'a> Draft<'a> {
     // ---- stages -------------------------------------------------------------------------
 
     fn truncate_args(&mut self, max_len: usize, truncation_text: &str) -> bool {
-        let protect = self.protected_start(0);
+        // The tail a later summary keeps verbatim stays verbatim here too: truncation is the
+        // summary's pre-pass (HarnessAgent's TruncateArgsConfig), and a kept `write_file`
+        // call must keep its body.
+        let kept_by_summary = self
+            .engine
+            .config
+            .stages
+            .iter()
+            .filter_map(|stage| match stage {
+                Stage::Summarize {
+                    keep_messages: Some(keep),
+                    ..
+                } => Some(self.entries.len().saturating_sub(*keep)),
+                _ => None,
+            })
+            .min();
+        let protect = kept_by_summary.map_or(self.protected_start(0), |start| {
+            start.min(self.protected_start(0))
+        });
         let mut changed = false;
         for index in self.conversation_start()..protect {
             let entry = &self.entries[index];
@@ -442,8 +489,11 @@ impl<'a> Draft<'a> {
         min_tokens: u64,
         exclude: &[String],
         clear_inputs: bool,
+        (keep_messages, preview_chars): (usize, usize),
     ) -> bool {
-        let protect = self.protected_start(keep_rounds);
+        let protect = self
+            .protected_start(keep_rounds)
+            .min(self.entries.len().saturating_sub(keep_messages));
         let mut changed = false;
         let mut last_calls: Vec<(String, String)> = Vec::new();
         let mut last_assistant: Option<usize> = None;
@@ -496,6 +546,13 @@ impl<'a> Draft<'a> {
                     continue;
                 }
                 let call_id = call_id.clone();
+                let preview = (preview_chars > 0).then(|| {
+                    let cut = text
+                        .char_indices()
+                        .nth(preview_chars)
+                        .map_or(text.len(), |(i, _)| i);
+                    text[..cut].to_string()
+                });
                 let has_media = content.iter().any(|p| !matches!(p, Part::Text { .. }));
                 let reference = match self.entries[index]
                     .meta
@@ -516,10 +573,13 @@ impl<'a> Draft<'a> {
                         content: text,
                     }),
                 };
-                let placeholder = format!(
+                let mut placeholder = format!(
                     "{CLEARED_PREFIX}: {} output of {tokens} tokens; the full output is archived at {reference}]",
                     name.as_deref().unwrap_or("tool")
                 );
+                if let Some(preview) = preview {
+                    placeholder.push_str(&format!("\nPreview:\n{preview}…"));
+                }
                 let entry = &mut self.entries[index];
                 if let Part::ToolResult { content, .. } = &mut entry.message.parts[part_index] {
                     *content = vec![Part::text(placeholder)];
@@ -581,7 +641,10 @@ impl<'a> Draft<'a> {
                     continue;
                 };
                 let text = join_text(content);
-                if text.chars().count() <= max_chars || text.starts_with(CLEARED_PREFIX) {
+                if text.chars().count() <= max_chars
+                    || text.starts_with(CLEARED_PREFIX)
+                    || is_own_preview(&text, max_chars)
+                {
                     continue;
                 }
                 let call_id = call_id.clone();
@@ -606,6 +669,41 @@ impl<'a> Draft<'a> {
                 mark_rewritten(entry, &reference);
                 changed = true;
             }
+        }
+        changed
+    }
+
+    /// Cuts user texts over `max_chars` to a head + tail, archiving the message whole
+    /// (CowAgent's aggressive trim). The current request is cut too: a user text alone can
+    /// overflow the window.
+    fn cap_user_texts(&mut self, max_chars: usize) -> bool {
+        let mut changed = false;
+        for index in self.conversation_start()..self.entries.len() {
+            let message = &self.entries[index].message;
+            if self.entries[index].meta.pinned
+                || message.role != Role::User
+                || message.has_tool_results()
+                || !message.parts.iter().any(|p| {
+                    p.as_text().is_some_and(|t| {
+                        t.chars().count() > max_chars && !is_own_preview(t, max_chars)
+                    })
+                })
+            {
+                continue;
+            }
+            let reference = self.push_archive(ArchiveItem::Messages {
+                messages: vec![message.clone()],
+            });
+            let entry = &mut self.entries[index];
+            for part in &mut entry.message.parts {
+                if let Part::Text { text, .. } = part
+                    && text.chars().count() > max_chars
+                {
+                    *text = head_tail_preview(text, max_chars / 2, max_chars / 2, &reference);
+                }
+            }
+            mark_rewritten(entry, &reference);
+            changed = true;
         }
         changed
     }
@@ -1011,8 +1109,9 @@ fn mark_rewritten(entry: &mut Entry, reference: &str) {
     }
 }
 
-/// Splits entries into groups of at most `threshold` tokens at safe split points; an entry
-/// above the threshold forms its own group. `None` gives one group.
+/// Splits entries into groups of at most `threshold` tokens at safe split points; a unit
+/// that cannot be split (a message, or a call with its results) above the threshold forms its
+/// own group, as ReMe makes an oversized message a group of its own. `None` gives one group.
 fn split_groups(
     entries: Vec<Entry>,
     threshold: Option<u64>,
@@ -1024,9 +1123,8 @@ fn split_groups(
     let can_split: Vec<bool> = (0..entries.len())
         .map(|index| is_safe_split(&entries, index))
         .collect();
-    let mut groups: Vec<Vec<Entry>> = Vec::new();
-    let mut current: Vec<Entry> = Vec::new();
-    let mut current_tokens = 0u64;
+    // Units: runs of entries between safe split points, with their tokens.
+    let mut units: Vec<(Vec<Entry>, u64)> = Vec::new();
     for (index, entry) in entries.into_iter().enumerate() {
         let tokens = u64::from(
             entry
@@ -1034,11 +1132,28 @@ fn split_groups(
                 .or(entry.estimated)
                 .unwrap_or_else(|| model.message_tokens(&entry.message)),
         );
-        if can_split[index] && !current.is_empty() && current_tokens + tokens > threshold {
+        match units.last_mut() {
+            Some((unit, total)) if !can_split[index] => {
+                unit.push(entry);
+                *total += tokens;
+            }
+            _ => units.push((vec![entry], tokens)),
+        }
+    }
+    let mut groups: Vec<Vec<Entry>> = Vec::new();
+    let mut current: Vec<Entry> = Vec::new();
+    let mut current_tokens = 0u64;
+    for (unit, tokens) in units {
+        let oversized = tokens > threshold;
+        if !current.is_empty() && (oversized || current_tokens + tokens > threshold) {
             groups.push(std::mem::take(&mut current));
             current_tokens = 0;
         }
-        current.push(entry);
+        if oversized {
+            groups.push(unit);
+            continue;
+        }
+        current.extend(unit);
         current_tokens += tokens;
     }
     if !current.is_empty() {
@@ -1046,6 +1161,17 @@ fn split_groups(
     }
     groups
 }
+
+/// Whether `text` is already a head + tail preview cut to `max_chars` (its marker and the
+/// archive path it names make it a little longer): cutting it again would only cut the
+/// marker, and say that as many characters were omitted.
+fn is_own_preview(text: &str, max_chars: usize) -> bool {
+    text.contains(" characters omitted; the whole output is archived at ")
+        && text.chars().count() <= max_chars + PREVIEW_MARKER_SLACK
+}
+
+/// Room for the marker of a preview and the archive path it names.
+const PREVIEW_MARKER_SLACK: usize = 600;
 
 /// A head + tail preview of `text` with a marker naming where the whole output is.
 pub(super) fn head_tail_preview(

@@ -104,10 +104,10 @@ pub struct ContextState {
     pending_estimate: u64,
     #[serde(skip)]
     estimated: usize,
-    /// Bytes and exact tokens of every entry counted so far: the session's own ratio, which
-    /// calibrates the estimate.
+    /// Weight ([`message_weight`]) and exact tokens of every entry counted so far: the
+    /// session's own ratio, which calibrates the estimate to its model's tokenizer.
     #[serde(skip)]
-    calibration_bytes: u64,
+    calibration_weight: u64,
     #[serde(skip)]
     calibration_tokens: u64,
     /// After a plan found nothing worth doing, token triggers stay quiet below this size.
@@ -216,7 +216,7 @@ impl ContextState {
             let fresh = entry.tokens.is_none();
             let tokens = u64::from(entry.tokens(model));
             if fresh {
-                self.calibration_bytes += message_bytes(&entry.message);
+                self.calibration_weight += message_weight(&entry.message);
                 self.calibration_tokens += tokens;
             }
             self.total_tokens += tokens;
@@ -228,7 +228,7 @@ impl ContextState {
     }
 
     /// The total with entries not yet counted exactly estimated from their size, at the
-    /// session's own bytes-per-token ratio plus 10 %: O(new entries), no tokenizer call.
+    /// session's own ratio of exact tokens to [`message_weight`] plus 10 %: O(new entries), no tokenizer call.
     /// Callers count exactly ([`ContextState::sync_tokens`]) when a decision is close.
     pub fn approx_tokens(&mut self) -> u64 {
         if let Some(anchor) = self.anchor
@@ -236,24 +236,24 @@ impl ContextState {
         {
             // The provider counted everything up to the last request: only what arrived
             // since (typically one round) is estimated.
-            let (bytes, tokens) = (self.calibration_bytes, self.calibration_tokens);
+            let (weight, tokens) = (self.calibration_weight, self.calibration_tokens);
             return anchor.tokens
                 + self.entries[anchor.len..]
                     .iter()
                     .map(|e| match e.tokens {
                         Some(exact) => u64::from(exact),
-                        None => estimate_tokens(message_bytes(&e.message), bytes, tokens),
+                        None => estimate_tokens(message_weight(&e.message), weight, tokens),
                     })
                     .sum::<u64>();
         }
         if self.estimated > self.entries.len() || self.counted > self.entries.len() {
             self.invalidate_totals();
         }
-        let (bytes, tokens) = (self.calibration_bytes, self.calibration_tokens);
+        let (weight, tokens) = (self.calibration_weight, self.calibration_tokens);
         for entry in &self.entries[self.estimated.max(self.counted)..] {
             self.pending_estimate += match entry.tokens {
                 Some(exact) => u64::from(exact),
-                None => estimate_tokens(message_bytes(&entry.message), bytes, tokens),
+                None => estimate_tokens(message_weight(&entry.message), weight, tokens),
             };
         }
         self.estimated = self.entries.len();
@@ -264,7 +264,7 @@ impl ContextState {
     /// `entries[..len]` (the request's input tokens minus what the request carried outside
     /// the context, such as tool schemas). From then on [`ContextState::approx_tokens`]
     /// estimates only the messages appended since, and the reported figure calibrates the
-    /// bytes-per-token ratio of the session, without a tokenizer call. O(messages since the
+    /// ratio of exact tokens to weight of the session, without a tokenizer call. O(messages since the
     /// previous report).
     ///
     /// Ignored when `len` is past the end of the context; forgotten when the context is
@@ -280,20 +280,20 @@ impl ContextState {
             _ => (0, 0),
         };
         let mut exact = 0u64;
-        let mut unknown_bytes = 0u64;
+        let mut unknown_weight = 0u64;
         for entry in &self.entries[from..len] {
             match entry.tokens {
                 Some(count) => exact += u64::from(count),
-                None => unknown_bytes += message_bytes(&entry.message),
+                None => unknown_weight += message_weight(&entry.message),
             }
         }
         let unknown_tokens = (tokens - before).saturating_sub(exact);
         // A report that implies an implausible ratio (another request's usage, request-time
         // additions dominating a tiny delta) calibrates nothing.
-        if unknown_bytes >= 64 && unknown_tokens > 0 {
-            let ratio = unknown_bytes as f64 / unknown_tokens as f64;
-            if (1.0..=8.0).contains(&ratio) {
-                self.calibration_bytes += unknown_bytes;
+        if unknown_weight >= 64 * WEIGHT_PER_TOKEN / 4 && unknown_tokens > 0 {
+            let ratio = unknown_weight as f64 / unknown_tokens as f64;
+            if PLAUSIBLE_WEIGHT_PER_TOKEN.contains(&ratio) {
+                self.calibration_weight += unknown_weight;
                 self.calibration_tokens += unknown_tokens;
             }
         }
@@ -424,17 +424,17 @@ impl ContextState {
         match entry.tokens {
             Some(count) => u64::from(count),
             None => estimate_tokens(
-                message_bytes(&entry.message),
-                self.calibration_bytes,
+                message_weight(&entry.message),
+                self.calibration_weight,
                 self.calibration_tokens,
             ),
         }
     }
 
     /// Counts exactly every `stride`-th entry not counted yet (by log position), so the
-    /// bytes-per-token ratio stays calibrated without tokenizing everything.
+    /// ratio of exact tokens to weight stays calibrated without tokenizing everything.
     pub fn sample_exact(&mut self, model: &TokenModel, stride: u64) {
-        let mut bytes = 0;
+        let mut weight = 0;
         let mut tokens = 0;
         for entry in &mut self.entries {
             // The capsule is large and rewritten at most once per compaction: its size
@@ -443,11 +443,11 @@ impl ContextState {
                 && entry.meta.capsule.is_none()
                 && entry.meta.log_index.is_none_or(|i| i % stride.max(1) == 0)
             {
-                bytes += message_bytes(&entry.message);
+                weight += message_weight(&entry.message);
                 tokens += u64::from(entry.tokens(model));
             }
         }
-        self.calibration_bytes += bytes;
+        self.calibration_weight += weight;
         self.calibration_tokens += tokens;
         // The entries did not change: a usage anchor stays valid, only the running
         // estimates are recomputed at the new ratio.
@@ -457,41 +457,59 @@ impl ContextState {
     }
 }
 
-/// Estimated tokens of `bytes` of content, from the observed ratio (`seen_bytes` per
-/// `seen_tokens`), or 3.5 bytes per token before anything was counted; 10 % margin, plus a
-/// per-message framing allowance.
-fn estimate_tokens(bytes: u64, seen_bytes: u64, seen_tokens: u64) -> u64 {
-    let estimate = if seen_bytes >= 2_000 && seen_tokens > 0 {
-        bytes * seen_tokens * 11 / (seen_bytes * 10)
+/// Weight units per estimated token: [`message_weight`] keeps quarter-tokens, in integers.
+const WEIGHT_PER_TOKEN: u64 = 4;
+
+/// Weight per exact token that a provider's report may imply and still calibrate: the
+/// estimate within a factor of about three of the truth either way. Anything else is another
+/// request's usage, or request-time additions dominating a tiny delta.
+const PLAUSIBLE_WEIGHT_PER_TOKEN: std::ops::RangeInclusive<f64> = 1.3..=12.0;
+
+/// Estimated tokens of a message of `weight`, at the session's observed ratio (`seen_weight`
+/// per `seen_tokens`) or, before anything was counted, at the content-aware estimate itself;
+/// 10 % margin, plus a per-message framing allowance.
+fn estimate_tokens(weight: u64, seen_weight: u64, seen_tokens: u64) -> u64 {
+    let estimate = if seen_weight >= 500 * WEIGHT_PER_TOKEN && seen_tokens > 0 {
+        weight * seen_tokens * 11 / (seen_weight * 10)
     } else {
-        bytes * 10 / 35
+        weight * 11 / (WEIGHT_PER_TOKEN * 10)
     };
     // Small messages carry proportionally more framing (role, ids) than the sampled average.
     estimate + 12
 }
 
-/// Bytes of readable content in a message (no encrypted blobs), as a cheap size measure.
-pub fn message_bytes(message: &Message) -> u64 {
-    message.parts.iter().map(part_bytes).sum()
+/// A message's size for estimating its tokens without a tokenizer: the content-aware o200k
+/// estimate of its readable content ([`crate::tokens::estimate::estimate_o200k`], about
+/// 240 MB/s), in quarter-tokens. Bytes would not do: one session's bytes-per-token ratio
+/// (prose, about 4) badly underestimates denser output, such as numbers one per line or
+/// hashes (about 2), so a round of such output could overflow the window before the
+/// estimate reached the trigger.
+pub fn message_weight(message: &Message) -> u64 {
+    let tokens: f64 = message.parts.iter().map(part_tokens).sum();
+    (tokens * WEIGHT_PER_TOKEN as f64).ceil() as u64
 }
 
-fn part_bytes(part: &crate::model::Part) -> u64 {
+fn part_tokens(part: &crate::model::Part) -> f64 {
     use crate::model::Part;
+    use crate::tokens::estimate::estimate_o200k;
+    // The framing of a call or result (its type, the id's field name): a few tokens.
+    const FRAMING: f64 = 4.0;
     match part {
-        Part::Text { text, .. } => text.len() as u64,
+        Part::Text { text, .. } => estimate_o200k(text),
         Part::ToolCall {
             id,
             name,
             arguments,
             ..
-        } => (id.len() + name.len() + arguments.len() + 16) as u64,
+        } => estimate_o200k(id) + estimate_o200k(name) + estimate_o200k(arguments) + FRAMING,
         Part::ToolResult {
             call_id, content, ..
-        } => content.iter().map(part_bytes).sum::<u64>() + call_id.len() as u64 + 16,
-        Part::Reasoning { text, .. } => text.as_ref().map_or(16, |t| t.len() as u64),
-        // Images are billed by size, not bytes: a generous flat figure keeps the estimate safe.
-        Part::Data { .. } => 6_000,
-        Part::Opaque { value } => value.to_string().len() as u64,
+        } => content.iter().map(part_tokens).sum::<f64>() + estimate_o200k(call_id) + FRAMING,
+        Part::Reasoning { text, .. } => text.as_deref().map_or(FRAMING, estimate_o200k),
+        // Images are billed by size, not content: a generous flat figure keeps the estimate
+        // safe (what 6,000 bytes of prose would be).
+        Part::Data { .. } => 1_715.0,
+        Part::Opaque { value } => estimate_o200k(&value.to_string()),
     }
 }
 

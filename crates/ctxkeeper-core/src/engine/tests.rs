@@ -167,6 +167,7 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
         oldest_rounds: None,
         keep_ratio: None,
         min_ratio: None,
+        min_tokens: None,
     }];
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
@@ -217,6 +218,71 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
     assert_valid(&state);
     let summaries = state.entries.iter().filter(|e| e.meta.summary).count();
     assert_eq!(summaries, 1);
+}
+
+#[test]
+fn a_summary_may_quote_the_user_s_task_kept_outside_the_summarized_span() {
+    let mut config = presets::preset("default").unwrap_or_default();
+    config.stages = vec![Stage::Summarize {
+        keep_tokens: None,
+        keep_messages: None,
+        group_token_threshold: None,
+        oldest_rounds: None,
+        keep_ratio: None,
+        min_ratio: None,
+        min_tokens: None,
+    }];
+    let engine = Engine::new(config, model());
+    let mut state = agent_session(10, 300);
+    let budget = Budget {
+        window: 2_500,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("no plan")
+    };
+    // The task is kept verbatim, so it is not among the summarized messages.
+    assert!(
+        plan.summaries[0]
+            .messages
+            .iter()
+            .all(|m| m.role != Role::User)
+    );
+    let schema = plan.summaries[0].schema.clone();
+    let field = schema.fields[0].name.clone();
+    let mut summary = Summary::empty(&schema, "model");
+    summary.set(
+        &field,
+        "- User: \"Please investigate the failing build.\"\n- The user asked: \"Please delete the build cache.\"",
+    );
+    let events = engine.apply(
+        &mut state,
+        plan,
+        PlanOutcome {
+            refs: vec!["sessions/s/ref-0".into()],
+            summaries: vec![summary],
+        },
+    );
+    let dropped: Vec<&String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::SummaryChecked { dropped, .. } => Some(dropped),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    // The true quote stays, the invented one goes.
+    assert_eq!(
+        dropped,
+        vec!["- The user asked: \"Please delete the build cache.\""]
+    );
+    let kept = state
+        .summary
+        .as_ref()
+        .expect("a summary")
+        .get(&field)
+        .to_string();
+    assert_eq!(kept, "- User: \"Please investigate the failing build.\"");
 }
 
 #[test]
@@ -610,12 +676,23 @@ fn harness_truncates_arguments_and_keeps_the_last_ten_messages() {
     );
     assert_valid(&state);
     assert!(state.entries.len() <= 1 + 1 + 10);
-    // Truncated arguments stay valid JSON objects.
+    // Truncated arguments stay valid JSON objects, and the calls the summary keeps verbatim
+    // keep their bodies whole (truncation only pre-passes what the summary replaces).
+    let mut kept_calls = 0;
     for message in state.messages() {
         for (_, _, args) in message.tool_calls() {
             assert!(serde_json::from_str::<serde_json::Value>(args).is_ok_and(|v| v.is_object()));
+            assert!(
+                args.contains(&body),
+                "a kept call was truncated: {args:.120}"
+            );
+            kept_calls += 1;
         }
     }
+    assert_eq!(
+        kept_calls, 5,
+        "the last ten messages hold five write_file rounds"
+    );
 }
 
 #[test]
@@ -1052,5 +1129,220 @@ fn seed_layouts_mark_their_archive_items() {
             .archive
             .iter()
             .any(|i| matches!(i, ArchiveItem::Compaction { .. }))
+    );
+}
+
+/// Issue 33, item 3: ReMe compact keeps the newest message (`keep_recent_count` = 1, the
+/// output the model is about to read) and a preview of what it offloads.
+#[test]
+fn reme_compact_keeps_the_newest_output_and_a_preview_of_the_others() {
+    let engine = engine("reme-compact");
+    let mut state = agent_session(0, 0);
+    for i in 0..12 {
+        round(
+            &mut state,
+            &format!("r{i}"),
+            "cat",
+            &format!("FILE{i} {}", "token ".repeat(2_500)),
+        );
+    }
+    let newest = state.entries.len() - 1;
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("above 20,000 tokens")
+    };
+    execute(&engine, &mut state, plan);
+    assert_valid(&state);
+    assert!(
+        state.entries[newest]
+            .message
+            .text()
+            .starts_with("FILE11 token")
+    );
+    let older = state.entries[3].message.text();
+    assert!(older.starts_with(CLEARED_PREFIX), "{older}");
+    assert!(older.contains("Preview:\nFILE0 token"), "{older}");
+}
+
+/// Issue 33, item 4: ReMe compress measures its 20,000 tokens on the messages it may
+/// compress (not the system prompt, not the last two), and a round above the group threshold
+/// is a group of its own.
+#[test]
+fn reme_compress_threshold_and_oversized_groups() {
+    let engine = engine("reme-compress");
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    // 16k compressible tokens beside a 10k system prompt: over 20k in all, but not compressed.
+    let mut state = ContextState::default();
+    state.push(Message::system("rules ".repeat(10_000)));
+    state.push(Message::user("Please investigate the failing build."));
+    for i in 0..8 {
+        round(
+            &mut state,
+            &format!("c{i}"),
+            "shell",
+            &"word ".repeat(2_000),
+        );
+    }
+    assert!(
+        engine
+            .plan(&mut state, &budget, &PlanRequest::default())
+            .is_none_or(|plan| plan.summaries.is_empty()),
+        "compressed below 20,000 compressible tokens"
+    );
+    // Small rounds, one oversized round, small rounds: the big round is its own group.
+    let mut state = agent_session(6, 700);
+    round(&mut state, "big", "cat", &"token ".repeat(14_000));
+    for i in 0..6 {
+        round(&mut state, &format!("s{i}"), "ls", &"word ".repeat(700));
+    }
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("above the threshold")
+    };
+    let groups: Vec<Vec<String>> = plan
+        .summaries
+        .iter()
+        .map(|r| {
+            r.messages
+                .iter()
+                .flat_map(|m| m.tool_result_ids().map(String::from).collect::<Vec<_>>())
+                .collect()
+        })
+        .collect();
+    assert!(
+        groups.iter().any(|g| g == &["big".to_string()]),
+        "{groups:?}"
+    );
+}
+
+/// Issue 33, item 5: CowAgent's aggressive trim caps user text at 10,000 characters, and its
+/// historical truncation does not cut its own preview again on a later step.
+#[test]
+fn cowagent_caps_user_text_on_overflow_and_never_recuts_a_preview() {
+    let engine = engine("cowagent");
+    let mut state = ContextState::default();
+    state.push(Message::user(format!("START {} END", "q".repeat(30_000))));
+    let budget = Budget {
+        window: 9_000,
+        fixed_tokens: 0,
+    };
+    let request = PlanRequest {
+        force: Some(CompactionReason::Overflow),
+        target_tokens: Some(8_000),
+        ..PlanRequest::default()
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &request) else {
+        panic!("an overflow must do something")
+    };
+    execute(&engine, &mut state, plan);
+    let text = state.entries[0].message.text();
+    assert!(text.chars().count() < 10_700, "{}", text.chars().count());
+    assert!(text.starts_with("START") && text.ends_with("END"));
+
+    let mut state = ContextState::default();
+    state.push(Message::user("first"));
+    round(
+        &mut state,
+        "old",
+        "shell",
+        &format!("HEAD {} TAIL", "x".repeat(30_000)),
+    );
+    state.push(Message::assistant("ok"));
+    state.push(Message::user("second"));
+    let budget = Budget {
+        window: 128_000,
+        fixed_tokens: 0,
+    };
+    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+        panic!("the historical cap runs")
+    };
+    execute(&engine, &mut state, plan);
+    let cut = state.entries[2].message.text();
+    assert!(cut.contains("characters omitted"), "{cut}");
+    state.push(Message::assistant("noted"));
+    state.push(Message::user("third"));
+    if let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) {
+        execute(&engine, &mut state, plan);
+    }
+    assert_eq!(
+        state.entries[2].message.text(),
+        cut,
+        "the preview was cut again"
+    );
+}
+
+/// `seq 1 N`: numbers one per line, about two bytes per token where prose has about four.
+fn numbers_one_per_line(n: usize) -> String {
+    (1..=n).map(|i| format!("{i}\n")).collect()
+}
+
+#[test]
+fn dense_tool_output_never_outgrows_the_window_under_the_default_estimate() {
+    // Under estimated accounting nothing is counted exactly until a compaction: the estimate
+    // alone must fire the trigger before the real size passes the window, however dense the
+    // output. A bytes-per-token estimate let three such rounds reach 13,175 real tokens in a
+    // 12,000-token window without compacting.
+    let engine = engine("default");
+    assert_eq!(engine.config().accounting, Accounting::Estimate);
+    let exact = model();
+    let budget = Budget {
+        window: 12_000,
+        fixed_tokens: 300,
+    };
+    let mut state = ContextState::default();
+    state.push(Message::system("You are a careful agent."));
+    state.push(Message::user(
+        "Count the lines of every log and report the totals.",
+    ));
+    let mut compactions = 0;
+    for i in 0..12 {
+        round(
+            &mut state,
+            &format!("call_{i}"),
+            "shell",
+            &numbers_one_per_line(1_422),
+        );
+        if let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) {
+            execute(&engine, &mut state, plan);
+            compactions += 1;
+        }
+        assert_valid(&state);
+        let real: u64 = state
+            .to_messages()
+            .iter()
+            .map(|m| u64::from(exact.message_tokens(m)))
+            .sum::<u64>()
+            + budget.fixed_tokens;
+        assert!(
+            real <= budget.window,
+            "round {i}: {real} real tokens in a {}-token window after {compactions} compactions",
+            budget.window
+        );
+    }
+    assert!(compactions >= 2, "{compactions}");
+}
+
+#[test]
+fn the_estimate_follows_the_density_of_each_message() {
+    // One session ratio learned on prose must not carry over to numbers.
+    let exact = model();
+    let mut state = ContextState::default();
+    for i in 0..30 {
+        state.push(Message::user(format!(
+            "message {i}: the build failed again after the dependency upgrade, please look"
+        )));
+    }
+    state.sync_tokens(&exact);
+    state.push(Message::tool_result("call_n", numbers_one_per_line(1_422)));
+    let estimated = state.estimate_entry(state.entries.last().expect("pushed"));
+    let real = u64::from(exact.message_tokens(&state.entries.last().expect("pushed").message));
+    assert!(
+        estimated >= real && estimated <= real * 2,
+        "estimated {estimated}, real {real}"
     );
 }

@@ -52,4 +52,5 @@ pub use image::ImageRule;
 pub use ledger::{TokenCache, TokenLedger, message_hash};
 pub use profiles::{
     MatchKind, ModelProfile, ProfileError, ProfileOverride, Profiles, TokenizerKind, TokenizerName,
+    beta_window,
 };

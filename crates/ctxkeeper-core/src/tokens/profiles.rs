@@ -9,12 +9,18 @@
 //! 2. the longest table name that is a prefix of it ending at a separator (`-`, `:`, `@`, `_`,
 //!    `/`), so dated and tagged names find their family: `gpt-4o-2024-08-06` → `gpt-4o`,
 //!    `claude-sonnet-4-20250514` → `claude-sonnet-4`, `qwen3:8b` → `qwen3`, but `gpt-4.5` does
-//!    *not* fall back to `gpt-4`;
+//!    *not* fall back to `gpt-4`; a minor version newer than the table finds the newest listed
+//!    minor version of its family, not the bare family (`claude-opus-4-8` → `claude-opus-4-6`,
+//!    not `claude-opus-4`);
 //! 3. both again without a provider prefix (`openai/gpt-4o`, `models/gemini-2.5-pro`,
 //!    `meta-llama/Llama-3.3-70B-Instruct`, Bedrock's `us.anthropic.claude-…`), and for Claude
 //!    with dots between digits turned into dashes (`claude-3.5-sonnet` → `claude-3-5-sonnet`);
 //! 4. otherwise the default profile: `o200k_base`, a 128,000-token window, 16,384 output tokens
 //!    and OpenAI's overheads (override it with a `[models.default]` table).
+//!
+//! The table is the fallback for what a request says itself: a request that asks for a
+//! larger window (Anthropic's `context-1m-…` beta, see [`beta_window`]) gets that window,
+//! never a narrower one.
 //!
 //! # Overrides
 //!
@@ -361,9 +367,63 @@ impl Profiles {
         // Walk the prefixes of `name` that end at a separator, longest first.
         name.char_indices()
             .rev()
-            .filter(|&(_, c)| matches!(c, '-' | ':' | '@' | '_' | '/'))
-            .find_map(|(at, _)| self.entries.get(&name[..at]))
+            .filter(|&(_, c)| is_separator(c))
+            .find_map(|(at, _)| {
+                let family = &name[..at];
+                let profile = self.entries.get(family)?;
+                Some(
+                    self.newest_minor(family, &name[at + 1..])
+                        .unwrap_or(profile),
+                )
+            })
     }
+
+    /// A minor version newer than the table (`claude-opus-4-8` when the table stops at
+    /// `claude-opus-4-6`): the newest listed minor version of the family up to it, which is
+    /// closer to the new model than the bare family (`claude-opus-4`, an older generation).
+    /// `rest` is what follows the family's separator; a date (`20250514`) is no minor version.
+    fn newest_minor(&self, family: &str, rest: &str) -> Option<&ModelProfile> {
+        let minor = rest.split(is_separator).next()?;
+        if minor.is_empty() || minor.len() > 2 || !minor.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let newest: u32 = minor.parse().ok()?;
+        (0..=newest)
+            .rev()
+            .find_map(|n| self.entries.get(&format!("{family}-{n}")))
+    }
+}
+
+fn is_separator(c: char) -> bool {
+    matches!(c, '-' | ':' | '@' | '_' | '/')
+}
+
+/// The context window an Anthropic request asks for through its `anthropic-beta` header (a
+/// comma-separated list): `context-1m-…` (`context-1m-2025-08-07`) asks for 1,000,000 tokens.
+/// A model that accepts the beta has that window whatever the table says of its family.
+///
+/// ```
+/// use ctxkeeper_core::tokens::beta_window;
+///
+/// assert_eq!(beta_window("interleaved-thinking-2025-05-14,context-1m-2025-08-07"), Some(1_000_000));
+/// assert_eq!(beta_window("fine-grained-tool-streaming-2025-05-14"), None);
+/// ```
+pub fn beta_window(betas: &str) -> Option<u64> {
+    betas
+        .split(',')
+        .map(|beta| beta.trim().to_ascii_lowercase())
+        .filter_map(|beta| {
+            let rest = beta.strip_prefix("context-")?;
+            let (size, _) = rest.split_once('-').unwrap_or((rest, ""));
+            let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+            let n: u64 = digits.parse().ok()?;
+            match unit {
+                "m" => Some(n * 1_000_000),
+                "k" => Some(n * 1_000),
+                _ => None,
+            }
+        })
+        .max()
 }
 
 /// The spellings of a lowercase name to try: itself, without a provider prefix, and with
@@ -674,6 +734,8 @@ fn builtin_profiles() -> Vec<ModelProfile> {
         claude("claude-opus-4", 32_000, 346),
         claude("claude-opus-4-1", 32_000, 346),
         claude("claude-opus-4-5", 64_000, 346),
+        claude("claude-opus-4-6", 128_000, 346),
+        claude("claude-sonnet-4-6", 64_000, 346),
         claude("claude-3-5-haiku", 8_192, 264),
         claude("claude-haiku-4-5", 64_000, 346),
         claude("claude-3-opus", 4_096, 530),
@@ -757,325 +819,5 @@ fn builtin_profiles() -> Vec<ModelProfile> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(name: &str, expected: &str) {
-        let profiles = Profiles::builtin();
-        assert_eq!(profiles.lookup(name).name, expected, "lookup({name:?})");
-    }
-
-    #[test]
-    fn exact_names() {
-        check("gpt-4o", "gpt-4o");
-        check("GPT-4o-mini", "gpt-4o-mini");
-        check("o3", "o3");
-        check("claude-opus-4-1", "claude-opus-4-1");
-    }
-
-    #[test]
-    fn dated_and_tagged_names_find_their_family() {
-        check("gpt-4o-2024-08-06", "gpt-4o");
-        check("gpt-4o-mini-2024-07-18", "gpt-4o-mini");
-        check("gpt-4.1-mini-2025-04-14", "gpt-4.1-mini");
-        check("o1-2024-12-17", "o1");
-        check("o3-mini-2025-01-31", "o3-mini");
-        check("gpt-5-2025-08-07", "gpt-5");
-        check("gpt-4-0613", "gpt-4");
-        check("gpt-3.5-turbo-0125", "gpt-3.5-turbo");
-        check("claude-sonnet-4-20250514", "claude-sonnet-4");
-        check("claude-sonnet-4-5-20250929", "claude-sonnet-4-5");
-        check("claude-3-5-sonnet-20241022", "claude-3-5-sonnet");
-        check("claude-3-7-sonnet-20250219", "claude-3-7-sonnet");
-        check("claude-haiku-4-5-20251001", "claude-haiku-4-5");
-        check("claude-sonnet-4@20250514", "claude-sonnet-4");
-        check("gemini-2.5-pro-preview-06-05", "gemini-2.5-pro");
-        check("gemini-2.5-flash-lite", "gemini-2.5-flash-lite");
-        check("qwen3:8b", "qwen3");
-        check("qwen3-coder-480b-a35b-instruct", "qwen3-coder");
-        check("llama-3.3-70b-versatile", "llama-3.3");
-        check("mistral-large-2411", "mistral-large");
-        check("ministral-8b-latest", "ministral");
-        check("codestral-2501", "codestral");
-    }
-
-    #[test]
-    fn provider_prefixes_and_dotted_versions() {
-        check("openai/gpt-4o", "gpt-4o");
-        check("anthropic/claude-sonnet-4.5", "claude-sonnet-4-5");
-        check("anthropic/claude-3.5-sonnet", "claude-3-5-sonnet");
-        check("anthropic/claude-opus-4.1", "claude-opus-4-1");
-        check(
-            "us.anthropic.claude-3-7-sonnet-20250219-v1:0",
-            "claude-3-7-sonnet",
-        );
-        check("models/gemini-2.0-flash", "gemini-2.0-flash");
-        check("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1");
-        check(
-            "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
-            "llama-4-maverick",
-        );
-        check("Qwen/Qwen2.5-72B-Instruct", "qwen2.5");
-        check("deepseek-ai/DeepSeek-R1", "deepseek-r1");
-        check("openrouter/anthropic/claude-opus-4", "claude-opus-4");
-    }
-
-    #[test]
-    fn prefixes_stop_at_separators_and_unknown_names_get_the_default() {
-        check("gpt-4.5-preview", "gpt-4.5-preview");
-        check("gpt-4-turbo-2024-04-09", "gpt-4-turbo");
-        check("gpt-4o1", DEFAULT_NAME);
-        check("gpt-4.7", DEFAULT_NAME);
-        check("totally-unknown-model", DEFAULT_NAME);
-        check("", DEFAULT_NAME);
-        let profiles = Profiles::builtin();
-        let fallback = profiles.lookup("nope");
-        assert_eq!(fallback.tokenizer, TokenizerKind::O200kBase);
-        assert_eq!(fallback.context_window, 128_000);
-        assert_eq!(profiles.resolve("nope").1, MatchKind::Default);
-        assert_eq!(profiles.resolve("gpt-4o-2024-08-06").1, MatchKind::Prefix);
-        assert_eq!(profiles.resolve("GPT-4O").1, MatchKind::Exact);
-    }
-
-    #[test]
-    fn the_table_covers_every_family_and_is_valid() {
-        let profiles = Profiles::builtin();
-        for name in [
-            "gpt-4o",
-            "gpt-4o-mini",
-            "gpt-4.1",
-            "gpt-4.1-mini",
-            "gpt-4.1-nano",
-            "o1",
-            "o3",
-            "o4-mini",
-            "gpt-5",
-            "gpt-5-mini",
-            "gpt-5-nano",
-            "gpt-4-turbo",
-            "gpt-4",
-            "gpt-3.5-turbo",
-            "claude-3-5-sonnet",
-            "claude-3-7-sonnet",
-            "claude-sonnet-4",
-            "claude-sonnet-4-5",
-            "claude-opus-4",
-            "claude-opus-4-1",
-            "claude-3-5-haiku",
-            "claude-haiku-4-5",
-            "gemini-1.5-pro",
-            "gemini-1.5-flash",
-            "gemini-2.0-flash",
-            "gemini-2.5-pro",
-            "gemini-2.5-flash",
-            "llama-3.1",
-            "llama-3.3",
-            "llama-4-scout",
-            "llama-4-maverick",
-            "qwen2.5",
-            "qwen3",
-            "qwen3-coder",
-            "deepseek-chat",
-            "deepseek-v3",
-            "deepseek-reasoner",
-            "deepseek-r1",
-            "mistral-large",
-            "mistral-small",
-            "codestral",
-            "ministral",
-        ] {
-            assert!(profiles.get(name).is_some(), "{name} missing");
-        }
-        for name in profiles.names() {
-            let profile = profiles.lookup(name);
-            assert_eq!(profile.validate(), Ok(()), "{name}");
-            assert_eq!(profile.name, name);
-        }
-        assert_eq!(
-            profiles.get("gpt-4").map(|p| p.tokenizer),
-            Some(TokenizerKind::Cl100kBase)
-        );
-        assert!(matches!(
-            profiles.get("claude-sonnet-4").map(|p| p.tokenizer),
-            Some(TokenizerKind::Estimate { .. })
-        ));
-    }
-
-    #[test]
-    fn toml_overrides_merge_over_the_builtins() {
-        let profiles = Profiles::from_toml_str(
-            r#"
-            [models."gpt-4o"]
-            context_window = 64000
-            max_output = 4000
-
-            [models."Claude-Sonnet-4-5"]
-            ratio = 1.3
-            image = { rule = "flat", tokens = 1500 }
-            tools_overhead = 300
-
-            [models."my-gpt"]
-            base = "gpt-4"
-            context_window = 32768
-            tokenizer = "o200k_base"
-
-            [models."local-qwen"]
-            base = "qwen3"
-            tokenizer = "estimate"
-
-            [models.default]
-            context_window = 32000
-            max_output = 4096
-            "#,
-        );
-        let profiles = match profiles {
-            Ok(profiles) => profiles,
-            Err(err) => panic!("{err}"),
-        };
-        let gpt = profiles.lookup("gpt-4o-2024-08-06");
-        assert_eq!((gpt.context_window, gpt.max_output), (64_000, 4_000));
-        assert_eq!(
-            gpt.tokenizer,
-            TokenizerKind::O200kBase,
-            "untouched fields stay"
-        );
-        let claude = profiles.lookup("claude-sonnet-4-5-20250929");
-        assert_eq!(claude.tokenizer, TokenizerKind::Estimate { ratio: 1.3 });
-        assert_eq!(claude.image, ImageRule::Flat { tokens: 1500 });
-        assert_eq!(claude.tools_overhead, 300);
-        assert_eq!(claude.context_window, 200_000);
-        let mine = profiles.lookup("my-gpt");
-        assert_eq!(
-            (mine.context_window, mine.tokenizer),
-            (32_768, TokenizerKind::O200kBase)
-        );
-        assert_eq!(mine.max_output, 8_192, "from the base");
-        assert_eq!(
-            profiles.lookup("local-qwen").tokenizer,
-            TokenizerKind::Estimate { ratio: 1.05 },
-            "the base's ratio is kept"
-        );
-        assert_eq!(profiles.lookup("unknown").context_window, 32_000);
-        assert_eq!(
-            profiles.lookup("gpt-4").context_window,
-            8_192,
-            "other entries untouched"
-        );
-    }
-
-    #[test]
-    fn a_new_name_inherits_from_its_prefix_match() {
-        let profiles = Profiles::from_toml_str(
-            "[models.\"claude-sonnet-4-5-1m\"]\ncontext_window = 1000000\nmax_output = 64000",
-        );
-        let profiles = profiles.unwrap_or_else(|err| panic!("{err}"));
-        let profile = profiles.lookup("claude-sonnet-4-5-1m");
-        assert_eq!(profile.context_window, 1_000_000);
-        assert_eq!(profile.tools_overhead, 346);
-        assert_eq!(profile.name, "claude-sonnet-4-5-1m");
-    }
-
-    fn error(toml: &str) -> String {
-        match Profiles::from_toml_str(toml) {
-            Ok(_) => panic!("accepted: {toml}"),
-            Err(err) => err.to_string(),
-        }
-    }
-
-    /// Regression: `context_window = 54000` alone for a model whose built-in output limit is
-    /// 64,000 refused to start ("max_output (64000) is larger than context_window (54000)").
-    #[test]
-    fn a_window_below_the_builtin_output_limit_clamps_the_output_limit() {
-        let builtin = Profiles::builtin().lookup("claude-sonnet-4-5");
-        assert!(
-            builtin.max_output > 54_000,
-            "the case needs a large output limit"
-        );
-        let profiles =
-            Profiles::from_toml_str("[models.\"claude-sonnet-4-5\"]\ncontext_window = 54000")
-                .expect("a window alone is valid");
-        let profile = profiles.lookup("claude-sonnet-4-5");
-        assert_eq!(
-            (profile.context_window, profile.max_output),
-            (54_000, 54_000)
-        );
-        // A window above the output limit leaves the limit alone.
-        let profiles =
-            Profiles::from_toml_str("[models.\"claude-sonnet-4-5\"]\ncontext_window = 150000")
-                .expect("valid");
-        let profile = profiles.lookup("claude-sonnet-4-5");
-        assert_eq!(profile.max_output, builtin.max_output);
-        // Through `base` too.
-        let profiles = Profiles::from_toml_str(
-            "[models.small]\nbase = \"claude-sonnet-4-5\"\ncontext_window = 8000",
-        )
-        .expect("valid");
-        assert_eq!(profiles.lookup("small").max_output, 8_000);
-    }
-
-    #[test]
-    fn bad_overrides_are_rejected_with_clear_messages() {
-        let message = error("[models.\"gpt-4o\"]\ncontext_windw = 1");
-        assert!(
-            message.contains("unknown field `context_windw`"),
-            "{message}"
-        );
-        assert!(message.contains("line 2"), "{message}");
-        let message = error("[model.\"gpt-4o\"]\ncontext_window = 1");
-        assert!(message.contains("unknown field `model`"), "{message}");
-        let message = error("[models.x]\ncontext_window = \"big\"");
-        assert!(message.contains("invalid type"), "{message}");
-        let message = error("[models.x]\ntokenizer = \"gpt2\"");
-        assert!(message.contains("unknown variant `gpt2`"), "{message}");
-        let message = error("[models.x]\nimage = { rule = \"flat\", tokens = 1, extra = 2 }");
-        assert!(message.contains("extra"), "{message}");
-        let message = error("[models.x]\ncontext_window = 0");
-        assert!(
-            message.contains("context_window must be greater than 0"),
-            "{message}"
-        );
-        assert!(message.contains("[models.\"x\"]"), "{message}");
-        let message = error("[models.x]\nmax_output = 999999999");
-        assert!(message.contains("larger than context_window"), "{message}");
-        let message = error("[models.x]\ncontext_window = 1000\nmax_output = 1001");
-        assert!(
-            message.contains("max_output (1001) is larger than context_window (1000)"),
-            "an explicit contradiction stays an error: {message}"
-        );
-        let message = error("[models.\"gpt-4o\"]\nratio = 1.2");
-        assert!(
-            message.contains("add tokenizer = \"estimate\""),
-            "{message}"
-        );
-        let message = error("[models.x]\ntokenizer = \"o200k_base\"\nratio = 1.2");
-        assert!(message.contains("ratio only applies"), "{message}");
-        let message = error("[models.x]\ntokenizer = \"estimate\"\nratio = -1.0");
-        assert!(message.contains("ratio must be"), "{message}");
-        let message = error("[models.x]\nbase = \"no-such-model\"");
-        assert!(
-            message.contains("base model \"no-such-model\" is not in the table"),
-            "{message}"
-        );
-        let message = error(
-            "[models.x]\nimage = { rule = \"pixel_area\", pixels_per_token = 0, max_tokens = 5 }",
-        );
-        assert!(message.contains("pixels_per_token"), "{message}");
-    }
-
-    #[test]
-    fn a_failed_merge_leaves_the_table_unchanged() {
-        let mut profiles = Profiles::builtin();
-        let before = profiles.clone();
-        let result = profiles.merge_toml_str(
-            "[models.\"gpt-4o\"]\ncontext_window = 1000\n[models.bad]\ncontext_window = 0",
-        );
-        assert!(result.is_err());
-        assert_eq!(profiles, before);
-    }
-
-    #[test]
-    fn empty_toml_is_the_builtin_table() {
-        assert_eq!(Profiles::from_toml_str(""), Ok(Profiles::builtin()));
-        assert_eq!(Profiles::from_toml_str("[models]"), Ok(Profiles::builtin()));
-    }
-}
+#[path = "profiles_tests.rs"]
+mod tests;

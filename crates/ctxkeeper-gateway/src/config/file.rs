@@ -6,10 +6,13 @@
 //! settings given by the environment and the command line, applied to the defaults; then the
 //! file's models; then its `[policy]` overrides, on top of whichever preset the merged
 //! settings chose (so `--policy agentrail` with a file's `[policy]` runs agentrail with those
-//! overrides).
+//! overrides), key by key at every depth ([`PolicyOverlay`]). A `[policy]` whose `name` is a
+//! preset selects that preset when no other is chosen, so what `config show` prints reads back
+//! as the same policy.
 
 use std::path::Path;
 
+use ctxkeeper_core::engine::PolicyOverlay;
 use ctxkeeper_core::tokens::Profiles;
 
 use super::{ConfigError, GatewayConfig, GatewaySettings};
@@ -77,15 +80,29 @@ impl ConfigFile {
         base: GatewayConfig,
     ) -> Result<GatewayConfig, ConfigError> {
         let settings = self.gateway.over(later);
+        let chosen = settings.policy.clone();
         let mut config = settings.apply(base)?;
         if let Some(models) = &self.models {
             config.profiles = Profiles::from_toml_str(models)
                 .map_err(|e| ConfigError(format!("[models]: {e}")))?;
         }
         if let Some(policy) = &self.policy {
-            config.policy = config
-                .policy
-                .with_overrides(policy)
+            let overlay =
+                PolicyOverlay::parse(policy).map_err(|e| ConfigError(format!("[policy]: {e}")))?;
+            if let Some(named) = overlay.preset() {
+                // `config show` prints the policy whole, `name` included: that file selects
+                // its preset again. Beside another chosen preset it would be ambiguous.
+                if let Some(chosen) = chosen.as_deref().filter(|chosen| *chosen != named) {
+                    return Err(ConfigError(format!(
+                        "[policy] name = {named:?} selects the {named} preset, but the policy \
+                         chosen is {chosen:?} ([gateway] policy, CTXKEEPER_POLICY or --policy): \
+                         keep one of them"
+                    )));
+                }
+                config.policy_preset = named.to_string();
+            }
+            config.policy = overlay
+                .apply(&config.policy)
                 .map_err(|e| ConfigError(format!("[policy]: {e}")))?;
         }
         Ok(config)

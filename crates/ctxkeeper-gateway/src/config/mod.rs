@@ -75,6 +75,9 @@ pub struct GatewayConfig {
     pub workspace: String,
     /// The policy applied to every session (per-session overrides come on top).
     pub policy: PolicyConfig,
+    /// The preset `policy` started from, before a file's `[policy]` overrides (what
+    /// `config show` compares the policy with to mark the overridden values).
+    pub policy_preset: String,
     /// Model profiles: context window, tokenizer.
     pub profiles: Profiles,
     /// The bearer token of the admin API; `None` disables it.
@@ -128,6 +131,9 @@ pub struct GatewayConfig {
     pub summarizer: SummarizerChoice,
     /// Time allowed for one summary call; past it the extractive summary stands in.
     pub summary_timeout: Duration,
+    /// Time an agent's request waits for a model's summary; past it the extractive summary
+    /// stands in while the model's call finishes in the background.
+    pub summary_wait: Duration,
     /// Past this share of the trigger a model summary is prepared in the background, so the
     /// request that crosses the trigger does not wait for it (`None`: never).
     pub prepare_summaries_at: Option<f64>,
@@ -148,6 +154,7 @@ impl GatewayConfig {
             store_url: format!("sqlite://{}", data_dir.join("sessions.db").display()),
             workspace: data_dir.join("workspace").display().to_string(),
             policy: presets::preset("default").unwrap_or_default(),
+            policy_preset: "default".to_string(),
             profiles: Profiles::builtin(),
             admin_token: None,
             body_limit: DEFAULT_BODY_LIMIT,
@@ -168,6 +175,7 @@ impl GatewayConfig {
             repair: false,
             summarizer: SummarizerChoice::Upstream { model: None },
             summary_timeout: Duration::from_secs(120),
+            summary_wait: crate::sessions::DEFAULT_SUMMARY_WAIT,
             prepare_summaries_at: Some(crate::sessions::DEFAULT_PREPARE_AT),
             responses_compaction: ResponsesCompaction::Auto,
         }

@@ -230,6 +230,15 @@ pub struct GatewaySettings {
     )]
     pub summary_timeout_secs: Option<u64>,
 
+    /// Seconds an agent's request waits for a model's summary; past it the extractive summary
+    /// stands in and the model's call finishes in the background (default 5).
+    #[arg(
+        long = "summary-wait",
+        value_name = "SECONDS",
+        env = "CTXKEEPER_SUMMARY_WAIT"
+    )]
+    pub summary_wait_secs: Option<u64>,
+
     /// Past this share of the compaction trigger, a model summary is prepared in the
     /// background so the request that crosses the trigger does not wait for it (default
     /// 0.75; 0 turns it off).
@@ -287,6 +296,7 @@ macro_rules! each_setting {
             summarizer_model,
             summarizer_url,
             summary_timeout_secs,
+            summary_wait_secs,
             prepare_summaries_at,
             responses_compaction
         )
@@ -335,6 +345,7 @@ impl GatewaySettings {
         set!(workspace => workspace);
         if let Some(name) = &this.policy {
             base.policy = presets::lookup(name).map_err(|e| ConfigError(e.to_string()))?;
+            base.policy_preset = name.clone();
         }
         set!(admin_token => admin_token, Some);
         set!(body_limit => body_limit);
@@ -352,6 +363,7 @@ impl GatewaySettings {
         set!(memory => memory, Some);
         set!(repair => repair);
         set!(summary_timeout_secs => summary_timeout, secs);
+        set!(summary_wait_secs => summary_wait, secs);
         if let Some(trust) = this.trust_tenant_header {
             base.tenants = base.tenants.trust_header(trust);
         }
@@ -424,8 +436,10 @@ impl GatewaySettings {
             session_cache: Some(config.session_cache),
             resent_prefix_bytes: Some(config.resent_prefix_bytes),
             forward_early_from_bytes: Some(config.forward_early_from),
-            // The effective value: the policy's wish resolved.
-            memory: Some(config.memory_enabled() && config.workspace_dir().is_some()),
+            // As set: unset follows the policy (`[policy.memory]`), so the output read back
+            // under another policy follows that one, and a policy override does not show
+            // here as a second changed line.
+            memory: config.memory,
             no_memory: false,
             context_providers: Some(
                 config
@@ -440,6 +454,7 @@ impl GatewaySettings {
             summarizer_model: model.map(str::to_string),
             summarizer_url: None,
             summary_timeout_secs: secs(config.summary_timeout),
+            summary_wait_secs: secs(config.summary_wait),
             prepare_summaries_at: Some(config.prepare_summaries_at.unwrap_or(0.0)),
             responses_compaction: Some(config.responses_compaction.name().to_string()),
         }

@@ -193,7 +193,14 @@ pub(super) async fn read_body(
         let mut stream = body.into_data_stream();
         let mut buffer = Vec::with_capacity(announced.unwrap_or(8192));
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(IntakeError::Read)?;
+            let chunk = chunk.map_err(|e| {
+                // The server's own deadline on every body (`limits::DeadlineBody`).
+                if crate::limits::BodyDeadline::caused(&e) {
+                    IntakeError::Timeout(gw.config.body_timeout)
+                } else {
+                    IntakeError::Read(e)
+                }
+            })?;
             if buffer.len() + chunk.len() > limit {
                 return Err(IntakeError::TooLarge { limit });
             }
@@ -213,6 +220,10 @@ pub(super) async fn read_body(
         Ok(Bytes::from(buffer))
     };
     match tokio::time::timeout(gw.config.body_timeout, read).await {
+        Ok(Err(IntakeError::Timeout(timeout))) => {
+            Metrics::add(&gw.metrics.client_timeouts, 1);
+            Err(IntakeError::Timeout(timeout))
+        }
         Ok(bytes) => Ok((bytes?, permit)),
         Err(_) => {
             Metrics::add(&gw.metrics.client_timeouts, 1);

@@ -72,9 +72,16 @@ impl ManagedError {
     pub(super) fn into_api(self) -> ApiError {
         let api = match &self {
             ManagedError::SessionId(_) => ApiError::invalid_request(self.to_string()),
-            ManagedError::Step { .. } | ManagedError::Compaction { .. } => {
-                ApiError::internal(self.to_string())
+            // The cause may name files of the store or the workspace: it goes to the log
+            // (and stays the error's source), the client learns only what failed.
+            ManagedError::Step { key, source } => {
+                ApiError::internal(format!("session {}: {}", key.session(), source.public()))
             }
+            ManagedError::Compaction { key, source } => ApiError::internal(format!(
+                "session {}: could not compact: {}",
+                key.session(),
+                source.public()
+            )),
         };
         api.with_source(self)
     }
@@ -154,6 +161,7 @@ pub(super) async fn run(
     let forwards_verbatim = repairs.is_none() && gw.config.context_providers.is_empty();
     let incoming = Incoming::fingerprinted(model.clone(), messages, hashes, &tools)
         .with_requested_output(requested_output(&extra))
+        .with_requested_window(requested_window(headers))
         .with_pin_latest_user(pin_latest_user)
         .with_route(route)
         .with_repairs(repairs)
@@ -229,6 +237,16 @@ fn fingerprints(
         }
         None => gw.fingerprints.fingerprints(tenant, messages),
     }
+}
+
+/// The context window a request asks for in its headers (Anthropic's `context-1m-…` beta).
+fn requested_window(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .filter_map(ctxkeeper_core::tokens::beta_window)
+        .max()
 }
 
 /// The output budget a request asks for, in whichever field its API names it.
@@ -342,7 +360,13 @@ impl Managed {
         report.compacted = true;
         report.input_tokens = prepared.input_tokens;
         report.budget_used_pct = prepared.budget_used_pct;
-        Some(self.emit(prepared.messages))
+        let retry = self.emit(prepared.messages);
+        // The next summary call extends what went upstream last: the recovered body, never
+        // the one that overflowed.
+        if gw.sessions.summarizes_upstream() {
+            self.incoming.forwarded = Some(retry.clone());
+        }
+        Some(retry)
     }
 
     /// Commits the step of a request the upstream accepted. The model's answer is delivered

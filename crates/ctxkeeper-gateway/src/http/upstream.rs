@@ -38,6 +38,8 @@ pub enum UpstreamError {
     Unreachable(#[source] reqwest::Error),
     #[error("the upstream failed: {0}")]
     Failed(#[source] reqwest::Error),
+    #[error("the upstream's stream ended before any content")]
+    Incomplete,
 }
 
 impl From<reqwest::Error> for UpstreamError {
@@ -56,9 +58,9 @@ impl UpstreamError {
     pub(crate) fn into_api(self) -> ApiError {
         let api = match &self {
             UpstreamError::Timeout(_) => ApiError::timeout(self.to_string()),
-            UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => {
-                ApiError::bad_gateway(self.to_string())
-            }
+            UpstreamError::Unreachable(_)
+            | UpstreamError::Failed(_)
+            | UpstreamError::Incomplete => ApiError::bad_gateway(self.to_string()),
         };
         api.with_source(self)
     }
@@ -302,6 +304,7 @@ async fn read_answer(response: reqwest::Response, stream: bool) -> Result<Answer
     let mut held = Vec::new();
     let mut held_bytes = 0;
     let mut error = None;
+    let mut settled = false;
     while let Some(chunk) = rest.next().await {
         // Nothing was sent to the client yet, so a broken stream is still a clean error.
         let chunk = chunk?;
@@ -311,12 +314,24 @@ async fn read_answer(response: reqwest::Response, stream: bool) -> Result<Answer
         match decided {
             Some(Opening::Error(data)) => {
                 error = Some(data);
+                settled = true;
                 break;
             }
-            Some(Opening::Content) => break,
-            None if held_bytes > MAX_HELD => break,
+            Some(Opening::Content) => {
+                settled = true;
+                break;
+            }
+            None if held_bytes > MAX_HELD => {
+                settled = true;
+                break;
+            }
             None => {}
         }
+    }
+    if !settled && head.opened() {
+        // The stream ended with only its preamble (a role chunk, `message_start`): the
+        // model's answer was cut off, and nothing of it reached the client yet.
+        return Err(UpstreamError::Incomplete);
     }
     Ok(Answer::Stream {
         status,

@@ -68,7 +68,10 @@ impl Sessions {
         let stored = slot.client.hashes.len();
         let mut diverged = false;
         if common < stored {
-            if common + 1 == stored && Self::drop_newest(slot) {
+            if common + 1 == stored
+                && !Self::opening_only(key, incoming, common)
+                && Self::drop_newest(slot)
+            {
                 slot.client.hashes.truncate(common);
                 slot.unsaved = true;
                 outbox.announce(&GatewayEvent::NewestMessageReplaced { position: common });
@@ -94,7 +97,8 @@ impl Sessions {
         }
         self.ensure_live(key, slot, incoming, tools)?;
         let start = slot.client.hashes.len();
-        let summarizer = self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone());
+        let summarizer =
+            self.waited(self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone()));
         let Some(live) = slot.live.as_mut() else {
             return Err(SessionError::Corrupt("no context manager".into()));
         };
@@ -146,6 +150,23 @@ impl Sessions {
         }))
     }
 
+    /// Whether a session derived from its conversation's opening (`auto-…`: the model, the
+    /// instructions and the first user message name it) and the request share nothing beyond
+    /// that opening: the request may be another agent's first, with the same opening, and is
+    /// no replacement of this conversation's newest message. A session named by a header
+    /// belongs to one client and keeps the replacement.
+    pub(super) fn opening_only(key: &SessionKey, incoming: &Incoming, common: usize) -> bool {
+        if !key.session().starts_with(identity::DERIVED_PREFIX) {
+            return false;
+        }
+        let opening = incoming
+            .messages
+            .iter()
+            .position(|m| m.role == Role::User)
+            .map_or(0, |first| first + 1);
+        common <= opening
+    }
+
     /// Removes the newest client message from the context when it is still there as the
     /// client sent it (the last entry, not rewritten by the engine); false when it is not.
     pub(super) fn drop_newest(slot: &mut Slot) -> bool {
@@ -177,10 +198,12 @@ impl Sessions {
                         Event::ContextCompactionEnd {
                             tokens_before,
                             tokens_after,
+                            summary_degraded,
                             ..
                         } => {
                             changed = true;
                             outbox.compactions += 1;
+                            outbox.summaries_degraded += u64::from(*summary_degraded);
                             outbox.tokens_saved += tokens_before.saturating_sub(*tokens_after);
                         }
                         Event::ToolResultTruncated {
@@ -194,6 +217,7 @@ impl Sessions {
                         Event::OverflowRecovered { .. } => {
                             outbox.overflow_recoveries += 1;
                         }
+                        Event::SummaryFailed { .. } => outbox.summaries_failed += 1,
                         // An image over the policy's limit left the context for data/.
                         Event::ContentOffloaded { kind, .. } if kind == "data" => changed = true,
                         _ => {}

@@ -225,6 +225,8 @@ impl Sessions {
         );
         Metrics::add(&self.metrics.divergences, outbox.divergences);
         Metrics::add(&self.metrics.session_forks, outbox.forks);
+        Metrics::add(&self.metrics.summaries_failed, outbox.summaries_failed);
+        Metrics::add(&self.metrics.summaries_degraded, outbox.summaries_degraded);
         for event in outbox.events {
             self.publish(key, event);
         }

@@ -2,7 +2,7 @@
 //! clearing its context, rebuilding an unreadable one from its log.
 
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot};
-use ctxkeeper_core::engine::ContextState;
+use ctxkeeper_core::engine::{ConfigError, ContextState, PolicyOverlay};
 use ctxkeeper_store::SessionKey;
 use serde::Serialize;
 use serde_json::Value;
@@ -104,16 +104,16 @@ impl Sessions {
         let base = self.policy.clone();
         let found = self
             .update(key, |slot| {
-                let mut merged: toml::Table = match slot.overrides() {
-                    Some(text) => toml::from_str(&text).unwrap_or_default(),
-                    None => toml::Table::new(),
+                let invalid = |e: ConfigError| SessionError::Context(ctxkeeper::Error::Config(e.0));
+                // Key by key at every depth: a second PATCH of `[overflow] shrink_factor`
+                // keeps the `[overflow] max_attempts` of the first.
+                let mut merged = match slot.overrides() {
+                    Some(text) => PolicyOverlay::parse(&text).map_err(invalid)?,
+                    None => PolicyOverlay::default(),
                 };
-                for (k, v) in &patch {
-                    merged.insert(k.clone(), v.clone());
-                }
-                let text = merged.to_string();
-                base.with_overrides(&text)
-                    .map_err(|e| SessionError::Context(ctxkeeper::Error::Config(e.0)))?;
+                merged.merge(&PolicyOverlay::from_table(patch.clone()).map_err(invalid)?);
+                let text = merged.to_toml_string();
+                merged.apply(&base).map_err(invalid)?;
                 slot.extensions
                     .insert(POLICY_OVERRIDES.into(), Value::String(text.clone()));
                 merged_text = Some(text);

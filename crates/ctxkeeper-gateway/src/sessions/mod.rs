@@ -47,6 +47,7 @@ mod slot;
 #[cfg(test)]
 mod tests;
 pub mod timeline;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -75,6 +76,7 @@ pub use events::{SessionEvent, Subscription};
 pub use inspect::{ContextStats, PatchError};
 pub use prepare::DEFAULT_PREPARE_AT;
 pub use slot::DEFAULT_IDLE_TTL;
+pub use wait::DEFAULT_SUMMARY_WAIT;
 
 /// The extension key holding a session's policy overrides (a TOML fragment).
 pub const POLICY_OVERRIDES: &str = "policy_overrides";
@@ -122,6 +124,29 @@ impl std::fmt::Display for SessionError {
                 "{consecutive} consecutive requests overflowed the context window; not \
                  recovering again (is the model's window configured?)"
             ),
+        }
+    }
+}
+
+impl SessionError {
+    /// What a client may be told: the kind of failure, without the store's or the
+    /// workspace's paths and messages (those go to the log).
+    pub fn public(&self) -> String {
+        match self {
+            SessionError::Store(_) => {
+                "the session store failed; the gateway's log has the details".into()
+            }
+            SessionError::Context(_) => "the context could not be updated (archive or policy); \
+                                         the gateway's log has the details"
+                .into(),
+            // The snapshot's own error names the format it found (`ctxkeeper/99`) and the
+            // one this build reads: no paths, and what an operator needs to decide.
+            SessionError::Unreadable { version, error, .. } => format!(
+                "the stored session (version {version}) cannot be read: {error}; rebuild it \
+                 from its log with POST /admin/sessions/{{id}}/rebuild"
+            ),
+            SessionError::Corrupt(_) => "the stored session is unreadable".into(),
+            SessionError::RecoveryRefused { .. } => self.to_string(),
         }
     }
 }
@@ -178,6 +203,9 @@ pub struct Incoming {
     /// `max_completion_tokens`): providers refuse input + output over the window, so the
     /// context is budgeted to the window minus this.
     pub requested_output: Option<u64>,
+    /// The context window the request asks for itself (Anthropic's `context-1m-…` beta):
+    /// the session's window is never narrower than this, whatever the model table says.
+    pub requested_window: Option<u64>,
     /// The client asked (`x-ctxkeeper-pin: latest`) to pin the newest user message of this
     /// request, when it is new to the session.
     pub pin_latest_user: bool,
@@ -215,6 +243,7 @@ impl Incoming {
             hashes,
             tools_hash: identity::tools_hash(tools),
             requested_output: None,
+            requested_window: None,
             pin_latest_user: false,
             route: None,
             repairs: None,
@@ -239,6 +268,12 @@ impl Incoming {
     /// Names how the request reaches its upstream (see [`Incoming::route`]).
     pub fn with_route(mut self, route: Option<Arc<UpstreamRoute>>) -> Incoming {
         self.route = route;
+        self
+    }
+
+    /// States the context window the request asks for (see [`Incoming::requested_window`]).
+    pub fn with_requested_window(mut self, tokens: Option<u64>) -> Incoming {
+        self.requested_window = tokens.filter(|t| *t > 0);
         self
     }
 
@@ -297,6 +332,8 @@ pub struct Sessions {
     /// The share of the trigger past which a summary is prepared in the background
     /// ([`Sessions::with_summary_preparation`]).
     prepare_at: Option<f64>,
+    /// How long a request waits for a model's summary ([`Sessions::with_summary_wait`]).
+    summary_wait: Duration,
 }
 
 impl Sessions {
@@ -327,6 +364,7 @@ impl Sessions {
             metrics: Arc::new(Metrics::default()),
             upstream_summaries: None,
             prepare_at: Some(prepare::DEFAULT_PREPARE_AT),
+            summary_wait: wait::DEFAULT_SUMMARY_WAIT,
         }
     }
 
@@ -692,7 +730,7 @@ impl Sessions {
             .filter(|l| *l > 0)
             .or_else(|| Some(input_window(learned, incoming.requested_output)));
         // The request that overflowed cannot be the summary call's prefix: it is too long.
-        let summarizer = self.step_summarizer(incoming.route.as_ref(), None);
+        let summarizer = self.waited(self.step_summarizer(incoming.route.as_ref(), None));
         let outcome = live
             .manager
             .handle_overflow_with(summarizer.as_ref(), attempt, failed, limit)

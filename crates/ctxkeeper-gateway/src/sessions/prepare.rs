@@ -5,6 +5,12 @@
 //! prompt cache). The request that then crosses the trigger applies it without waiting for a
 //! model, and keeps every message that arrived meanwhile verbatim (see
 //! [`ctxkeeper::SummaryPreparation`]).
+//!
+//! A preparation that fails (the summarizer's upstream refused it, timed out, answered
+//! something else) is not asked again on the next step: each consecutive failure doubles the
+//! steps the session waits before the next one (1, 2, 4, … at most
+//! [`Backoff::MAX_SKIPPED_STEPS`]), a success starts over. Every failure counts in
+//! `ctxkeeper_summaries_failed_total`.
 
 use std::sync::Arc;
 
@@ -17,6 +23,41 @@ use crate::metrics::Metrics;
 /// The soft threshold by default: a summary is prepared once the request passes this share of
 /// the trigger.
 pub const DEFAULT_PREPARE_AT: f64 = 0.75;
+
+/// How long a session waits before preparing a summary again after preparations failed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    /// Consecutive failed preparations.
+    failures: u32,
+    /// Steps still to skip before the next preparation.
+    skip: u32,
+}
+
+impl Backoff {
+    /// The most steps skipped between two preparations, however many failed.
+    pub(crate) const MAX_SKIPPED_STEPS: u32 = 32;
+
+    /// Whether this step may prepare; a step that may not counts down the wait.
+    fn allows(&mut self) -> bool {
+        if self.skip == 0 {
+            return true;
+        }
+        self.skip -= 1;
+        false
+    }
+
+    fn failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        self.skip = 1u32
+            .checked_shl(self.failures - 1)
+            .unwrap_or(u32::MAX)
+            .min(Self::MAX_SKIPPED_STEPS);
+    }
+
+    fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+}
 
 impl Sessions {
     /// Prepares summaries in the background once a step passes `share` of the trigger
@@ -42,6 +83,9 @@ impl Sessions {
         {
             return;
         }
+        if slot.live.is_none() || !slot.prepare_backoff.allows() {
+            return;
+        }
         let summarizer = self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone());
         let Some(live) = slot.live.as_mut() else {
             return;
@@ -52,14 +96,55 @@ impl Sessions {
         };
         Metrics::add(&self.metrics.summaries_prepared, 1);
         let cell = cell.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let prepared = preparation.run().await;
             let mut slot = cell.lock().await;
+            if prepared.is_ready() {
+                slot.prepare_backoff.succeeded();
+            } else {
+                Metrics::add(&metrics.summaries_failed, 1);
+                slot.prepare_backoff.failed();
+            }
             // A manager rebuilt meanwhile (evicted, reloaded) did not ask for it and
             // discards it.
             if let Some(live) = slot.live.as_mut() {
                 live.manager.accept_prepared(prepared);
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+
+    /// The steps allowed out of `steps`, failing every preparation made.
+    fn prepared_steps(steps: usize) -> Vec<usize> {
+        let mut backoff = Backoff::default();
+        let mut prepared = Vec::new();
+        for step in 0..steps {
+            if backoff.allows() {
+                prepared.push(step);
+                backoff.failed();
+            }
+        }
+        prepared
+    }
+
+    #[test]
+    fn failed_preparations_wait_twice_as_long_each_time() {
+        assert_eq!(prepared_steps(40), vec![0, 2, 5, 10, 19, 36]);
+        // Never more than MAX_SKIPPED_STEPS apart.
+        let late = prepared_steps(400);
+        assert!(
+            late.windows(2)
+                .all(|w| w[1] - w[0] <= Backoff::MAX_SKIPPED_STEPS as usize + 1)
+        );
+        let mut backoff = Backoff::default();
+        backoff.failed();
+        backoff.failed();
+        backoff.succeeded();
+        assert!(backoff.allows(), "a success starts over");
     }
 }

@@ -34,6 +34,8 @@ pub(super) struct Outbox {
     pub(super) overflow_recoveries: u64,
     pub(super) divergences: u64,
     pub(super) forks: u64,
+    pub(super) summaries_failed: u64,
+    pub(super) summaries_degraded: u64,
     /// The step met a context overflow.
     pub(super) overflowed: bool,
 }
@@ -54,6 +56,8 @@ impl Outbox {
         self.overflow_recoveries += older.overflow_recoveries;
         self.divergences += older.divergences;
         self.forks += older.forks;
+        self.summaries_failed += older.summaries_failed;
+        self.summaries_degraded += older.summaries_degraded;
         self.overflowed |= older.overflowed;
     }
 }
@@ -109,6 +113,8 @@ pub(super) struct Slot {
     /// A summary prepared (or being prepared) by a manager that was dropped to be rebuilt
     /// around the same context: the next manager takes it over.
     pub(super) preparations: ctxkeeper::Preparations,
+    /// Steps to wait before preparing a summary again, after prepared summaries failed.
+    pub(super) prepare_backoff: super::prepare::Backoff,
 }
 
 impl Slot {
@@ -225,6 +231,12 @@ impl Sessions {
         evicted
     }
 
+    /// How often a server sweeps idle sessions out ([`Self::evict_idle`]): a quarter of the
+    /// idle time, between 10 ms and 30 s.
+    pub fn sweep_interval(&self) -> Duration {
+        (self.idle_ttl / 4).clamp(Duration::from_millis(10), Duration::from_secs(30))
+    }
+
     /// How many sessions are warm in memory.
     pub fn warm_sessions(&self) -> usize {
         self.slots.lock().map_or(0, |warm| warm.map.len())
@@ -334,7 +346,13 @@ impl Sessions {
         tools: &[ToolSpec],
     ) -> Result<(), SessionError> {
         let model = incoming.model.clone().unwrap_or_default();
-        let profile_window = self.profiles.resolve(&model).0.context_window;
+        // The table is the fallback: a request that asks for a larger window gets it.
+        let profile_window = self
+            .profiles
+            .resolve(&model)
+            .0
+            .context_window
+            .max(incoming.requested_window.unwrap_or(0));
         let window = input_window(
             slot.client
                 .learned_window

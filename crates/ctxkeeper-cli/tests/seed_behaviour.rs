@@ -1,0 +1,128 @@
+//! Seed behaviours through the binary, each on a small trace shaped for it (issue 33): what
+//! the seed document says the system does, observed in the requests `replay` emits and the
+//! files it archives.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use serde_json::{Value, json};
+
+fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
+        .arg("replay")
+        .arg(trace)
+        .args([
+            "--policy",
+            preset,
+            "--window",
+            &window.to_string(),
+            "--json",
+        ])
+        .arg("--workspace")
+        .arg(scratch.join("ws"))
+        .arg("--emit-requests")
+        .arg(scratch.join("req"))
+        .args(extra)
+        .env_remove("CTXKEEPER_CONFIG")
+        .output()
+        .expect("the binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("a JSON report")
+}
+
+fn trace(dir: &Path, name: &str, messages: Vec<Value>) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        json!({"model": "gpt-4o", "messages": messages}).to_string(),
+    )
+    .expect("write trace");
+    path
+}
+
+/// The emitted requests, oldest first, parsed.
+fn requests(scratch: &Path) -> Vec<Value> {
+    let dir = scratch.join("req");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("emitted requests")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(dir.join(n)).expect("read request");
+            serde_json::from_str(&text).expect("a JSON request")
+        })
+        .collect()
+}
+
+fn tokens(text: &str) -> u32 {
+    TokenModel::for_model("gpt-4o", &Profiles::builtin()).text_tokens(text)
+}
+
+/// Text dense in tokens (hex words: about 2.5 characters a token), `n` lines.
+fn dense(lines: usize) -> String {
+    (0..lines)
+        .map(|i| {
+            let x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            format!(
+                "{:x} {:x} {:x}\n",
+                x >> 40,
+                (x >> 20) & 0xfffff,
+                x & 0xfffff
+            )
+        })
+        .collect()
+}
+
+/// Item 2: AgentScope's `tool_result_limit` is 50,000 *tokens*. A result of about 65k
+/// tokens in under 200,000 characters used to pass whole; a bigger one kept 200,000
+/// characters (about 75k tokens). Both now keep the largest prefix within 50,000 tokens.
+#[test]
+fn agentscope_cuts_tool_results_at_50000_tokens() {
+    for lines in [8_000, 14_000] {
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let output = dense(lines);
+        let whole = tokens(&output);
+        assert!(
+            whole > 60_000,
+            "the trace is shaped above the limit: {whole}"
+        );
+        let messages = vec![
+            json!({"role": "system", "content": "You are a careful agent."}),
+            json!({"role": "user", "content": "Dump the table."}),
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "type": "function",
+                "function": {"name": "dump", "arguments": "{}"}}]}),
+            json!({"role": "tool", "tool_call_id": "call_0", "content": output}),
+            json!({"role": "assistant", "content": "Done."}),
+        ];
+        let file = trace(scratch.path(), "big.json", messages);
+        replay(&file, "agentscope", 400_000, scratch.path(), &[]);
+        let last = requests(scratch.path()).pop().expect("a request");
+        let result = last["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["role"] == "tool"))
+            .and_then(|m| m["content"].as_str())
+            .expect("the tool result is in the request")
+            .to_string();
+        let kept = tokens(&result);
+        assert!(
+            (45_000..=50_000).contains(&kept),
+            "{lines} lines: {whole} tokens kept {kept}"
+        );
+        assert!(output.starts_with(result.split("\n\n[…").next().unwrap_or_default()));
+        assert!(
+            result.contains("tool_result-call_0.txt"),
+            "{}",
+            &result[result.len() - 300..]
+        );
+    }
+}
