@@ -41,10 +41,9 @@ import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import LISTENING, RunningProcess, start_process
+from mcp_client import http_session, input_schema, is_error, structured
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE_NAME = "claude-code/37f83ec9-f2ea-42a9-925e-0d5c105cb6e8.jsonl"
@@ -231,16 +230,6 @@ def stop(process: RunningProcess) -> None:
 
 
 @contextlib.asynccontextmanager
-async def http_session(url: str, headers: dict | None = None) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session over streamable HTTP, sending `headers` on every request."""
-    async with create_mcp_http_client(headers=headers) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
-
-
-@contextlib.asynccontextmanager
 async def stdio_session(argv: list[str]) -> AsyncIterator[ClientSession]:
     """An initialized MCP session with `ctxkeeper ARGV` over stdio."""
     params = StdioServerParameters(command=str(ctxkeeper_bin()), args=argv)
@@ -252,14 +241,11 @@ async def stdio_session(argv: list[str]) -> AsyncIterator[ClientSession]:
 
 def data(result) -> dict:
     """The structured content of a successful call."""
-    assert not result.is_error, f"tool error: {result.content}"
-    if result.structured_content is not None:
-        return result.structured_content
-    return json.loads(result.content[0].text)
+    return structured(result)
 
 
 def error_text(result) -> str:
-    assert result.is_error, f"expected a tool error, got {result}"
+    assert is_error(result), f"expected a tool error, got {result}"
     return result.content[0].text
 
 
@@ -298,7 +284,7 @@ async def exercise(session: ClientSession, stored: dict, confined: bool) -> None
     names = {tool.name for tool in listed.tools}
     assert names == EXPECTED_TOOLS
     for tool in listed.tools:
-        assert tool.input_schema["type"] == "object", tool.name
+        assert input_schema(tool)["type"] == "object", tool.name
         assert tool.description and len(tool.description) > 60, tool.name
 
     sessions = data(await session.call_tool("session_list", {}))

@@ -8,20 +8,16 @@ over the gateway's own `/mcp` finds them with the agent's key and nothing with a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import AsyncIterator
 
 import openai
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import start_mock_upstream
 from gateway_support import TOOLS, WORDS, start_gateway
+from mcp_client import http_session, structured
 
 KEY_A = "sk-memory-tenant-a-0123"
 KEY_B = "sk-memory-tenant-b-0123"
@@ -65,20 +61,8 @@ def run_agent(client: openai.OpenAI, steps: int, session: str) -> list[dict]:
     return messages
 
 
-@contextlib.asynccontextmanager
-async def mcp_session(url: str, key: str) -> AsyncIterator[ClientSession]:
-    async with create_mcp_http_client(headers={"authorization": f"Bearer {key}"}) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
-
-
-def structured(result) -> dict:
-    assert not result.is_error, f"tool error: {result.content}"
-    if result.structured_content is not None:
-        return result.structured_content
-    return json.loads(result.content[0].text)
+def mcp_session(url: str, key: str):
+    return http_session(url, headers={"authorization": f"Bearer {key}"})
 
 
 async def search_memory(url: str, key: str, query: str) -> list[dict]:
