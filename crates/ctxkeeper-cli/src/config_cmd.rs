@@ -117,8 +117,17 @@ fn render(config: &GatewayConfig) -> Result<String> {
         Some(preset) => mark_overrides(&section("policy", policy)?, &config.policy, preset),
         None => section("policy", policy)?,
     };
+    // Unset, long-term memory follows the policy: said as a comment, so the output read back
+    // under another policy follows that one.
+    let memory = match config.memory {
+        Some(_) => String::new(),
+        None => format!(
+            "# memory: {}, as the policy wants ([policy.memory]; set memory = true or false to decide)\n",
+            if config.memory_enabled() { "on" } else { "off" }
+        ),
+    };
     Ok(format!(
-        "{}{secrets}\n{origin}{policy}\n{}",
+        "{}{memory}{secrets}\n{origin}{policy}\n{}",
         section("gateway", gateway)?,
         section("models", Value::Table(models))?
     ))

@@ -72,7 +72,14 @@ fn sub_tables(table: &toml::Table, path: &str, out: &mut Vec<(String, toml::Tabl
 /// The lines of `a` and `b` that differ (both outputs have the same number of lines when
 /// one value changes in place).
 fn differing_lines(a: &str, b: &str) -> Vec<(String, String)> {
-    let (a, b): (Vec<_>, Vec<_>) = (a.lines().collect(), b.lines().collect());
+    // Comments are not settings (the memory line says what the policy decides).
+    let settings = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    };
+    let (a, b) = (settings(a), settings(b));
     if a.len() != b.len() {
         return vec![(format!("{} lines", a.len()), format!("{} lines", b.len()))];
     }

@@ -104,13 +104,17 @@ fn policy(name: &str) -> toml::Table {
     }
 }
 
-/// `config show --policy NAME`'s `[gateway]` table: what `serve` would run with.
-fn gateway(name: &str) -> toml::Table {
+/// Whether `serve` under preset `name` keeps long-term memory: `[gateway] memory` when set,
+/// else what `config show` says the policy decides.
+fn serve_memory(name: &str) -> String {
     let text = ok(run(&["config", "show", "--policy", name]));
-    let mut table: toml::Table = toml::from_str(&text).expect("config show prints TOML");
-    match table.remove("gateway") {
-        Some(toml::Value::Table(gateway)) => gateway,
-        other => panic!("no [gateway] in config show: {other:?}"),
+    if let Some(line) = text.lines().find(|l| l.starts_with("memory = ")) {
+        return line.trim_start_matches("memory = ").to_string();
+    }
+    match text.lines().find_map(|l| l.strip_prefix("# memory: ")) {
+        Some(rest) if rest.starts_with("on") => "true".into(),
+        Some(_) => "false".into(),
+        None => "unset".into(),
     }
 }
 
@@ -611,7 +615,7 @@ fn seed_conformance_table() {
         seed("Turn Trimming"),
         "serve: long-term memory for the daily memory file",
         "true",
-        at(&gateway("cowagent"), "memory"),
+        serve_memory("cowagent"),
     );
 
     let scratch = tempfile::tempdir().expect("temp dir");
@@ -727,7 +731,7 @@ fn seed_conformance_table() {
         format!(
             "{} / {}",
             at(&p, "memory.flush_before_compact"),
-            at(&gateway("harness"), "memory")
+            serve_memory("harness")
         ),
     );
     table.row(

@@ -124,11 +124,13 @@ async fn stalled_connections_on_every_route_are_closed_within_the_deadline() {
             open.push(what);
         }
         if what == "PATCH policy without a token" {
+            // Refused before its body: a server that waited for the body would have answered
+            // its deadline (408) instead. (How soon is the benchmark's business: under load
+            // the answer may take longer than the deadline itself.)
             let answer = String::from_utf8_lossy(&answer);
-            assert!(answer.starts_with("HTTP/1.1 401"), "{what}: {answer}");
             assert!(
-                elapsed < DEADLINE,
-                "{what}: refused before its body, {elapsed:?}"
+                answer.starts_with("HTTP/1.1 401"),
+                "{what}: {answer} after {elapsed:?}"
             );
         }
     }

@@ -466,13 +466,14 @@ const WEIGHT_PER_TOKEN: u64 = 4;
 const PLAUSIBLE_WEIGHT_PER_TOKEN: std::ops::RangeInclusive<f64> = 1.3..=12.0;
 
 /// Estimated tokens of a message of `weight`, at the session's observed ratio (`seen_weight`
-/// per `seen_tokens`) or, before anything was counted, at the content-aware estimate itself;
-/// 10 % margin, plus a per-message framing allowance.
+/// per `seen_tokens`) plus a 10 % margin or, before anything was counted, at the
+/// content-aware estimate itself (an o200k count; the trigger's own margin covers the rest),
+/// plus a per-message framing allowance.
 fn estimate_tokens(weight: u64, seen_weight: u64, seen_tokens: u64) -> u64 {
     let estimate = if seen_weight >= 500 * WEIGHT_PER_TOKEN && seen_tokens > 0 {
         weight * seen_tokens * 11 / (seen_weight * 10)
     } else {
-        weight * 11 / (WEIGHT_PER_TOKEN * 10)
+        weight / WEIGHT_PER_TOKEN
     };
     // Small messages carry proportionally more framing (role, ids) than the sampled average.
     estimate + 12
