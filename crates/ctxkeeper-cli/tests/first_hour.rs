@@ -1,0 +1,78 @@
+//! A new user's first hour with the `ctxkeeper` binary (issue #36): errors that name what
+//! went wrong and what to do, and defaults that let a command run without reading its help.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+fn bin(home: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"));
+    // Keep default data directories inside the test's temp dir.
+    command
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("CTXKEEPER_CONFIG")
+        .env_remove("CTXKEEPER_LISTEN")
+        .env_remove("RUST_LOG");
+    command
+}
+
+/// `serve` over an in-memory store, with `extra` options.
+fn serve(home: &Path, extra: &[&str]) -> Command {
+    let mut command = bin(home);
+    command.args(["serve", "--store", "memory://", "--workspace"]);
+    command.arg(home.join("workspace"));
+    command.args(["--upstream", "http://127.0.0.1:9/v1"]);
+    command.args(extra);
+    command
+}
+
+/// Starts `command` and waits for its `listening on …` line; `None` if it exited first.
+fn start(mut command: Command) -> (Child, Option<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ctxkeeper");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read");
+    let listening = line
+        .strip_prefix("listening on ")
+        .map(|l| l.trim().to_owned());
+    (child, listening)
+}
+
+fn stop(mut child: Child) -> Output {
+    child.kill().ok();
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn serve_names_an_address_in_use_and_what_to_do() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = held.local_addr().expect("address").to_string();
+    let output = serve(home.path(), &["--listen", &address])
+        .output()
+        .expect("run serve");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&address), "{stderr}");
+    assert!(stderr.contains("already in use"), "{stderr}");
+    assert!(stderr.contains("--listen"), "{stderr}");
+}
+
+#[test]
+fn serve_accepts_a_host_name_to_listen_on() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let (child, listening) = start(serve(home.path(), &["--listen", "localhost:0"]));
+    let output = stop(child);
+    let listening = listening.unwrap_or_else(|| {
+        panic!(
+            "serve did not start: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert!(listening.starts_with("http://127.0.0.1:"), "{listening}");
+}
