@@ -260,6 +260,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         use std::io::Write;
         std::io::stdout().flush().ok();
         tracing::info!(address = %server.local_addr(), "gateway listening");
+        print_banner(&server, mcp.is_some());
         if mcp.is_some() {
             tracing::info!(
                 url = %format!("http://{}/mcp", server.local_addr()),
@@ -279,6 +280,46 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         tracing::info!("gateway stopped");
         Ok(())
     })
+}
+
+/// What a newcomer needs to check at a glance, on stderr (stdout keeps its one line): where
+/// requests go, where sessions and archived content are kept, the policy, and the console.
+/// URLs are redacted: a password in a store or upstream URL never reaches a terminal or log.
+fn print_banner(server: &Server, mcp: bool) {
+    let config = &server.gateway().config;
+    let address = server.local_addr();
+    let mut banner = format!(
+        "ctxkeeper gateway on http://{address}\n\
+         \x20 OpenAI upstream:    {}\n\
+         \x20 Anthropic upstream: {}\n\
+         \x20 store:              {}\n\
+         \x20 archive:            {}\n\
+         \x20 policy:             {}\n\
+         \x20 console:            http://{address}/ui/\n",
+        without_credentials(&config.upstream),
+        without_credentials(&config.anthropic_upstream),
+        without_credentials(&config.store_url),
+        without_credentials(&config.workspace),
+        config.policy.name,
+    );
+    if mcp {
+        banner.push_str(&format!("  MCP:                http://{address}/mcp\n"));
+    }
+    eprint!("{banner}");
+}
+
+/// `url` without its userinfo (`user:password@`, or a bare token) and its query, which may
+/// carry a password (`?password=…`); anything that is not a URL comes back as it is.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let rest = rest.split_once('?').map_or(rest, |(before, _)| before);
+    let (authority, path) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
 }
 
 /// A bind failure names the address and what to do: "Address already in use" alone leaves a

@@ -13,6 +13,8 @@ fn bin(home: &Path) -> Command {
         .env("XDG_DATA_HOME", home.join("data"))
         .env_remove("CTXKEEPER_CONFIG")
         .env_remove("CTXKEEPER_LISTEN")
+        .env_remove("CTXKEEPER_STORE")
+        .env_remove("CTXKEEPER_WORKSPACE")
         .env_remove("RUST_LOG");
     command
 }
@@ -75,4 +77,52 @@ fn serve_accepts_a_host_name_to_listen_on() {
         )
     });
     assert!(listening.starts_with("http://127.0.0.1:"), "{listening}");
+}
+
+#[test]
+fn serve_starts_with_a_banner_of_upstreams_store_policy_and_console_without_secrets() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let (child, listening) = start(serve(
+        home.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--anthropic-upstream",
+            "http://user:pw-SECRET@127.0.0.1:9",
+            "--policy",
+            "cowagent",
+        ],
+    ));
+    // The banner follows the stdout line; give it a moment before stopping the server.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let output = stop(child);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let listening = listening.unwrap_or_else(|| panic!("serve did not start: {stderr}"));
+    for expected in [
+        "OpenAI upstream:    http://127.0.0.1:9/v1",
+        "Anthropic upstream: http://127.0.0.1:9",
+        "store:              memory://",
+        "policy:             cowagent",
+        &format!("console:            {listening}/ui/"),
+    ] {
+        assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+    }
+    assert!(!stderr.contains("SECRET"), "{stderr}");
+}
+
+#[test]
+fn ui_runs_without_options_over_the_default_store_and_workspace() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let mut command = bin(home.path());
+    command
+        .env_remove("CTXKEEPER_STORE")
+        .env_remove("CTXKEEPER_WORKSPACE")
+        .args(["ui", "--listen", "127.0.0.1:0"]);
+    let (child, listening) = start(command);
+    let output = stop(child);
+    assert!(
+        listening.is_some(),
+        "ui did not start: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
