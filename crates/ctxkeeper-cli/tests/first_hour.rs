@@ -126,3 +126,30 @@ fn ui_runs_without_options_over_the_default_store_and_workspace() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn wrap_ends_by_saying_where_the_agents_sessions_are() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let output = bin(home.path())
+        .env("OPENAI_API_KEY", "sk-first-hour")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .args([
+            "wrap",
+            "--store",
+            "memory://",
+            "--upstream",
+            "http://127.0.0.1:9/v1",
+        ])
+        .args(["sh", "--", "-c", "true"])
+        .output()
+        .expect("run wrap");
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("ctxkeeper sessions list --tenant key-"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("/ui/"), "{stderr}");
+    assert!(!stderr.contains("sk-first-hour"), "{stderr}");
+}
