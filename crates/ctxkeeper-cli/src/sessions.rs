@@ -479,6 +479,21 @@ async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -
     }
     if sessions.is_empty() {
         writeln!(out, "no sessions in tenant {}", args.tenant)?;
+        // The gateway files sessions under the API key's tenant (`key-…`), not `default`:
+        // point at the tenants of the keys in this environment that do hold sessions.
+        for tenant in crate::wrap::candidate_tenants() {
+            if tenant == args.tenant {
+                continue;
+            }
+            let held = store.list(&SessionFilter::tenant(tenant.as_str())).await?;
+            if !held.is_empty() {
+                writeln!(
+                    out,
+                    "tenant {tenant} (your API key's) has {} session(s): pass --tenant {tenant}",
+                    held.len()
+                )?;
+            }
+        }
         return Ok(());
     }
     writeln!(

@@ -239,7 +239,7 @@ fn now_ms() -> i64 {
 
 /// The tenants the agent's requests land in: the one of each API key in the environment
 /// (the gateway names a tenant after a hash of the key), and `default` for keyless calls.
-fn candidate_tenants() -> Vec<String> {
+pub(crate) fn candidate_tenants() -> Vec<String> {
     let rule = TenantRule::default();
     let mut tenants = Vec::new();
     for var in [

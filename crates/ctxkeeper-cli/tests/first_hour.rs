@@ -153,3 +153,54 @@ fn wrap_ends_by_saying_where_the_agents_sessions_are() {
     assert!(stderr.contains("/ui/"), "{stderr}");
     assert!(!stderr.contains("sk-first-hour"), "{stderr}");
 }
+
+#[test]
+fn an_empty_tenant_points_at_the_api_keys_tenant_that_holds_sessions() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let key = "sk-first-hour-list";
+    // `wrap` names the tenant the gateway gives this key.
+    let wrapped = bin(home.path())
+        .env("OPENAI_API_KEY", key)
+        .args([
+            "wrap",
+            "--store",
+            "memory://",
+            "--upstream",
+            "http://127.0.0.1:9/v1",
+        ])
+        .args(["sh", "--", "-c", "true"])
+        .output()
+        .expect("run wrap");
+    let stderr = String::from_utf8_lossy(&wrapped.stderr);
+    let tenant = stderr
+        .split_whitespace()
+        .find(|word| word.starts_with("key-"))
+        .unwrap_or_else(|| panic!("no key tenant in {stderr}"))
+        .trim_end_matches(':')
+        .to_owned();
+    let store = format!("sqlite://{}", home.path().join("s.db").display());
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
+    let replayed = bin(home.path())
+        .args(["replay", demo.to_str().expect("utf-8"), "--store", &store])
+        .args(["--session", "demo", "--tenant", &tenant])
+        .output()
+        .expect("run replay");
+    assert!(
+        replayed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let listed = bin(home.path())
+        .env("OPENAI_API_KEY", key)
+        .args(["sessions", "list", "--store", &store])
+        .output()
+        .expect("run sessions list");
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(stdout.contains("no sessions in tenant default"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "tenant {tenant} (your API key's) has 1 session(s): pass --tenant {tenant}"
+        )),
+        "{stdout}"
+    );
+}
