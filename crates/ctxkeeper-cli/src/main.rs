@@ -97,7 +97,7 @@ pub struct TraceArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(serve::resolve_listen_names(std::env::args_os().collect()));
     let outcome = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Replay(args) => replay::run(&args),

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, GatewaySettings};
+use ctxkeeper_gateway::error::GatewayError;
 use ctxkeeper_gateway::router::Server;
 use ctxkeeper_gateway::tenancy::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_mcp::{
@@ -240,7 +241,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     let retention_days = config.policy.session.retention_days;
     runtime.block_on(async move {
-        let mut server = Server::bind(config).await?;
+        let listen = config.listen;
+        let mut server = Server::bind(config)
+            .await
+            .map_err(|err| explain_bind_error(err, listen))?;
         if let Some(days) = retention_days {
             sweep_retention(server.gateway().sessions.store().clone(), days);
         }
@@ -256,6 +260,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         use std::io::Write;
         std::io::stdout().flush().ok();
         tracing::info!(address = %server.local_addr(), "gateway listening");
+        print_banner(&server, mcp.is_some());
         if mcp.is_some() {
             tracing::info!(
                 url = %format!("http://{}/mcp", server.local_addr()),
@@ -275,6 +280,108 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         tracing::info!("gateway stopped");
         Ok(())
     })
+}
+
+/// What a newcomer needs to check at a glance, on stderr (stdout keeps its one line): where
+/// requests go, where sessions and archived content are kept, the policy, and the console.
+/// URLs are redacted: a password in a store or upstream URL never reaches a terminal or log.
+fn print_banner(server: &Server, mcp: bool) {
+    let config = &server.gateway().config;
+    let address = server.local_addr();
+    let mut banner = format!(
+        "ctxkeeper gateway on http://{address}\n\
+         \x20 OpenAI upstream:    {}\n\
+         \x20 Anthropic upstream: {}\n\
+         \x20 store:              {}\n\
+         \x20 archive:            {}\n\
+         \x20 policy:             {}\n\
+         \x20 console:            http://{address}/ui/\n",
+        without_credentials(&config.upstream),
+        without_credentials(&config.anthropic_upstream),
+        without_credentials(&config.store_url),
+        without_credentials(&config.workspace),
+        config.policy.name,
+    );
+    if mcp {
+        banner.push_str(&format!("  MCP:                http://{address}/mcp\n"));
+    }
+    eprint!("{banner}");
+}
+
+/// `url` without its userinfo (`user:password@`, or a bare token) and its query, which may
+/// carry a password (`?password=…`); anything that is not a URL comes back as it is.
+fn without_credentials(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let rest = rest.split_once('?').map_or(rest, |(before, _)| before);
+    let (authority, path) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
+/// A bind failure names the address and what to do: "Address already in use" alone leaves a
+/// newcomer guessing which address, and why.
+fn explain_bind_error(err: GatewayError, listen: std::net::SocketAddr) -> anyhow::Error {
+    match &err {
+        GatewayError::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "cannot listen on {listen}: the address is already in use (another process, perhaps \
+             another `ctxkeeper serve`, holds it); stop it or pick another address with \
+             --listen, e.g. --listen 127.0.0.1:0 for any free port"
+        ),
+        GatewayError::Io(io) => anyhow::anyhow!("cannot listen on {listen}: {io}"),
+        _ => anyhow::Error::new(err),
+    }
+}
+
+/// Rewrites `serve --listen HOST:PORT` (and `--listen=HOST:PORT`) where HOST is a name such as
+/// `localhost` into the IP address it resolves to, because the setting itself is a socket
+/// address. An IPv4 address is preferred: `localhost` clients mostly try 127.0.0.1 first.
+/// Anything that does not resolve is left for clap to refuse with its own message.
+pub(crate) fn resolve_listen_names(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("serve") {
+        return args;
+    }
+    let mut out = Vec::with_capacity(args.len());
+    let mut next_is_listen = false;
+    for arg in args {
+        let text = arg.to_str().map(str::to_owned);
+        match text {
+            Some(value) if next_is_listen => {
+                next_is_listen = false;
+                out.push(resolved(&value).map_or(arg, Into::into));
+            }
+            Some(flag) if flag == "--listen" => {
+                next_is_listen = true;
+                out.push(arg);
+            }
+            Some(flag) if flag.starts_with("--listen=") => {
+                let value = &flag["--listen=".len()..];
+                out.push(resolved(value).map_or(arg, |addr| format!("--listen={addr}").into()));
+            }
+            _ => {
+                next_is_listen = false;
+                out.push(arg);
+            }
+        }
+    }
+    out
+}
+
+/// `HOST:PORT` resolved to one socket address, when it is a name (not already an address).
+fn resolved(value: &str) -> Option<String> {
+    use std::net::ToSocketAddrs;
+    if value.parse::<std::net::SocketAddr>().is_ok() {
+        return None;
+    }
+    let addrs: Vec<std::net::SocketAddr> = value.to_socket_addrs().ok()?.collect();
+    let chosen = addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or_else(|| addrs.first())?;
+    Some(chosen.to_string())
 }
 
 /// Removes sessions of every tenant not updated for `days` days, at start and then hourly:

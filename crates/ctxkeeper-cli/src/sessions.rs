@@ -80,7 +80,8 @@ pub enum SessionsCommand {
         #[arg(long, default_value = "gpt-4o", value_name = "MODEL")]
         model: String,
         /// Where archived items live (a workspace directory or an archive URL); default: the
-        /// store's own database for SQL stores.
+        /// workspace `serve` and `wrap` archive into, and the store's own database for SQL
+        /// stores.
         #[arg(long, value_name = "URL_OR_DIR")]
         archive: Option<String>,
     },
@@ -186,10 +187,12 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             model,
             archive,
         } => {
-            let archive = archive
-                .clone()
-                .or_else(|| is_sql(&url).then(|| url.clone()));
-            show(args, &*store, session, model, archive.as_deref(), out).await
+            let gateway_workspace = ctxkeeper_gateway::config::GatewayConfig::new(
+                ctxkeeper_gateway::config::GatewayConfig::default_data_dir(),
+            )
+            .workspace;
+            let archives = archives_to_read(archive.as_deref(), &url, &gateway_workspace);
+            show(args, &*store, session, model, &archives, out).await
         }
         SessionsCommand::History {
             session,
@@ -476,6 +479,21 @@ async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -
     }
     if sessions.is_empty() {
         writeln!(out, "no sessions in tenant {}", args.tenant)?;
+        // The gateway files sessions under the API key's tenant (`key-…`), not `default`:
+        // point at the tenants of the keys in this environment that do hold sessions.
+        for tenant in crate::wrap::candidate_tenants() {
+            if tenant == args.tenant {
+                continue;
+            }
+            let held = store.list(&SessionFilter::tenant(tenant.as_str())).await?;
+            if !held.is_empty() {
+                writeln!(
+                    out,
+                    "tenant {tenant} (your API key's) has {} session(s): pass --tenant {tenant}",
+                    held.len()
+                )?;
+            }
+        }
         return Ok(());
     }
     writeln!(
@@ -499,12 +517,30 @@ async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -
     Ok(())
 }
 
+/// The archives `sessions show` reads: the one given, else every place a session's content
+/// may have gone: the directory `serve` and `wrap` archive into by default (when it exists)
+/// and, for SQL stores, the store's own database (where `replay --store` archives). Reading
+/// only the database said "archived none" for gateway sessions that did archive.
+fn archives_to_read(given: Option<&str>, store_url: &str, gateway_workspace: &str) -> Vec<String> {
+    if let Some(given) = given {
+        return vec![given.to_owned()];
+    }
+    let mut archives = Vec::new();
+    if std::path::Path::new(gateway_workspace).is_dir() {
+        archives.push(gateway_workspace.to_owned());
+    }
+    if is_sql(store_url) {
+        archives.push(store_url.to_owned());
+    }
+    archives
+}
+
 async fn show(
     args: &SessionsArgs,
     store: &dyn SessionStore,
     session: &str,
     model: &str,
-    archive: Option<&str>,
+    archives: &[String],
     out: &mut String,
 ) -> Result<()> {
     let key = resolve(args, store, session).await?;
@@ -533,16 +569,14 @@ async fn show(
         .as_ref()
         .map(|v| v.state.extensions.keys().cloned().collect())
         .unwrap_or_default();
-    let archived: Option<Vec<ArchiveEntry>> = match archive {
-        Some(url) => {
-            let archive: std::sync::Arc<dyn Offloader> =
-                open_archive(url).await.with_context(|| {
-                    format!("cannot open the archive {}", ctxkeeper_store::redact(url))
-                })?;
-            Some(archive.list(&key.archive_scope()).await?)
-        }
-        None => None,
-    };
+    let mut archived: Option<Vec<ArchiveEntry>> = None;
+    for url in archives {
+        let archive: std::sync::Arc<dyn Offloader> = open_archive(url)
+            .await
+            .with_context(|| format!("cannot open the archive {}", ctxkeeper_store::redact(url)))?;
+        let entries = archive.list(&key.archive_scope()).await?;
+        archived.get_or_insert_with(Vec::new).extend(entries);
+    }
 
     if args.json {
         let report = json!({
@@ -712,6 +746,41 @@ mod tests {
         let mut out = String::new();
         execute(args, &mut out).await?;
         Ok(out)
+    }
+
+    #[tokio::test]
+    async fn show_finds_what_the_gateway_archived_into_its_workspace() -> Result<()> {
+        // The gateway archives into its workspace directory, not the SQL store: `show`
+        // without --archive used to read only the store and said "archived none".
+        let dir = tempfile::tempdir()?;
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir_all(&workspace)?;
+        let workspace = workspace.display().to_string();
+        let store = open_store(&url).await?;
+        let key = SessionKey::new("default", "default", "default", "g1")?;
+        let mut state = AgentState::new();
+        state.context = vec![Message::user("look at the logs")];
+        store.save(&key, &state, None).await?;
+        open_archive(&workspace)
+            .await?
+            .offload_tool_result(&key.archive_scope(), "c9", "a long log")
+            .await?;
+        let archives = archives_to_read(None, &url, &workspace);
+        assert_eq!(archives, vec![workspace.clone(), url.clone()]);
+        let mut shown = String::new();
+        let show_args = args(
+            &url,
+            SessionsCommand::Show {
+                session: "g1".into(),
+                model: "gpt-4o".into(),
+                archive: None,
+            },
+        );
+        show(&show_args, &*store, "g1", "gpt-4o", &archives, &mut shown).await?;
+        assert!(shown.contains("archived    1 item(s)"), "{shown}");
+        assert!(shown.contains("tool_result-c9"), "{shown}");
+        Ok(())
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use ctxkeeper_gateway::config::GatewayConfig;
 use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_gateway::ui::{Access, Console};
 
@@ -13,13 +14,15 @@ use crate::trace_input::InputError;
 /// Options of `ctxkeeper ui`.
 #[derive(Debug, Args)]
 pub struct UiArgs {
-    /// The session store: sqlite://PATH, postgres://…, mysql://…, redis://…, file://DIR.
+    /// The session store: sqlite://PATH, postgres://…, mysql://…, redis://…, file://DIR
+    /// (default: the one `serve` and `wrap` use, SQLite in the user's data directory).
     #[arg(long, value_name = "URL", env = "CTXKEEPER_STORE")]
-    pub store: String,
+    pub store: Option<String>,
 
-    /// The archive the sessions' compacted content went to: a directory or an archive URL.
+    /// The archive the sessions' compacted content went to: a directory or an archive URL
+    /// (default: the one `serve` and `wrap` use, in the user's data directory).
     #[arg(long, value_name = "DIR", env = "CTXKEEPER_WORKSPACE")]
-    pub workspace: String,
+    pub workspace: Option<String>,
 
     /// The address to listen on (port 0 picks a free port). Without a token the console
     /// answers only on a loopback address.
@@ -87,15 +90,19 @@ pub fn run(args: &UiArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    // The same defaults as `serve`, so the console shows what a plain `serve` or `wrap` wrote.
+    let defaults = GatewayConfig::new(GatewayConfig::default_data_dir());
+    let store_url = args.store.clone().unwrap_or(defaults.store_url);
+    let workspace = args.workspace.clone().unwrap_or(defaults.workspace);
     runtime.block_on(async move {
-        let redacted = ctxkeeper_store::redact(&args.store);
-        let store = ctxkeeper_store::open_store(&args.store)
+        let redacted = ctxkeeper_store::redact(&store_url);
+        let store = ctxkeeper_store::open_store(&store_url)
             .await
             .with_context(|| format!("store {redacted}"))?;
-        let archive = ctxkeeper_store::open_archive(&args.workspace)
+        let archive = ctxkeeper_store::open_archive(&workspace)
             .await
-            .with_context(|| format!("archive {}", args.workspace))?;
-        let bus = ctxkeeper_store::open_event_bus(&args.store)
+            .with_context(|| format!("archive {workspace}"))?;
+        let bus = ctxkeeper_store::open_event_bus(&store_url)
             .await
             .with_context(|| format!("events of {redacted}"))?;
         let listener = tokio::net::TcpListener::bind(args.listen)

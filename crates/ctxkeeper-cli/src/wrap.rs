@@ -31,6 +31,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use ctxkeeper_gateway::router::Server;
+use ctxkeeper_gateway::tenancy::{DEFAULT_TENANT, TenantRule};
+use ctxkeeper_store::{SessionFilter, SessionStore};
 
 use crate::serve::{self, ServeArgs};
 use crate::trace_input::InputError;
@@ -198,6 +200,8 @@ pub fn run(args: &WrapArgs) -> Result<ExitCode> {
             server = server.merge(endpoint.router());
         }
         let root = format!("http://{}", server.local_addr());
+        let store_handle = server.gateway().sessions.store().clone();
+        let started_ms = now_ms();
         if !args.quiet {
             eprintln!("ctxkeeper: gateway at {root} (sessions in {store})");
         }
@@ -206,6 +210,12 @@ pub fn run(args: &WrapArgs) -> Result<ExitCode> {
             let _ = stopped.await;
         }));
         let outcome = run_child(args, kind, &root).await;
+        if !args.quiet {
+            eprint!(
+                "{}",
+                where_sessions_are(store_handle.as_ref(), &store, &root, started_ms).await
+            );
+        }
         if let Some(endpoint) = mcp {
             endpoint.shutdown();
         }
@@ -217,6 +227,84 @@ pub fn run(args: &WrapArgs) -> Result<ExitCode> {
         }
         outcome
     })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        })
+}
+
+/// The tenants the agent's requests land in: the one of each API key in the environment
+/// (the gateway names a tenant after a hash of the key), and `default` for keyless calls.
+pub(crate) fn candidate_tenants() -> Vec<String> {
+    let rule = TenantRule::default();
+    let mut tenants = Vec::new();
+    for var in [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+    ] {
+        let Some(key) = std::env::var(var).ok().filter(|key| !key.is_empty()) else {
+            continue;
+        };
+        if let Some(tenant) = key_tenant(&rule, &key) {
+            tenants.push(tenant);
+        }
+    }
+    tenants.push(DEFAULT_TENANT.to_owned());
+    tenants.dedup();
+    tenants
+}
+
+/// The tenant the gateway gives a request carrying `key`, by the gateway's own rule.
+fn key_tenant(rule: &TenantRule, key: &str) -> Option<String> {
+    // The header map's type comes from the rule's signature: this crate does not depend on
+    // the HTTP crates, so it is inferred from a first (empty) call rather than named.
+    let mut headers = Default::default();
+    rule.resolve(&headers).ok()?;
+    headers.insert("authorization", format!("Bearer {key}").parse().ok()?);
+    rule.resolve(&headers).ok()
+}
+
+/// The closing note of a `wrap` run: which tenant and sessions the agent wrote, and the
+/// commands and console page to inspect them (newcomers otherwise look in tenant `default`
+/// while their sessions sit under `key-…`).
+async fn where_sessions_are(
+    store: &dyn SessionStore,
+    store_url: &str,
+    root: &str,
+    since_ms: i64,
+) -> String {
+    let tenants = candidate_tenants();
+    let mut note = String::from("ctxkeeper: the gateway has stopped.\n");
+    let store_option = format!(" --store {}", ctxkeeper_store::redact(store_url));
+    let mut wrote_any = false;
+    for tenant in &tenants {
+        let Ok(sessions) = store.list(&SessionFilter::tenant(tenant.as_str())).await else {
+            continue;
+        };
+        for session in sessions.iter().filter(|s| s.updated_at_ms >= since_ms) {
+            wrote_any = true;
+            note.push_str(&format!(
+                "  session {} (tenant {tenant}): ctxkeeper sessions show {} --tenant {tenant}{store_option}\n",
+                session.key.session(),
+                session.key.session(),
+            ));
+        }
+    }
+    if !wrote_any {
+        let tenant = tenants.first().map_or("default", String::as_str);
+        note.push_str(&format!(
+            "  no session written; the agent's tenant is {tenant}: ctxkeeper sessions list --tenant {tenant}{store_option}\n"
+        ));
+    }
+    note.push_str(&format!(
+        "  console (while a gateway runs): {root}/ui/, or `ctxkeeper ui{store_option}`\n"
+    ));
+    note
 }
 
 /// Starts the agent, waits for it (passing termination signals on) and turns its status into

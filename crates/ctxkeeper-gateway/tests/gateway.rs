@@ -1121,3 +1121,35 @@ async fn health_metrics_and_models_answer() {
         "{metrics}"
     );
 }
+
+#[tokio::test]
+async fn an_unreachable_upstream_answers_502_naming_the_url_and_the_cause() {
+    // A port nothing listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(config(
+        &dir,
+        &format!("http://user:pw-SECRET@127.0.0.1:{port}"),
+    ))
+    .await;
+    let response = client()
+        .post(gw.url("/v1/chat/completions?api-key=q-SECRET"))
+        .header("authorization", KEY)
+        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 50)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let body: Value = response.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("http://127.0.0.1:{port}/v1/chat/completions")),
+        "{message}"
+    );
+    assert!(message.contains("connection refused"), "{message}");
+    assert!(!message.contains("SECRET"), "{message}");
+}

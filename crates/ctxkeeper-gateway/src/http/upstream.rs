@@ -56,14 +56,75 @@ impl From<reqwest::Error> for UpstreamError {
 
 impl UpstreamError {
     pub(crate) fn into_api(self) -> ApiError {
+        // The client (often an agent a newcomer just pointed at the gateway) sees only this
+        // message, so it names the URL tried and why, and the operator sees it at WARN.
+        let message = self.explained();
+        tracing::warn!(error = %message, "upstream request failed");
         let api = match &self {
-            UpstreamError::Timeout(_) => ApiError::timeout(self.to_string()),
+            UpstreamError::Timeout(_) => ApiError::timeout(message),
             UpstreamError::Unreachable(_)
             | UpstreamError::Failed(_)
-            | UpstreamError::Incomplete => ApiError::bad_gateway(self.to_string()),
+            | UpstreamError::Incomplete => ApiError::bad_gateway(message),
         };
         api.with_source(self)
     }
+
+    fn reqwest_error(&self) -> Option<&reqwest::Error> {
+        match self {
+            UpstreamError::Timeout(err)
+            | UpstreamError::Unreachable(err)
+            | UpstreamError::Failed(err) => Some(err),
+            UpstreamError::Incomplete => None,
+        }
+    }
+
+    /// The error, the upstream URL tried (no credentials, no query) and the cause.
+    fn explained(&self) -> String {
+        let Some(err) = self.reqwest_error() else {
+            return self.to_string();
+        };
+        let url = err
+            .url()
+            .map(|url| format!(" at {}", shown_url(url)))
+            .unwrap_or_default();
+        format!("{self}{url}: {}", cause_of(err))
+    }
+}
+
+/// A URL as safe to show: no userinfo, no query (it may carry a key), no fragment.
+fn shown_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    // Both fail only for URLs that cannot have userinfo; then there is nothing to strip.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    shown.to_string()
+}
+
+/// The root cause of a failed attempt in words a newcomer can act on.
+fn cause_of(err: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    if err.is_timeout() {
+        return "timed out waiting for the upstream".to_owned();
+    }
+    let mut chain: Vec<String> = Vec::new();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return "connection refused (is the upstream running, and is the port right?)"
+                .to_owned();
+        }
+        chain.push(cause.to_string());
+        source = cause.source();
+    }
+    let detail = chain.last().cloned().unwrap_or_else(|| err.to_string());
+    if chain.iter().any(|cause| cause.contains("dns error")) {
+        return format!("DNS lookup failed (is the host name right?): {detail}");
+    }
+    detail
 }
 
 /// Where one model request goes, and what its attempts share.
@@ -147,13 +208,27 @@ impl Upstream {
             }
         };
         let answer = match sent {
-            Ok(response) => read_answer(response, self.stream).await,
+            Ok(response) => {
+                warn_if_path_missing_v1(&response);
+                read_answer(response, self.stream).await
+            }
             Err(err) => Err(err.into()),
         };
         let elapsed = sent_at.elapsed();
         self.spent += elapsed;
         gw.metrics.upstream_latency(elapsed);
         answer
+    }
+}
+
+/// A 404 from an upstream whose URL has no `/v1` is almost always a base URL configured
+/// without it (`http://host:8000` for `http://host:8000/v1`); say so where the operator looks.
+fn warn_if_path_missing_v1(response: &reqwest::Response) {
+    if response.status() == StatusCode::NOT_FOUND && !response.url().path().contains("/v1") {
+        tracing::warn!(
+            url = %shown_url(response.url()),
+            "the upstream answered 404; its base URL may be missing `/v1`"
+        );
     }
 }
 
