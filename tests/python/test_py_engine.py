@@ -117,12 +117,15 @@ def test_every_request_is_the_whole_emission_of_the_context(wire):
         assert prepared.messages == cm._emit_full(), f"step {i}"
         compacted += prepared.compacted
         changed += prepared.changed
+        if words == 900:
+            # A capped output rewrites what it appended, compaction or not.
+            assert prepared.changed, f"step {i}: a capped output changes the request"
         if i == 30:
             recovered = cm.on_overflow(tokens=prepared.input_tokens, limit=prepared.input_tokens // 2)
             assert recovered.compacted and recovered.changed
             assert recovered.messages == cm._emit_full()
     assert compacted >= 3, "the loop should have compacted several times"
-    assert changed > compacted, "capped outputs change the request without a compaction"
+    assert changed >= compacted
     if wire == "anthropic":
         assert prepared.system == "You are a careful coding agent."
         assert set(prepared.kwargs) == {"system", "messages"}

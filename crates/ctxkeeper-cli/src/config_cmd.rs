@@ -48,6 +48,10 @@ pub fn run(args: &ConfigArgs) -> Result<()> {
         }
         ConfigCommand::Validate(serve_args) => {
             let config = serve::config(serve_args)?;
+            // What `serve` would refuse only when it opens the store, said now.
+            ctxkeeper::store::check_store_url(&config.store_url).map_err(|err| {
+                InputError::BadOption(format!("store {}: {err}", redact(&config.store_url)))
+            })?;
             let source = serve_args
                 .config
                 .as_ref()

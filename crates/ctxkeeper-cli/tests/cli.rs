@@ -632,6 +632,26 @@ fn config_validate_names_the_offending_field() {
 }
 
 #[test]
+fn config_validate_refuses_a_store_serve_could_not_open() {
+    let dir = tempfile::tempdir().expect("config test");
+    let file = dir.path().join("ctxkeeper.toml");
+    std::fs::write(&file, "[gateway]\nstore = \"sqlte:///tmp/sessions.db\"\n")
+        .expect("config test");
+    let output = bin()
+        .args(["config", "validate", "--config"])
+        .arg(&file)
+        .env_remove("CTXKEEPER_CONFIG")
+        .output()
+        .expect("config test");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("sqlte://") && stderr.contains("did you mean `sqlite://`"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn one_config_file_serves_replay_and_serve() {
     // Regression: replay's own parser refused the `[gateway]` section that `serve` needs, so
     // one CTXKEEPER_CONFIG could not serve both commands.

@@ -903,7 +903,7 @@ impl SessionStore for FileStore {
                     entries.push((key.clone(), entry));
                 }
             }
-            Ok(rank_entries(&terms, entries, query.limit))
+            Ok(rank_entries(&query, &terms, entries))
         })
         .await
     }

@@ -34,10 +34,57 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn SessionStore>, StoreError> 
         Some("sqlite") | Some("postgres") | Some("postgresql") | Some("mysql")
         | Some("mariadb") => open_sql(url).await,
         Some(scheme) if scheme.starts_with("redis") => open_redis(url).await,
-        Some(other) => Err(StoreError::InvalidInput(format!(
-            "unknown store scheme `{other}://`"
-        ))),
+        Some(other) => Err(StoreError::InvalidInput(unknown_scheme(other))),
     }
+}
+
+/// The schemes [`open_store`] knows (any `redis…` scheme besides).
+const STORE_SCHEMES: [&str; 8] = [
+    "memory",
+    "file",
+    "sqlite",
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
+    "redis",
+];
+
+/// Checks that a store URL names a backend [`open_store`] knows, without connecting: what
+/// `config validate` can tell before `serve` opens it. A bare path is a file store.
+///
+/// ```
+/// use ctxkeeper_store::check_store_url;
+///
+/// assert!(check_store_url("sqlite:///var/lib/ctxkeeper/sessions.db").is_ok());
+/// let err = check_store_url("sqlte://sessions.db").unwrap_err().to_string();
+/// assert!(err.contains("did you mean `sqlite://`"), "{err}");
+/// ```
+pub fn check_store_url(url: &str) -> Result<(), StoreError> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Ok(());
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if STORE_SCHEMES.contains(&scheme.as_str()) || scheme.starts_with("redis") {
+        return Ok(());
+    }
+    Err(StoreError::InvalidInput(unknown_scheme(&scheme)))
+}
+
+/// The error for an unknown scheme: the nearest known one when it is a likely typo, and the
+/// list of what is known.
+fn unknown_scheme(scheme: &str) -> String {
+    let nearest = STORE_SCHEMES
+        .iter()
+        .map(|known| (strsim::damerau_levenshtein(scheme, known), *known))
+        .min()
+        .filter(|(distance, _)| *distance <= 2)
+        .map(|(_, known)| format!(" (did you mean `{known}://`?)"))
+        .unwrap_or_default();
+    format!(
+        "unknown store scheme `{scheme}://`{nearest}; known: sqlite://PATH, postgres://…, \
+         mysql://… (or mariadb://…), redis://…, file://DIR (or a bare path), memory://"
+    )
 }
 
 #[cfg(feature = "sql")]

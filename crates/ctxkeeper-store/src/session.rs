@@ -421,11 +421,12 @@ pub(crate) fn parse_entry(text: &[u8]) -> Result<LogEntry, StoreError> {
 
 /// Ranks log entries in memory (for backends without a full-text engine).
 pub(crate) fn rank_entries(
+    query: &SearchQuery,
     terms: &[String],
     entries: impl IntoIterator<Item = (SessionKey, LogEntry)>,
-    limit: usize,
 ) -> Vec<SearchHit> {
-    let mut ranker = crate::text::Ranker::new(terms.to_vec());
+    let limit = query.limit;
+    let mut ranker = crate::text::Ranker::for_query(&query.text);
     let mut matched = Vec::new();
     for (key, entry) in entries {
         let text = crate::text::message_search_text(&entry.message);

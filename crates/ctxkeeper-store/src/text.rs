@@ -64,10 +64,27 @@ pub(crate) fn query_terms(query: &str) -> Vec<String> {
     out
 }
 
-/// BM25 ranking over an in-memory candidate set, for the backends without a full-text engine.
+/// The compound words of a search text (`MARKER-3`, `src/lib.rs`, `user_id`): words of
+/// several terms, each as its term sequence. A document matches only where each one occurs
+/// whole, so `MARKER-3` finds neither `MARKER-30` nor a `marker` near some `3`.
+pub(crate) fn query_phrases(query: &str) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    for word in query.split_whitespace() {
+        let phrase = terms(word);
+        if phrase.len() > 1 && !out.contains(&phrase) {
+            out.push(phrase);
+        }
+    }
+    out
+}
+
+/// BM25 ranking over a candidate set: the whole ranking for the backends without a
+/// full-text engine, and the final filter and order for those with one (which match any
+/// term; compound words are checked here).
 #[derive(Debug)]
 pub(crate) struct Ranker {
     terms: Vec<String>,
+    phrases: Vec<Vec<String>>,
     docs: Vec<(Vec<u32>, usize)>,
 }
 
@@ -75,22 +92,38 @@ impl Ranker {
     pub(crate) fn new(terms: Vec<String>) -> Ranker {
         Ranker {
             terms,
+            phrases: Vec::new(),
             docs: Vec::new(),
         }
     }
 
-    /// Adds a document; returns its index when it matches at least one term.
+    /// The ranker of a search text: its terms, and its compound words as phrases every match
+    /// must hold ([`query_phrases`]).
+    pub(crate) fn for_query(query: &str) -> Ranker {
+        Ranker {
+            terms: query_terms(query),
+            phrases: query_phrases(query),
+            docs: Vec::new(),
+        }
+    }
+
+    /// Adds a document; returns its index when it matches at least one term and holds every
+    /// phrase.
     pub(crate) fn add(&mut self, text: &str) -> Option<usize> {
         let mut counts = vec![0u32; self.terms.len()];
-        let mut len = 0usize;
-        for term in terms(text) {
-            len += 1;
-            if let Some(i) = self.terms.iter().position(|t| *t == term) {
+        let words = terms(text);
+        for term in &words {
+            if let Some(i) = self.terms.iter().position(|t| t == term) {
                 counts[i] += 1;
             }
         }
-        let matched = counts.iter().any(|&c| c > 0);
-        self.docs.push((counts, len));
+        let phrased = self.phrases.iter().all(|phrase| {
+            words
+                .windows(phrase.len())
+                .any(|run| run == phrase.as_slice())
+        });
+        let matched = phrased && counts.iter().any(|&c| c > 0);
+        self.docs.push((counts, words.len()));
         matched.then(|| self.docs.len() - 1)
     }
 
@@ -156,6 +189,19 @@ mod tests {
         let both = ranker.add("the parcel is delayed").unwrap_or(usize::MAX);
         assert!(ranker.add("nothing here").is_none());
         assert!(ranker.score(both) > ranker.score(one));
+    }
+
+    #[test]
+    fn a_compound_word_matches_only_whole() {
+        let mut ranker = Ranker::for_query("MARKER-3");
+        assert!(ranker.add("found MARKER-3 in the log").is_some());
+        assert!(ranker.add("found marker-3 in the log").is_some());
+        assert!(ranker.add("found MARKER-30 in the log").is_none());
+        assert!(ranker.add("MARKER-4 and 3 other markers").is_none());
+        // Plain words still match any of them.
+        let mut ranker = Ranker::for_query("parcel src/lib.rs");
+        assert!(ranker.add("edited src/lib.rs today").is_some());
+        assert!(ranker.add("the parcel arrived").is_none());
     }
 
     #[test]

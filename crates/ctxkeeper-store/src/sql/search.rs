@@ -148,7 +148,7 @@ impl SqlStore {
         let candidates = query.limit.saturating_mul(4).max(50);
         q = q.bind(i64::try_from(candidates).unwrap_or(i64::MAX));
         let rows = q.fetch_all(&self.pool).await.map_err(|err| self.err(err))?;
-        let mut ranker = Ranker::new(terms.clone());
+        let mut ranker = Ranker::for_query(&query.text);
         let mut hits = Vec::with_capacity(rows.len());
         let mut indexes = Vec::with_capacity(rows.len());
         for row in &rows {

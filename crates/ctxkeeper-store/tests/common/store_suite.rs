@@ -566,6 +566,23 @@ pub async fn search_ranking(store: &dyn SessionStore) {
         .await
         .unwrap();
     assert_eq!(odd.len(), 3);
+
+    // A compound word (an id, a path) matches only whole: MARKER-3 is not MARKER-30, nor a
+    // `marker` beside some `3`.
+    let s3 = key(&t, "s3");
+    for text in [
+        "planted MARKER-3 in the config",
+        "planted MARKER-30 in the log",
+        "planted MARKER-4 after 3 retries",
+    ] {
+        store.append(&s3, &[Message::user(text)]).await.unwrap();
+    }
+    let markers = store
+        .search(&SearchQuery::session(s3.clone(), "MARKER-3"))
+        .await
+        .unwrap();
+    assert_eq!(markers.len(), 1, "{markers:?}");
+    assert_eq!(markers[0].seq, 1, "{markers:?}");
 }
 
 pub async fn retention(store: &dyn SessionStore) {
