@@ -253,7 +253,7 @@ impl SessionStore for MemoryStore {
                 .flat_map(|(key, s)| s.log.iter().map(move |e| (key.clone(), e.clone())))
                 .collect::<Vec<_>>()
         })?;
-        Ok(rank_entries(&query, &terms, entries))
+        Ok(rank_entries(query, &terms, entries))
     }
 
     async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {

@@ -680,7 +680,7 @@ impl SessionStore for RedisStore {
                 entries.push((key.clone(), entry));
             }
         }
-        Ok(rank_entries(&query, &terms, entries))
+        Ok(rank_entries(query, &terms, entries))
     }
 
     async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
