@@ -10,7 +10,9 @@ use std::process::Command;
 
 /// The fenced block that follows `marker` in `text`.
 fn block_after<'a>(text: &'a str, marker: &str) -> &'a str {
-    let at = text.find(marker).expect("the README's quick start names its report");
+    let at = text
+        .find(marker)
+        .expect("the README's quick start names its report");
     let rest = &text[at..];
     let open = rest.find("```\n").expect("a fenced block follows") + 4;
     let close = rest[open..].find("```").expect("the block closes") + open;

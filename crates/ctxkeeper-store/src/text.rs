@@ -117,14 +117,23 @@ impl Ranker {
                 counts[i] += 1;
             }
         }
-        let phrased = self.phrases.iter().all(|phrase| {
+        let matched = self.holds_phrases_of(&words) && counts.iter().any(|&c| c > 0);
+        self.docs.push((counts, words.len()));
+        matched.then(|| self.docs.len() - 1)
+    }
+
+    /// Whether `text` holds every compound word of the query whole. A full-text engine's
+    /// candidates are held to this; its other matches stand (a stemmed `running` for `run`).
+    pub(crate) fn holds_phrases(&self, text: &str) -> bool {
+        self.phrases.is_empty() || self.holds_phrases_of(&terms(text))
+    }
+
+    fn holds_phrases_of(&self, words: &[String]) -> bool {
+        self.phrases.iter().all(|phrase| {
             words
                 .windows(phrase.len())
                 .any(|run| run == phrase.as_slice())
-        });
-        let matched = phrased && counts.iter().any(|&c| c > 0);
-        self.docs.push((counts, words.len()));
-        matched.then(|| self.docs.len() - 1)
+        })
     }
 
     /// The score of document `index` (higher is better).

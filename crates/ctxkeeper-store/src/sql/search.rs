@@ -155,6 +155,10 @@ impl SqlStore {
             let seq: i64 = row.try_get(4).map_err(|err| self.err(err))?;
             let at: i64 = row.try_get(5).map_err(|err| self.err(err))?;
             let body: String = row.try_get(6).map_err(|err| self.err(err))?;
+            // The engine matched any term; a compound word of the query must be there whole.
+            if !ranker.holds_phrases(&body) {
+                continue;
+            }
             indexes.push(ranker.add(&body));
             hits.push(SearchHit {
                 key: key_of(row)?,
