@@ -7,17 +7,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-const PRESETS: [&str; 9] = [
-    "none",
-    "default",
-    "agentscope",
-    "reme-compact",
-    "reme-compress",
-    "reme-auto",
-    "agentrail",
-    "cowagent",
-    "harness",
-];
+/// Every preset, as the engine lists them: a new one is covered without editing this file.
+const PRESETS: [&str; 9] = ctxkeeper_core::engine::presets::NAMES;
 
 fn ctxkeeper(args: &[&str], config: Option<&Path>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"));

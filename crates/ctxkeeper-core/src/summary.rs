@@ -530,16 +530,7 @@ fn quote_on_line(line: &str) -> Option<Quote> {
             });
         };
         let inner = &rest[rest.chars().next().map_or(0, char::len_utf8)..];
-        return Some(match inner.find(close) {
-            Some(end) => Quote {
-                text: inner[..end].to_string(),
-                open: None,
-            },
-            None => Quote {
-                text: inner.to_string(),
-                open: Some(close),
-            },
-        });
+        return Some(quote_until(inner, close));
     }
     {
         let lower = bare.to_ascii_lowercase();
@@ -559,17 +550,21 @@ fn quote_on_line(line: &str) -> Option<Quote> {
         let (open, close) = rest
             .char_indices()
             .find_map(|(i, c)| closing_mark(c).map(|close| (i + c.len_utf8(), close)))?;
-        let inner = &rest[open..];
-        Some(match inner.find(close) {
-            Some(end) => Quote {
-                text: inner[..end].to_string(),
-                open: None,
-            },
-            None => Quote {
-                text: inner.to_string(),
-                open: Some(close),
-            },
-        })
+        Some(quote_until(&rest[open..], close))
+    }
+}
+
+/// The quote that starts `inner`: up to its closing mark, or open to the following lines.
+fn quote_until(inner: &str, close: char) -> Quote {
+    match inner.find(close) {
+        Some(end) => Quote {
+            text: inner[..end].to_string(),
+            open: None,
+        },
+        None => Quote {
+            text: inner.to_string(),
+            open: Some(close),
+        },
     }
 }
 
