@@ -54,6 +54,7 @@ use crate::artifacts::{FileAction, tool_call_events};
 use crate::engine::Entry;
 use crate::fidelity::PLAN_TOOLS;
 use crate::model::{Message, Part, Role};
+use crate::orders::{self, OrderKind, StandingOrder, StandingOrders};
 use crate::untrusted::{is_heading_like, one_line, push_fenced};
 
 /// How the capsule's message opens.
@@ -62,9 +63,26 @@ pub const CAPSULE_TITLE: &str = "[Session capsule:";
 /// The heading of the user's words: the one section only user-role text fills.
 pub const USER_WORDS_HEADING: &str = "## The user's own words (earlier messages, oldest first)";
 
+/// The heading of the standing orders, the capsule's first section.
+pub const ORDERS_HEADING: &str = "## Standing orders (set earlier in this session, still in force, verbatim; a later statement on a subject replaces an earlier one)";
+
+/// Share of the window the system messages sent during a session may take in the capsule.
+const SYSTEM_NOTES_RATIO: f64 = 0.05;
+
+/// Distinct system messages sent during a session that the capsule keeps (the oldest go first;
+/// they stay archived with their messages).
+const MAX_SYSTEM_NOTES: usize = 64;
+
+/// A stable hash of a text (FNV-1a, the same in every build: it is stored in the state).
+fn text_hash(text: &str) -> u64 {
+    orders::fnv1a(text.as_bytes())
+}
+
 /// How the capsule's sections open: a line of the user's own text that reads like one is
 /// escaped, so that even the user's words cannot open a second section of the capsule.
-const SECTION_PREFIXES: [&str; 6] = [
+const SECTION_PREFIXES: [&str; 8] = [
+    "## Standing orders",
+    "## Instructions sent during the session",
     "## The user's own words",
     "## Environment",
     "## Files (last action)",
@@ -115,6 +133,13 @@ pub struct CapsuleConfig {
     pub error_tail_chars: usize,
     /// A plan longer than this is cut in the middle.
     pub max_plan_chars: usize,
+    /// Whether the capsule shows the standing orders (rules, constraints, facts, preferences
+    /// and the goal state the user set), first, outside the user's words' budget.
+    pub standing_orders: bool,
+    /// Share of the window the standing orders may take that the user's words no longer show
+    /// (their message shortened or counted); past it the oldest are counted with their
+    /// references.
+    pub orders_budget_ratio: f64,
 }
 
 impl Default for CapsuleConfig {
@@ -126,17 +151,35 @@ impl Default for CapsuleConfig {
             error_head_chars: 500,
             error_tail_chars: 700,
             max_plan_chars: 4_000,
+            standing_orders: true,
+            orders_budget_ratio: 0.40,
         }
     }
 }
 
 impl CapsuleConfig {
+    /// The characters the user's words may take.
+    pub fn words_budget_chars(&self, window: u64) -> usize {
+        (self.instruction_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize
+    }
+
+    /// The characters the standing orders the user's words no longer show may take.
+    pub fn orders_budget_chars(&self, window: u64) -> usize {
+        (self.orders_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize
+    }
+
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.instruction_budget_ratio > 0.0 && self.instruction_budget_ratio < 1.0) {
             return Err(format!(
                 "capsule.instruction_budget_ratio must be in (0, 1), got {}",
                 self.instruction_budget_ratio
+            ));
+        }
+        if !(self.orders_budget_ratio > 0.0 && self.orders_budget_ratio < 1.0) {
+            return Err(format!(
+                "capsule.orders_budget_ratio must be in (0, 1), got {}",
+                self.orders_budget_ratio
             ));
         }
         if self.head_chars < 20 {
@@ -231,6 +274,25 @@ pub struct Capsule {
     /// The file an editor without paths (SWE-agent `edit`) works on.
     #[serde(skip_serializing_if = "Option::is_none")]
     open_file: Option<String>,
+    /// What the user (or a system or developer message) set for the rest of the session.
+    #[serde(skip_serializing_if = "StandingOrders::is_empty")]
+    pub orders: StandingOrders,
+    /// System and developer messages sent after the conversation began (Claude Code's
+    /// mid-conversation notices, a concatenated session's later instructions): kept like
+    /// instructions, each distinct text once (its newest copy).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system_notes: Vec<Arc<Instruction>>,
+    /// Log index of the newest environment context block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    environment_index: Option<u64>,
+    /// Whether a user or assistant message was read: system and developer messages before
+    /// it are the leading instructions, which the context always keeps.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    conversation_started: bool,
+    /// Hashes of the leading instructions' texts and of their standing orders: repeats of
+    /// them later in the session add nothing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    leading: Vec<u64>,
 }
 
 impl Capsule {
@@ -259,6 +321,14 @@ impl Capsule {
         {
             Arc::make_mut(&mut self.instructions[at]).reference = Some(reference.to_string());
         }
+        self.orders.note_archived(log_index, reference);
+        if let Some(note) = self
+            .system_notes
+            .iter_mut()
+            .find(|n| n.log_index == log_index && n.reference.is_none())
+        {
+            Arc::make_mut(note).reference = Some(reference.to_string());
+        }
     }
 
     /// Replaces every reference `pending` selects by what `fill` makes of it (the engine fills
@@ -268,7 +338,8 @@ impl Capsule {
         pending: impl Fn(&str) -> bool,
         fill: impl Fn(&str) -> String,
     ) {
-        for instruction in &mut self.instructions {
+        self.orders.fill_references(&pending, &fill);
+        for instruction in self.instructions.iter_mut().chain(&mut self.system_notes) {
             if instruction.reference.as_deref().is_some_and(&pending) {
                 let instruction = Arc::make_mut(instruction);
                 if let Some(reference) = &mut instruction.reference {
@@ -281,11 +352,14 @@ impl Capsule {
     fn read(&mut self, message: &Message, index: u64) {
         match message.role {
             Role::System | Role::Developer => {
-                if let Some(dir) = working_directory_in(&message.text()) {
+                let text = message.text();
+                if let Some(dir) = working_directory_in(&text) {
                     self.working_directory = Some(dir);
                 }
+                self.read_instructions(message.role, &text, index);
             }
             Role::Assistant => {
+                self.conversation_started = true;
                 self.pending.clear();
                 for (id, name, arguments) in message.tool_calls() {
                     self.read_call(name, arguments, index);
@@ -297,6 +371,7 @@ impl Capsule {
                 }
             }
             Role::User | Role::Tool => {
+                self.conversation_started |= message.role == Role::User;
                 for part in &message.parts {
                     match part {
                         Part::Text { text, .. } if message.role == Role::User => {
@@ -315,6 +390,49 @@ impl Capsule {
         }
     }
 
+    /// A system or developer message: the leading ones are remembered (the context keeps
+    /// them); a later one is kept like an instruction, and its standing orders are read.
+    fn read_instructions(&mut self, role: Role, text: &str, index: u64) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let hash = text_hash(text);
+        if !self.conversation_started {
+            let mut add = |h: u64| {
+                if let Err(at) = self.leading.binary_search(&h) {
+                    self.leading.insert(at, h);
+                }
+            };
+            add(hash);
+            for sentence in orders::sentences(text) {
+                if orders::classify(sentence).is_some() {
+                    add(orders::statement_hash(sentence));
+                }
+            }
+            return;
+        }
+        if self.leading.binary_search(&hash).is_ok() {
+            // The leading instructions again (a concatenated session): still in the context.
+            return;
+        }
+        let leading = &self.leading;
+        self.orders.read_where(role, text, index, |sentence| {
+            leading
+                .binary_search(&orders::statement_hash(sentence))
+                .is_err()
+        });
+        self.system_notes.retain(|note| note.text != text);
+        if self.system_notes.len() >= MAX_SYSTEM_NOTES {
+            self.system_notes.remove(0);
+        }
+        self.system_notes.push(Arc::new(Instruction {
+            text: text.to_string(),
+            log_index: index,
+            reference: None,
+        }));
+    }
+
     fn read_user_text(&mut self, text: &str, index: u64) {
         let words = strip_boilerplate(text);
         if let Some(environment) = environment_block(text) {
@@ -322,6 +440,7 @@ impl Capsule {
                 self.working_directory = Some(dir);
             }
             self.environment = Some(environment.to_string());
+            self.environment_index = Some(index);
         }
         if words.trim().is_empty() {
             if !text.trim().is_empty() {
@@ -332,6 +451,8 @@ impl Capsule {
         if words.len() != text.len() {
             self.boilerplate += 1;
         }
+        // Only the user's own words (harness elements left out) carry standing orders.
+        self.orders.read(Role::User, &words, index);
         // Several text parts of one message stay one instruction.
         if let Some(last) = self.instructions.last_mut()
             && last.log_index == index
@@ -443,19 +564,73 @@ impl Capsule {
         out.push_str(
             " what this session must not forget, kept across compactions. The full earlier messages are archived at the references given.]",
         );
+        // The user's words are planned first (the newest verbatim, older ones shortened or
+        // counted within their budget); the standing orders list, first and within their own
+        // budget, every current order those words no longer show, so an order outlives the
+        // small talk around it and nothing is said twice.
         let words: Vec<&Instruction> = self
             .instructions
             .iter()
             .map(|i| &**i)
             .filter(|i| !live.contains(i.log_index))
             .collect();
+        let words_budget = config.words_budget_chars(window);
+        let mut orders_budget = config.orders_budget_chars(window);
+        let mut forms = plan_words(&words, config.head_chars, words_budget);
+        let visible = |forms: &[Form], order: &StandingOrder| {
+            words
+                .binary_search_by_key(&order.log_index, |i| i.log_index)
+                .is_ok_and(|at| {
+                    shown_part(words[at], forms[at], config.head_chars).contains(&order.text)
+                })
+        };
+        if config.standing_orders {
+            // Orders past their budget take room from the small talk: the words shrink to
+            // make it, down to the newest message, before any order is left out.
+            let unseen: usize = self
+                .orders
+                .current()
+                .filter(|o| !live.contains(o.log_index) && !visible(&forms, o))
+                .map(order_cost)
+                .sum::<usize>()
+                + ORDERS_HEADING.len()
+                + ORDERS_FOOTER_CHARS;
+            if unseen > orders_budget {
+                let newest = words.last().map_or(0, |i| i.text.len() + 2);
+                let room = (unseen - orders_budget).min(words_budget.saturating_sub(newest));
+                forms = plan_words(&words, config.head_chars, words_budget - room);
+                orders_budget += room;
+            }
+            let forms = &forms;
+            self.render_orders(orders_budget, live, &|o| visible(forms, o), &mut out);
+        }
+        let notes: Vec<&Instruction> = self
+            .system_notes
+            .iter()
+            .map(|i| &**i)
+            .filter(|i| !live.contains(i.log_index))
+            .collect();
+        if !notes.is_empty() {
+            out.push_str("\n\n## Instructions sent during the session (system messages, verbatim, oldest first)\n");
+            let budget_chars = (SYSTEM_NOTES_RATIO * window as f64 * CHARS_PER_TOKEN) as usize;
+            render_instructions(&notes, config.head_chars, budget_chars, &mut out);
+        }
         if !words.is_empty() {
             out.push_str("\n\n");
             out.push_str(USER_WORDS_HEADING);
             out.push('\n');
-            let budget_chars =
-                (config.instruction_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize;
-            render_instructions(&words, config.head_chars, budget_chars, &mut out);
+            // A statement a later one replaced is marked where the words still show it.
+            let replaced: Vec<(u64, &str)> = if config.standing_orders {
+                self.orders
+                    .orders
+                    .iter()
+                    .filter(|o| !o.is_current())
+                    .map(|o| (o.log_index, o.text.as_str()))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            render_planned(&words, &forms, config.head_chars, &replaced, &mut out);
         }
         if self.working_directory.is_some() || self.environment.is_some() {
             out.push_str("\n\n## Environment\n");
@@ -510,18 +685,128 @@ impl Capsule {
         out
     }
 
+    /// The standing orders whose messages left the context, within `budget` characters: the
+    /// current ones verbatim with the message they came from, newest first into the budget
+    /// (past it the oldest are counted, never dropped silently), their archive references on
+    /// one line, and the replaced ones counted, never shown as current. Returns the characters
+    /// written.
+    fn render_orders(
+        &self,
+        budget: usize,
+        live: Live<'_>,
+        visible: &dyn Fn(&StandingOrder) -> bool,
+        out: &mut String,
+    ) {
+        let start = out.len();
+        let left = |o: &&StandingOrder| !live.contains(o.log_index);
+        let current: Vec<&StandingOrder> = self
+            .orders
+            .current()
+            .filter(left)
+            .filter(|o| !visible(o))
+            .collect();
+        let replaced: Vec<&StandingOrder> = self
+            .orders
+            .orders
+            .iter()
+            .filter(|o| !o.is_current())
+            .filter(left)
+            .collect();
+        if current.is_empty() {
+            // Replaced statements alone are no order to list: the words mark them.
+            return;
+        }
+        out.push_str("\n\n");
+        out.push_str(ORDERS_HEADING);
+        out.push('\n');
+        let line = |order: &StandingOrder| {
+            let source = match order.source.as_str() {
+                "user" => String::new(),
+                other => format!("[{other}] "),
+            };
+            format!(
+                "- {source}{}\n",
+                guard_sections(&one_line(&order.text, ORDER_CHARS))
+            )
+        };
+        // Into the budget by importance, then age: what governs the agent's conduct (rules,
+        // constraints, preferences, the goal) before the facts given along the way, each
+        // newest first; the newest order always. Orders are weighed by their estimated
+        // tokens: prose runs longer per token than the capsule's conservative rate. What does
+        // not fit is counted with its references; the rest is listed in session order.
+        let budget =
+            budget.saturating_sub(out.len() - start + ORDERS_FOOTER_CHARS) as f64 / CHARS_PER_TOKEN;
+        let mut ranked: Vec<usize> = (0..current.len()).collect();
+        ranked.sort_by_key(|&at| {
+            (
+                at + 1 != current.len(),
+                current[at].kind == OrderKind::Fact,
+                std::cmp::Reverse(at),
+            )
+        });
+        let mut used = 0.0;
+        let mut listed = vec![false; current.len()];
+        for at in ranked {
+            let cost = order_tokens(current[at]);
+            if used + cost > budget && at + 1 != current.len() {
+                continue;
+            }
+            used += cost;
+            listed[at] = true;
+        }
+        let pick = |want: bool| -> Vec<&StandingOrder> {
+            current
+                .iter()
+                .zip(&listed)
+                .filter(|(_, l)| **l == want)
+                .map(|(o, _)| *o)
+                .collect()
+        };
+        let (shown, counted) = (pick(true), pick(false));
+        let references = |orders: &[&StandingOrder]| {
+            let refs = merge_line_ranges(orders.iter().filter_map(|o| o.reference.as_deref()));
+            if refs.is_empty() {
+                "the session log".to_string()
+            } else {
+                refs.join(", ")
+            }
+        };
+        if !counted.is_empty() {
+            out.push_str(&format!(
+                "[{} other standing orders did not fit here; they are archived at {}]\n",
+                counted.len(),
+                references(&counted)
+            ));
+        }
+        for order in &shown {
+            out.push_str(&line(order));
+        }
+        // One line of references for the listed orders and the statements they replaced.
+        let mut archived = shown.clone();
+        archived.extend(&replaced);
+        out.push_str(&format!("[Archived at {}", references(&archived)));
+        if !replaced.is_empty() {
+            out.push_str(&format!(
+                "; {} earlier statements were replaced by later ones and are no longer current",
+                replaced.len()
+            ));
+        }
+        out.push_str("]\n");
+        trim_end(out);
+    }
+
     /// An upper bound of the length of [`Capsule::render`]'s text, in bytes, as if everything
     /// the capsule read had left the context; computed without rendering.
     pub fn size_bound(&self, config: &CapsuleConfig, window: u64) -> usize {
         if self.instructions.is_empty()
+            && self.system_notes.is_empty()
             && self.files.is_empty()
             && self.plan.is_none()
             && self.problem.is_none()
         {
             return 0;
         }
-        let budget_chars =
-            (config.instruction_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize;
+        let budget_chars = config.words_budget_chars(window);
         let words: usize = self.instructions.iter().map(|i| i.text.len() + 2).sum();
         let files: usize = self.files.iter().map(|f| f.path.len() + 2).sum::<usize>() + 100;
         let plan = self
@@ -537,11 +822,37 @@ impl Capsule {
         });
         // Labels and fences of the quoted plan and problem.
         let quoting = 400;
+        // The standing orders the user's words no longer show, within their own budget.
+        let orders = if config.standing_orders && !self.orders.is_empty() {
+            self.orders
+                .current()
+                .map(order_cost)
+                .sum::<usize>()
+                .min(config.orders_budget_chars(window) + 300)
+                + ORDERS_HEADING.len()
+                + 3 * ORDERS_FOOTER_CHARS
+        } else {
+            0
+        };
+        let notes_budget = (SYSTEM_NOTES_RATIO * window as f64 * CHARS_PER_TOKEN) as usize;
+        let notes = self
+            .system_notes
+            .iter()
+            .map(|n| n.text.len() + 2)
+            .sum::<usize>()
+            .min(notes_budget + 300);
         let environment = self.environment.as_ref().map_or(0, String::len)
             + self.working_directory.as_ref().map_or(0, String::len)
             + 60;
         // The header, the section titles and the line naming counted messages.
-        400 + quoting + words.min(budget_chars + 300) + files + plan + problem + environment
+        400 + quoting
+            + orders
+            + words.min(budget_chars + 300)
+            + notes
+            + files
+            + plan
+            + problem
+            + environment
     }
 
     /// Whether anything the capsule read has left the context: until then it has nothing to
@@ -549,7 +860,11 @@ impl Capsule {
     fn anything_left(&self, live: Live<'_>) -> bool {
         self.instructions
             .iter()
+            .chain(&self.system_notes)
             .any(|i| !live.contains(i.log_index))
+            || self
+                .environment_index
+                .is_some_and(|index| !live.contains(index))
             || self.files.iter().any(|f| !live.contains(f.touched))
             || self
                 .plan
@@ -623,21 +938,37 @@ impl Live<'_> {
 /// for prose and code).
 const CHARS_PER_TOKEN: f64 = 3.5;
 
-/// The user's words within `budget_chars`: the newest verbatim, older ones shortened to a head
-/// and their reference, and when even that does not fit, the oldest named by count and
-/// reference only.
-fn render_instructions(
-    words: &[&Instruction],
-    head_chars: usize,
-    budget_chars: usize,
-    out: &mut String,
-) {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Form {
-        Verbatim,
-        Head,
-        Counted,
-    }
+/// A standing order longer than this is cut (its message stays archived whole).
+const ORDER_CHARS: usize = 1_000;
+
+/// Room for the lines under the standing orders (references, counts).
+const ORDERS_FOOTER_CHARS: usize = 200;
+
+/// What one standing order's line costs in characters: its text, the list mark, a source.
+fn order_cost(order: &StandingOrder) -> usize {
+    order.text.len().min(ORDER_CHARS) + 16
+}
+
+/// What one standing order's line costs in estimated tokens.
+fn order_tokens(order: &StandingOrder) -> f64 {
+    let text = &order.text[..order.text.floor_char_boundary(ORDER_CHARS)];
+    crate::tokens::estimate::estimate_o200k(text) + 3.0
+}
+
+/// How one of the user's messages is shown in the capsule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Form {
+    Verbatim,
+    /// Its first `head_chars` characters and its reference.
+    Head,
+    /// Named by count and reference only.
+    Counted,
+}
+
+/// How each of the user's words is shown within `budget_chars`: the newest verbatim, older
+/// ones shortened to a head and their reference, and when even that does not fit, the oldest
+/// named by count and reference only.
+fn plan_words(words: &[&Instruction], head_chars: usize, budget_chars: usize) -> Vec<Form> {
     let whole = |i: &Instruction| i.text.len() + 2;
     let head = |i: &Instruction| i.text.len().min(head_chars) + 80;
     // Everything verbatim; then, oldest first, shorten to heads while over the budget; then,
@@ -668,9 +999,47 @@ fn render_instructions(
         };
         forms[position] = Form::Counted;
     }
+    forms
+}
+
+/// The part of a message its form shows (all of it, its head, or nothing).
+fn shown_part(instruction: &Instruction, form: Form, head_chars: usize) -> &str {
+    match form {
+        Form::Verbatim => &instruction.text,
+        Form::Head => &instruction.text[..head_cut(&instruction.text, head_chars)],
+        Form::Counted => "",
+    }
+}
+
+fn head_cut(text: &str, head_chars: usize) -> usize {
+    text.char_indices()
+        .nth(head_chars)
+        .map_or(text.len(), |(i, _)| i)
+}
+
+/// The user's words within `budget_chars` (see [`plan_words`]).
+fn render_instructions(
+    words: &[&Instruction],
+    head_chars: usize,
+    budget_chars: usize,
+    out: &mut String,
+) {
+    let forms = plan_words(words, head_chars, budget_chars);
+    render_planned(words, &forms, head_chars, &[], out);
+}
+
+/// The user's words in the forms planned for them; after a message, each statement of it
+/// in `replaced` (log index, text) is marked as no longer current.
+fn render_planned(
+    words: &[&Instruction],
+    forms: &[Form],
+    head_chars: usize,
+    replaced: &[(u64, &str)],
+    out: &mut String,
+) {
     let counted: Vec<&&Instruction> = words
         .iter()
-        .zip(&forms)
+        .zip(forms)
         .filter(|(_, f)| **f == Form::Counted)
         .map(|(i, _)| i)
         .collect();
@@ -686,28 +1055,31 @@ fn render_instructions(
             }
         ));
     }
-    for (instruction, form) in words.iter().zip(&forms) {
+    for (instruction, form) in words.iter().zip(forms) {
+        let shown = shown_part(instruction, *form, head_chars);
         match form {
             Form::Counted => continue,
-            Form::Verbatim => {
-                out.push_str(&guard_sections(&instruction.text));
-            }
+            Form::Verbatim => out.push_str(&guard_sections(shown)),
             Form::Head => {
-                let cut = instruction
-                    .text
-                    .char_indices()
-                    .nth(head_chars)
-                    .map_or(instruction.text.len(), |(i, _)| i);
-                out.push_str(&guard_sections(&instruction.text[..cut]));
+                out.push_str(&guard_sections(shown));
                 out.push_str(&format!(
                     " […{} more characters; the whole message is archived at {}]",
-                    instruction.text[cut..].chars().count(),
+                    instruction.text[shown.len()..].chars().count(),
                     instruction
                         .reference
                         .as_deref()
                         .unwrap_or("the session log")
                 ));
             }
+        }
+        for (_, text) in replaced
+            .iter()
+            .filter(|(index, text)| *index == instruction.log_index && shown.contains(text))
+        {
+            out.push_str(&format!(
+                "\n[No longer current: \"{}\" was replaced by a later statement.]",
+                one_line(text, 300)
+            ));
         }
         out.push_str("\n\n");
     }

@@ -3,6 +3,8 @@
 //! - [`artifacts`]: the files an agent's tool calls read, created, modified or deleted;
 //! - [`capsule`]: the session capsule that survives every compaction (the user's words, the
 //!   files touched, the plan, the open problem);
+//! - [`orders`]: standing orders, what the user set for the rest of the session (rules,
+//!   constraints, facts, preferences, the goal state), recognised by rules;
 //! - [`model`]: the provider-neutral message model, API-round and turn grouping, `check` and
 //!   `repair`;
 //! - [`formats`]: lossless adapters for OpenAI Chat Completions, OpenAI Responses and Anthropic
@@ -33,6 +35,7 @@ pub mod fidelity;
 pub mod formats;
 pub mod import;
 pub mod model;
+pub mod orders;
 pub mod overflow;
 pub mod replay;
 pub mod salience;

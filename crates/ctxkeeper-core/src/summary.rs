@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 
 use crate::artifacts::is_path_word;
 use crate::model::{Message, Part, Role};
+use crate::untrusted::one_line;
 
 /// One field of a structured summary.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +137,11 @@ pub struct SummaryRequest {
     pub reason: SummaryReason,
     /// Upper bound on the summary's length, in tokens.
     pub max_output_tokens: u32,
+    /// Statements the summary must carry verbatim: the standing orders (rules, constraints,
+    /// facts, preferences, the goal) the user set in the summarized messages. A model
+    /// summarizer is told so; [`check_summary`] restores any it left out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub must_keep: Vec<String>,
 }
 
 /// A structured summary.
@@ -251,13 +257,67 @@ pub struct SummaryCheck {
     /// Lines naming a path or identifier the source never mentions: kept, marked
     /// `[unverified]`.
     pub unverified: Vec<String>,
+    /// Standing orders (`SummaryRequest::must_keep`) the summary left out: added back
+    /// verbatim.
+    pub restored: Vec<String>,
 }
 
 impl SummaryCheck {
     /// Whether every line passed.
     pub fn is_clean(&self) -> bool {
-        self.dropped.is_empty() && self.unverified.is_empty()
+        self.dropped.is_empty() && self.unverified.is_empty() && self.restored.is_empty()
     }
+}
+
+/// How a standing order the summary left out is written back into it.
+pub const RESTORED_ORDER_PREFIX: &str = "Standing order of the user (verbatim): ";
+
+/// Adds back, verbatim, every statement of `must_keep` the summary does not carry (case and
+/// whitespace aside), into its field for constraints or context if it has one, else its
+/// last field. Returns what was added.
+fn restore_must_keep(summary: &mut Summary, must_keep: &[String]) -> Vec<String> {
+    if must_keep.is_empty() || summary.fields.is_empty() {
+        return Vec::new();
+    }
+    let mut carried = String::new();
+    for value in summary.fields.values() {
+        if let Some(text) = value.as_str() {
+            push_folded(&mut carried, text);
+            carried.push('\n');
+        }
+    }
+    let mut missing = Vec::new();
+    for statement in must_keep {
+        let mut folded = String::new();
+        push_folded(&mut folded, statement);
+        if !folded.trim().is_empty() && !carried.contains(folded.trim()) {
+            missing.push(statement.clone());
+        }
+    }
+    if missing.is_empty() {
+        return missing;
+    }
+    let names: Vec<String> = summary.fields.keys().cloned().collect();
+    let target = names
+        .iter()
+        .find(|n| {
+            let n = n.to_lowercase();
+            n.contains("constraint") || n.contains("preserve") || n.contains("context")
+        })
+        .or(names.last())
+        .cloned()
+        .unwrap_or_default();
+    let mut text = summary.get(&target).to_string();
+    for statement in &missing {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str("- ");
+        text.push_str(RESTORED_ORDER_PREFIX);
+        text.push_str(&one_line(statement, 1_000));
+    }
+    summary.set(&target, text);
+    missing
 }
 
 /// The mark put in front of a line whose paths or identifiers were not found in the source.
@@ -423,6 +483,7 @@ pub fn check_summary(
             summary.set(name, kept.join("\n"));
         }
     }
+    check.restored = restore_must_keep(summary, &request.must_keep);
     check
 }
 
@@ -673,6 +734,7 @@ mod tests {
             focus: None,
             reason: SummaryReason::Proactive,
             max_output_tokens: 600,
+            must_keep: Vec::new(),
         }
     }
 
@@ -738,6 +800,41 @@ mod tests {
             "- User: Migrate the parser to nom 8.\n- `parse_header` ported.",
         );
         assert!(check_summary(&mut summary, &source, &[], &[]).is_clean());
+    }
+
+    /// A model summary that drops a standing order gets it back verbatim (and passes the
+    /// quote check with it); one that carries it, in other case and spacing, is left alone.
+    #[test]
+    fn a_standing_order_the_summary_dropped_is_restored_verbatim() {
+        let order = "Never deploy on Fridays.";
+        let mut source = request(vec![Message::user(format!(
+            "Hi. {order} The cache is flaky."
+        ))]);
+        source.must_keep = vec![order.to_string()];
+        let mut summary = Summary::empty(&source.schema, "model");
+        summary.set("task_overview", "- Investigating the flaky cache.");
+        let check = check_summary(&mut summary, &source, &[], &[]);
+        assert_eq!(check.restored, [order]);
+        let all: String = summary
+            .fields
+            .values()
+            .filter_map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            all.contains(&format!("{RESTORED_ORDER_PREFIX}{order}")),
+            "{all}"
+        );
+        // Checked again (the next compaction reads it as the previous summary): nothing to add.
+        assert!(check_summary(&mut summary, &source, &[], &[]).is_clean());
+
+        let mut kept = Summary::empty(&source.schema, "model");
+        kept.set("task_overview", "- Rule:  never deploy on   FRIDAYS.");
+        assert!(
+            check_summary(&mut kept, &source, &[], &[])
+                .restored
+                .is_empty()
+        );
     }
 
     #[test]

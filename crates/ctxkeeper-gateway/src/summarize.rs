@@ -459,6 +459,7 @@ mod tests {
             focus: None,
             reason: SummaryReason::Proactive,
             max_output_tokens: 700,
+            must_keep: Vec::new(),
         }
     }
 

@@ -46,6 +46,7 @@
 //!     focus: None,
 //!     reason: SummaryReason::Proactive,
 //!     max_output_tokens: 600,
+//!     must_keep: Vec::new(),
 //! };
 //! let summary = ExtractiveSummarizer::new().summarize_now(&request);
 //! assert_eq!(summary.produced_by, "extractive");
@@ -531,6 +532,7 @@ impl Facts {
             focus: None,
             reason: ctxkeeper_core::summary::SummaryReason::Proactive,
             max_output_tokens: 0,
+            must_keep: Vec::new(),
         };
         let facts = Facts::gather(&request);
         let mut out = Vec::new();
@@ -1171,6 +1173,7 @@ mod tests {
             focus: None,
             reason: SummaryReason::Proactive,
             max_output_tokens: 800,
+            must_keep: Vec::new(),
         }
     }
 

@@ -19,6 +19,7 @@
 //!     focus: None,
 //!     reason: SummaryReason::Overflow,
 //!     max_output_tokens: 500,
+//!     must_keep: Vec::new(),
 //! };
 //! let summary = fallback_truncation(&request);
 //! assert!(summary.degraded);
@@ -171,6 +172,7 @@ mod tests {
             focus: None,
             reason: SummaryReason::Proactive,
             max_output_tokens,
+            must_keep: Vec::new(),
         }
     }
 

@@ -36,6 +36,7 @@
 //!     focus: None,
 //!     reason: SummaryReason::Proactive,
 //!     max_output_tokens: 500,
+//!     must_keep: Vec::new(),
 //! };
 //! let summary = summarizer.summarize(&request).await.unwrap();
 //! let text = summary.render(&request.schema);

@@ -20,6 +20,7 @@
 //!     focus: None,
 //!     reason: SummaryReason::Manual,
 //!     max_output_tokens: 400,
+//!     must_keep: Vec::new(),
 //! };
 //! let outcome = summarizer.summarize_reported(&request).await;
 //! assert!(outcome.failure.is_none());
@@ -202,6 +203,7 @@ mod tests {
             focus: None,
             reason: SummaryReason::Proactive,
             max_output_tokens: 200,
+            must_keep: Vec::new(),
         }
     }
 

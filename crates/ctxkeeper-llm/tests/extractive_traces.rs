@@ -86,6 +86,7 @@ fn request(
         focus: None,
         reason: SummaryReason::Proactive,
         max_output_tokens,
+        must_keep: Vec::new(),
     }
 }
 

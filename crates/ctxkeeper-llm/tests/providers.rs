@@ -279,6 +279,7 @@ fn request(messages: Vec<Message>) -> SummaryRequest {
         focus: None,
         reason: SummaryReason::Proactive,
         max_output_tokens: 500,
+        must_keep: Vec::new(),
     }
 }
 

@@ -176,6 +176,7 @@ impl PolicyReplay {
                 Event::SummaryChecked {
                     dropped,
                     unverified,
+                    ..
                 } => {
                     if std::env::var_os("CTXKEEPER_DEBUG_SUMMARY_CHECK").is_some() {
                         for line in dropped.iter().chain(&unverified) {

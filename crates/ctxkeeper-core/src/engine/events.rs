@@ -113,6 +113,9 @@ pub enum Event {
     SummaryChecked {
         dropped: Vec<String>,
         unverified: Vec<String>,
+        /// Standing orders the summary left out, added back verbatim.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        restored: Vec<String>,
     },
     /// Content was written to the archive.
     ContentOffloaded {

@@ -604,6 +604,7 @@ impl Engine {
                 checks.push(Event::SummaryChecked {
                     dropped: check.dropped,
                     unverified: check.unverified,
+                    restored: check.restored,
                 });
             }
         }
@@ -941,6 +942,7 @@ impl Engine {
                 _ => SummaryReason::Proactive,
             },
             max_output_tokens: self.config.summary.max_summary_tokens,
+            must_keep: Vec::new(),
         }
     }
 }

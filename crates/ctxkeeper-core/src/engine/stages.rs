@@ -924,12 +924,21 @@ impl<'a> Draft<'a> {
             };
             let marker = self.push_archive(item);
             self.note_archived(&logs, &marker);
-            let request = self.engine.summary_request(
+            let mut request = self.engine.summary_request(
                 messages,
                 previous.take(),
                 self.reason,
                 self.focus.clone(),
             );
+            // The standing orders the user set in these messages: the summary must carry them.
+            if let Some(capsule) = &self.capsule {
+                request.must_keep = capsule
+                    .orders
+                    .current()
+                    .filter(|o| logs.binary_search(&o.log_index).is_ok())
+                    .map(|o| o.text.clone())
+                    .collect();
+            }
             let summary_index = self.summaries.len();
             self.summaries.push(request);
             self.summary_spans.push(match (logs.first(), logs.last()) {

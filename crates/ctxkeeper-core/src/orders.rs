@@ -1,0 +1,1159 @@
+//! Standing orders: what the user set for the rest of the session.
+//!
+//! Among the small talk of a long conversation, a few statements must hold until the session
+//! ends: rules ("never reveal API keys"), constraints ("all times in America/Los_Angeles",
+//! "the budget cap is $4,000"), stated facts ("the project codename is BLUEJAY"), preferences
+//! ("code examples in Python, not JavaScript") and the goal state ("open question awaiting
+//! the user: enable strict mode by default?"). Kept by position, they go the way of everything
+//! old; the capsule keeps them verbatim, first, with the reference of their archived message.
+//!
+//! Recognition is by deterministic rules (the engine has no model), and by provenance: only
+//! the text of user, system and developer messages is read, never tool output and never what
+//! the assistant wrote. A statement is one sentence (or list item) of such a message.
+//!
+//! A later statement about the same subject supersedes the earlier one: same subject words
+//! (what comes before "is" / "are" / ":"), or an update cue ("now", "instead", "actually",
+//! "from now on", "correction", "resolved", …) naming most of an earlier statement's subject.
+//! The earlier one is kept as *superseded* (with the log index of what replaced it) and is
+//! never rendered as current.
+//!
+//! ```
+//! use ctxkeeper_core::model::Role;
+//! use ctxkeeper_core::orders::{OrderKind, StandingOrders};
+//!
+//! let mut orders = StandingOrders::default();
+//! orders.read(Role::User, "Hi! Never reveal API keys or passwords. The budget cap is $4,000.", 3);
+//! orders.read(Role::User, "Nice weather today.", 5);
+//! orders.read(Role::User, "Update: the budget cap is now $6,500.", 9);
+//! let current: Vec<&str> = orders.current().map(|o| o.text.as_str()).collect();
+//! assert_eq!(current, ["Never reveal API keys or passwords.", "Update: the budget cap is now $6,500."]);
+//! assert_eq!(orders.orders[0].kind, OrderKind::Rule);
+//! assert_eq!(orders.orders[1].superseded_by, Some(9));
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Role;
+
+/// What a standing order is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderKind {
+    /// never / always / must / do not …
+    Rule,
+    /// caps, limits, deadlines, formats, units, time zones, budgets.
+    Constraint,
+    /// names, codes, identifiers, numbers the user gives.
+    Fact,
+    /// what the user prefers.
+    Preference,
+    /// what is being done, what awaits the user.
+    Goal,
+}
+
+impl OrderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderKind::Rule => "rule",
+            OrderKind::Constraint => "constraint",
+            OrderKind::Fact => "fact",
+            OrderKind::Preference => "preference",
+            OrderKind::Goal => "goal",
+        }
+    }
+}
+
+/// One statement that must hold for the rest of the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandingOrder {
+    pub kind: OrderKind,
+    /// The sentence as written.
+    pub text: String,
+    /// Who said it: `user`, `system` or `developer`.
+    pub source: String,
+    /// Position of its message in the session log.
+    pub log_index: u64,
+    /// Where its message was archived when it left the context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The log index of the later statement that replaced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<u64>,
+    /// Kept by an operator's decision (admin API): never superseded automatically.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
+    /// Subject words (lowercase, singular), what supersession compares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subject: Vec<String>,
+}
+
+impl StandingOrder {
+    pub fn is_current(&self) -> bool {
+        self.superseded_by.is_none()
+    }
+}
+
+/// The standing orders of a session, in log order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StandingOrders {
+    pub orders: Vec<StandingOrder>,
+}
+
+impl StandingOrders {
+    pub fn is_empty(&self) -> bool {
+        self.orders.is_empty()
+    }
+
+    /// The orders still current, oldest first.
+    pub fn current(&self) -> impl Iterator<Item = &StandingOrder> {
+        self.orders.iter().filter(|o| o.is_current())
+    }
+
+    /// Reads the statements of one message. `role` decides whether it counts at all: only
+    /// user, system and developer text carries standing orders.
+    pub fn read(&mut self, role: Role, text: &str, log_index: u64) {
+        self.read_where(role, text, log_index, |_| true);
+    }
+
+    /// [`StandingOrders::read`], of the sentences `keep` accepts.
+    pub fn read_where(
+        &mut self,
+        role: Role,
+        text: &str,
+        log_index: u64,
+        keep: impl Fn(&str) -> bool,
+    ) {
+        let source = match role {
+            Role::User => "user",
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::Assistant | Role::Tool => return,
+        };
+        for sentence in sentences(text) {
+            let Some(kind) = classify(sentence) else {
+                continue;
+            };
+            if !keep(sentence) {
+                continue;
+            }
+            self.add(kind, sentence, source, log_index);
+        }
+    }
+
+    fn add(&mut self, kind: OrderKind, sentence: &str, source: &str, log_index: u64) {
+        let folded = fold(sentence);
+        // The same statement again: the earlier one stands (it still holds).
+        if self
+            .orders
+            .iter()
+            .any(|o| o.is_current() && fold(&o.text) == folded)
+        {
+            return;
+        }
+        let subject = if kind == OrderKind::Goal {
+            goal_subject(sentence)
+        } else {
+            subject_words(sentence)
+        };
+        let words = content_words(sentence);
+        let update = has_update_cue(sentence);
+        let mut best: Option<(usize, f64)> = None;
+        for (at, order) in self.orders.iter().enumerate() {
+            if !order.is_current() || order.pinned || order.subject.is_empty() {
+                continue;
+            }
+            // A rule is replaced only by what says it changed; other kinds also by a new
+            // value for the very same subject.
+            let same_subject =
+                !subject.is_empty() && order.subject == subject && kind != OrderKind::Rule;
+            let shared = order.subject.iter().filter(|w| words.contains(w)).count();
+            let score = shared as f64 / order.subject.len() as f64;
+            let replaces = same_subject || (update && shared > 0 && score >= 0.5);
+            if replaces && best.is_none_or(|(_, s)| score >= s) {
+                best = Some((at, if same_subject { 2.0 } else { score }));
+            }
+        }
+        if let Some((at, _)) = best {
+            self.orders[at].superseded_by = Some(log_index);
+        }
+        self.orders.push(StandingOrder {
+            kind,
+            text: sentence.to_string(),
+            source: source.to_string(),
+            log_index,
+            reference: None,
+            superseded_by: None,
+            pinned: false,
+            subject,
+        });
+    }
+
+    /// Records where the message at `log_index` was archived.
+    pub fn note_archived(&mut self, log_index: u64, reference: &str) {
+        for order in self.orders.iter_mut().filter(|o| o.log_index == log_index) {
+            if order.reference.is_none() {
+                order.reference = Some(reference.to_string());
+            }
+        }
+    }
+
+    /// Replaces every reference `pending` selects by what `fill` makes of it.
+    pub fn fill_references(
+        &mut self,
+        pending: &impl Fn(&str) -> bool,
+        fill: &impl Fn(&str) -> String,
+    ) {
+        for order in &mut self.orders {
+            if let Some(reference) = &mut order.reference
+                && pending(reference)
+            {
+                *reference = fill(reference);
+            }
+        }
+    }
+}
+
+// ---- sentences --------------------------------------------------------------------------
+
+/// The sentences and list items of a text, each trimmed (bullets and numbering left out),
+/// code blocks skipped. Verbatim slices of `text`.
+pub fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    // A worked example quoted into the prompt (SWE-agent's demonstration) is another
+    // session's transcript, not what this user asks.
+    let mut in_demonstration = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            in_code = !in_code;
+            continue;
+        }
+        let upper = trimmed.to_ascii_uppercase();
+        if upper.starts_with("--- DEMONSTRATION") || upper.starts_with("--- END OF DEMONSTRATION") {
+            in_demonstration = upper.starts_with("--- DEMONSTRATION");
+            continue;
+        }
+        if in_code || in_demonstration || trimmed.is_empty() || looks_like_code(trimmed) {
+            continue;
+        }
+        let item = strip_bullet(trimmed);
+        let mut start = 0;
+        let bytes = item.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if matches!(b, b'.' | b'!' | b'?' | b';') && i + 1 < bytes.len() && bytes[i + 1] == b' '
+            {
+                let next = item[i + 1..].trim_start().chars().next();
+                let word_before = item[start..i]
+                    .rsplit(|c: char| c.is_whitespace())
+                    .next()
+                    .unwrap_or("");
+                let abbreviation = b == b'.'
+                    && matches!(
+                        word_before.to_ascii_lowercase().as_str(),
+                        "e.g"
+                            | "i.e"
+                            | "mr"
+                            | "mrs"
+                            | "ms"
+                            | "dr"
+                            | "vs"
+                            | "etc"
+                            | "no"
+                            | "st"
+                            | "approx"
+                    );
+                if next.is_some_and(|c| c.is_uppercase() || c.is_ascii_digit() || c == '"')
+                    && !abbreviation
+                {
+                    push_sentence(&item[start..=i], &mut out);
+                    start = i + 1;
+                }
+            }
+            i += 1;
+        }
+        push_sentence(&item[start..], &mut out);
+    }
+    out
+}
+
+/// A line of code or of a numbered listing (`1463: msg = 'The precision must be …'`): what a
+/// file says, not what the user sets.
+fn looks_like_code(line: &str) -> bool {
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    if digits > 0 && line[digits..].starts_with(':') {
+        return true;
+    }
+    let quotes = line.matches(['\'', '"']).count();
+    line.contains(" = ")
+        || line.contains("==")
+        || line.contains("()")
+        || line.ends_with('{')
+        || line.ends_with(';')
+        || quotes >= 4
+}
+
+fn push_sentence<'a>(sentence: &'a str, out: &mut Vec<&'a str>) {
+    let sentence = sentence.trim();
+    if sentence.len() >= 8 && sentence.len() <= 500 {
+        out.push(sentence);
+    }
+}
+
+fn strip_bullet(line: &str) -> &str {
+    let rest = line
+        .strip_prefix("- ")
+        .or_else(|| line.strip_prefix("* "))
+        .or_else(|| line.strip_prefix("• "));
+    if let Some(rest) = rest {
+        return rest.trim_start();
+    }
+    // `1. ` / `2) `
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    if digits > 0 && digits < 3 {
+        let rest = &line[digits..];
+        if let Some(rest) = rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+            return rest.trim_start();
+        }
+    }
+    line
+}
+
+// ---- classification ---------------------------------------------------------------------
+
+const GOAL_CUES: &[&str] = &[
+    "open question",
+    "awaiting",
+    "waiting on",
+    "waiting for",
+    "pending decision",
+    "the goal is",
+    "our goal",
+    "my goal",
+    "the objective",
+    "we are working on",
+    "we're working on",
+    "i'm working on",
+    "i am working on",
+    "the task is",
+    "current task",
+    "blocked on",
+    "still to decide",
+    "resolved:",
+    "decided:",
+    "decision:",
+];
+
+const RULE_CUES: &[&str] = &[
+    "never",
+    "always",
+    "must",
+    "mustn't",
+    "do not",
+    "don't",
+    "dont",
+    "shall not",
+    "should never",
+    "under no circumstances",
+    "no matter what",
+    "make sure",
+    "ensure",
+    "avoid",
+    "forbidden",
+    "not allowed",
+    "prohibited",
+    "only use",
+    "use only",
+    "is required",
+    "are required",
+];
+
+const CONSTRAINT_CUES: &[&str] = &[
+    "limit",
+    "cap",
+    "capped",
+    "maximum",
+    "max",
+    "minimum",
+    "at most",
+    "at least",
+    "no more than",
+    "no longer than",
+    "no later than",
+    "deadline",
+    "due",
+    "budget",
+    "time zone",
+    "timezone",
+    "utc",
+    "format",
+    "formatted",
+    "units",
+    "metric",
+    "imperial",
+    "currency",
+    "quota",
+    "within",
+    "under",
+];
+
+const PREFERENCE_CUES: &[&str] = &[
+    "prefer",
+    "i'd rather",
+    "i would rather",
+    "rather than",
+    "favorite",
+    "favourite",
+    "my preference",
+];
+
+/// A wish, which lasts only with a scope ("I'd like all replies in French").
+const WISH_CUES: &[&str] = &[
+    "i like",
+    "i'd like",
+    "i would like",
+    "i want",
+    "please use",
+    "please write",
+    "please answer",
+    "please reply",
+    "please keep",
+    "instead of",
+];
+
+/// What makes a wish last beyond the request at hand.
+const SCOPE_CUES: &[&str] = &[
+    "all",
+    "every",
+    "always",
+    "from now on",
+    "going forward",
+    "in future",
+    "in the future",
+    "whenever",
+    "each",
+    "by default",
+    "for the rest",
+];
+
+const FACT_CUES: &[&str] = &[
+    "codename",
+    "code name",
+    "is called",
+    "are called",
+    "named",
+    "my name is",
+    "call me",
+    "id is",
+    "number is",
+    "account",
+    "ticket",
+    "order id",
+    "reference is",
+    "project",
+    "located",
+    "lives",
+    "works at",
+];
+
+/// The kind of standing order `sentence` states, if it states one.
+pub fn classify(sentence: &str) -> Option<OrderKind> {
+    let lower = sentence.to_lowercase();
+    let has = |cues: &[&str]| cues.iter().any(|cue| contains_phrase(&lower, cue));
+    let values = value_count(sentence);
+    let question = sentence.trim_end().ends_with('?');
+    if has(GOAL_CUES) {
+        return Some(OrderKind::Goal);
+    }
+    if question {
+        // A question asks; it sets nothing (an open question is a goal, above).
+        return None;
+    }
+    // What the speaker says about themselves ("I don't remember the ID", "I must have left
+    // it", "I'd like to change my flight") is no order to the assistant: a rule is addressed
+    // to it, a preference lasts (a preference verb, or a wish with a scope such as "all",
+    // "always", "from now on").
+    let about_self = speaks_of_self(&lower);
+    if RULE_CUES.iter().any(|cue| addressed_rule(&lower, cue)) {
+        return Some(OrderKind::Rule);
+    }
+    let copula = copula_split(&lower).is_some();
+    if has(PREFERENCE_CUES)
+        || (has(WISH_CUES) && has(SCOPE_CUES))
+        || (lower.contains(", not ") && !copula && !about_self)
+    {
+        return Some(OrderKind::Preference);
+    }
+    if has(CONSTRAINT_CUES) && (values > 0 || has_zone(sentence) || lower.contains("format")) {
+        return Some(OrderKind::Constraint);
+    }
+    if has_zone(sentence) {
+        return Some(OrderKind::Constraint);
+    }
+    // A label and a number ("step 3: keep going") states nothing lasting: a fact needs a
+    // verb ("the budget is $6,000") or a fact's own cue ("the ticket", "my name is").
+    // A fact names its subject ("the staging host is …", "my employee ID is …"); what "it",
+    // "this" or "we" is, hedged ("looks like", "seems", "likely"), is an observation.
+    if !states_a_fact(&lower) {
+        return None;
+    }
+    if values > 0 && (has_verbal_copula(&lower) || has(FACT_CUES)) {
+        return Some(OrderKind::Fact);
+    }
+    // A name given as a value: "the on-call engineer this week is Aiko Sato".
+    if names_someone(sentence) {
+        return Some(OrderKind::Fact);
+    }
+    None
+}
+
+/// Whether a lowercased sentence could state a fact: its subject is no pronoun and it
+/// hedges nothing.
+fn states_a_fact(lower: &str) -> bool {
+    const PRONOUNS: [&str; 14] = [
+        "it", "this", "that", "there", "we", "i", "you", "they", "he", "she", "which", "what",
+        "here", "these",
+    ];
+    const HEDGES: [&str; 12] = [
+        "looks like",
+        "seems",
+        "likely",
+        "suggests",
+        "probably",
+        "maybe",
+        "perhaps",
+        "i think",
+        "i guess",
+        "might",
+        "appears",
+        "not sure",
+    ];
+    let first = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .find(|w| !w.is_empty())
+        .unwrap_or("");
+    !PRONOUNS.contains(&first) && !HEDGES.iter().any(|h| contains_phrase(lower, h))
+}
+
+/// Whether what follows the sentence's verb is a proper name (two capitalised words, or one
+/// after "is called" / "named"): people, teams, products the user names.
+fn names_someone(sentence: &str) -> bool {
+    // ASCII lowercase keeps byte offsets, so the split applies to the original text.
+    let lower = sentence.to_ascii_lowercase();
+    let Some((subject, value)) = verbal_copula_split(&lower) else {
+        return false;
+    };
+    if subject.trim().is_empty() || subject.contains('?') {
+        return false;
+    }
+    let value = &sentence[sentence.len() - value.len()..];
+    let capitalised = value
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(['.', ',', '!', ';']))
+        .take_while(|w| {
+            let mut chars = w.chars();
+            chars.next().is_some_and(char::is_uppercase)
+                && chars.all(|c| c.is_alphabetic() || c == '-' || c == '\'')
+        })
+        .count();
+    capitalised >= 2
+}
+
+/// Whether a lowercased sentence is about its speaker ("I don't remember", "I must have",
+/// "I'm sure there must be"): first person before any order cue, and no "you" addressed.
+fn speaks_of_self(lower: &str) -> bool {
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    // Fillers an order may open with: "please", "also", "and", "ok", "so".
+    const FILLERS: [&str; 8] = ["please", "also", "and", "ok", "okay", "so", "yes", "sure"];
+    let first = words.iter().find(|w| !FILLERS.contains(w));
+    let first_person = first.is_some_and(|w| {
+        matches!(
+            w.replace('\u{2019}', "'").as_str(),
+            "i" | "i'm" | "i've" | "i'd" | "i'll" | "me" | "my" | "im" | "ive"
+        )
+    });
+    first_person && !words.contains(&"you")
+}
+
+/// Whether a rule cue occurs in `lower` as an order: opening the sentence or a clause, or
+/// with a subject the order binds ("you must", "the tests must pass", "we never deploy on
+/// Fridays"), not what the speaker says of themselves ("I don't remember", "I'll make sure")
+/// or supposes ("there must be", "it must have been").
+fn addressed_rule(lower: &str, cue: &str) -> bool {
+    const ADVERBS: [&str; 9] = [
+        "really",
+        "also",
+        "just",
+        "still",
+        "absolutely",
+        "please",
+        "then",
+        "so",
+        "definitely",
+    ];
+    lower.match_indices(cue).any(|(at, _)| {
+        let before = lower[..at].chars().next_back();
+        let after = &lower[at + cue.len()..];
+        if before.is_some_and(char::is_alphanumeric)
+            || after.chars().next().is_some_and(char::is_alphanumeric)
+        {
+            return false;
+        }
+        if after.trim_start().starts_with("have ") || after.starts_with("'ve") {
+            return false;
+        }
+        let previous = lower[..at]
+            .split(|c: char| c.is_whitespace())
+            .rev()
+            .filter(|w| !w.is_empty())
+            .map(|w| {
+                w.trim_matches(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
+            })
+            .find(|w| !ADVERBS.contains(w));
+        match previous {
+            None | Some("") => true,
+            Some(word) => !matches!(
+                word.replace('\u{2019}', "'").as_str(),
+                "i" | "i'll"
+                    | "i'd"
+                    | "i'm"
+                    | "i've"
+                    | "im"
+                    | "there"
+                    | "it"
+                    | "that"
+                    | "which"
+                    | "this"
+                    | "he"
+                    | "she"
+                    | "they"
+                    | "who"
+            ),
+        }
+    })
+}
+
+/// Whether `phrase` occurs in `lower` at word boundaries.
+fn contains_phrase(lower: &str, phrase: &str) -> bool {
+    lower.match_indices(phrase).any(|(at, _)| {
+        let before = lower[..at].chars().next_back();
+        let after = lower[at + phrase.len()..].chars().next();
+        !before.is_some_and(char::is_alphanumeric)
+            && (phrase.ends_with(':') || !after.is_some_and(char::is_alphanumeric))
+    })
+}
+
+/// An IANA time zone (`America/Los_Angeles`) or a UTC/GMT offset named in the text.
+fn has_zone(sentence: &str) -> bool {
+    sentence
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | '(' | ')' | '.'))
+        .any(|w| {
+            let w = w.trim_end_matches([';', ':', '!', '?']);
+            if let Some((area, city)) = w.split_once('/') {
+                const AREAS: [&str; 8] = [
+                    "Africa",
+                    "America",
+                    "Asia",
+                    "Atlantic",
+                    "Australia",
+                    "Europe",
+                    "Indian",
+                    "Pacific",
+                ];
+                return AREAS.contains(&area)
+                    && city.chars().next().is_some_and(char::is_uppercase);
+            }
+            w == "UTC" || w == "GMT" || w.starts_with("UTC+") || w.starts_with("UTC-")
+        })
+}
+
+/// How many value-like tokens the sentence holds: numbers, amounts, identifiers
+/// (`EMP-20931`, `staging-7.internal`), all-capital words, quoted or backticked strings.
+fn value_count(sentence: &str) -> usize {
+    let quoted = sentence.matches(['"', '`', '\u{201c}']).count() / 2;
+    quoted
+        + sentence
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | '(' | ')'))
+            .filter(|w| is_value(w))
+            .count()
+}
+
+fn is_value(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| matches!(c, '.' | ';' | ':' | '!' | '?' | '\'' | '"'));
+    if w.is_empty() {
+        return false;
+    }
+    if w.bytes().any(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    if w.starts_with(['$', '€', '£']) {
+        return true;
+    }
+    let letters = w.chars().filter(|c| c.is_alphabetic()).count();
+    let upper = w.chars().filter(|c| c.is_uppercase()).count();
+    // BLUEJAY, ACME (not "I" or "A").
+    if letters >= 2 && upper == letters {
+        return true;
+    }
+    // snake_case, kebab-case with a capital, paths, hosts, e-mails.
+    (w.contains('_') || w.contains('@') || (w.contains('/') && w.len() > 2))
+        || (w.contains('.')
+            && !w.ends_with('.')
+            && w.split('.').all(|p| !p.is_empty())
+            && letters > 3)
+}
+
+/// The verbs that state a value: "the budget cap is now $6,500", "the deadline moves to …".
+const VERBAL_COPULAS: [&str; 10] = [
+    " is now ",
+    " are now ",
+    " is ",
+    " are ",
+    " was ",
+    " will be ",
+    " becomes ",
+    " moves to ",
+    " changed to ",
+    " set to ",
+];
+
+/// Whether a lowercased sentence states something with a verb (not only a `label:`).
+fn has_verbal_copula(lower: &str) -> bool {
+    VERBAL_COPULAS.iter().any(|verb| lower.contains(verb))
+}
+
+/// `(subject, value)` around the first copula of a lowercased sentence (a verb, or a label's
+/// colon).
+fn copula_split(lower: &str) -> Option<(&str, &str)> {
+    split_at_first(lower, VERBAL_COPULAS.iter().chain(&[": "]))
+}
+
+/// `(subject, value)` around the first verb of a lowercased sentence.
+fn verbal_copula_split(lower: &str) -> Option<(&str, &str)> {
+    split_at_first(lower, VERBAL_COPULAS.iter())
+}
+
+fn split_at_first<'a, 'c>(
+    lower: &'a str,
+    copulas: impl Iterator<Item = &'c &'static str>,
+) -> Option<(&'a str, &'a str)> {
+    copulas
+        .filter_map(|c| lower.find(c).map(|at| (at, c.len())))
+        .min_by_key(|(at, _)| *at)
+        .map(|(at, len)| (&lower[..at], &lower[at + len..]))
+}
+
+// ---- subjects ---------------------------------------------------------------------------
+
+const STOP_WORDS: &[&str] = &[
+    "a",
+    "an",
+    "the",
+    "our",
+    "my",
+    "your",
+    "their",
+    "its",
+    "this",
+    "that",
+    "these",
+    "those",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "will",
+    "would",
+    "should",
+    "shall",
+    "can",
+    "could",
+    "to",
+    "of",
+    "in",
+    "on",
+    "for",
+    "with",
+    "by",
+    "at",
+    "from",
+    "as",
+    "and",
+    "or",
+    "but",
+    "not",
+    "it",
+    "we",
+    "you",
+    "i",
+    "me",
+    "us",
+    "they",
+    "please",
+    "all",
+    "any",
+    "every",
+    "so",
+    "then",
+    "now",
+    "new",
+    "instead",
+    "actually",
+    "update",
+    "updated",
+    "correction",
+    "changed",
+    "change",
+    "no",
+    "longer",
+    "from",
+    "on",
+    "onward",
+    "onwards",
+    "anymore",
+    "again",
+    "also",
+    "just",
+    "never",
+    "always",
+    "must",
+    "do",
+    "don't",
+    "dont",
+    "does",
+    "use",
+    "using",
+    "keep",
+    "make",
+    "sure",
+    "let's",
+    "lets",
+    "here",
+    "there",
+    "which",
+    "what",
+    "when",
+    "where",
+    "still",
+    "only",
+    "ok",
+    "okay",
+    "hi",
+    "hey",
+    "thanks",
+    "note",
+    "fyi",
+    "moves",
+    "move",
+    "moved",
+    "set",
+    "switch",
+    "switched",
+    "rather",
+    "resolved",
+    "decided",
+    "decision",
+    "scratch",
+    "plan",
+];
+
+/// Content words of a sentence: lowercase, stop words and values out, plurals folded.
+pub fn content_words(sentence: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    // A value (`Asia/Tokyo`, `EMP-20931`, `$4,000`) is judged whole, before it is split
+    // into words: none of its pieces names a subject.
+    for token in sentence.split_whitespace().filter(|token| !is_value(token)) {
+        for raw in token.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '_')) {
+            if raw.is_empty() || is_value(raw) {
+                continue;
+            }
+            let lower = raw.to_lowercase();
+            if lower.len() < 2 || STOP_WORDS.contains(&lower.as_str()) {
+                continue;
+            }
+            let word = singular(&lower);
+            if !out.contains(&word) {
+                out.push(word);
+            }
+        }
+    }
+    out
+}
+
+fn singular(word: &str) -> String {
+    if word.len() > 3 && word.ends_with('s') && !word.ends_with("ss") {
+        word[..word.len() - 1].to_string()
+    } else {
+        word.to_string()
+    }
+}
+
+/// The words naming what a sentence is about: those before its copula when it has one
+/// ("the budget cap is …" → budget, cap), else all its content words.
+pub fn subject_words(sentence: &str) -> Vec<String> {
+    let lower = sentence.to_lowercase();
+    if let Some((subject, _)) = copula_split(&lower) {
+        let words = content_words(subject);
+        if !words.is_empty() {
+            return words;
+        }
+    }
+    content_words(sentence)
+}
+
+/// What a goal is about: what follows its label ("Open question awaiting the user: enable
+/// strict mode by default?" is about strict mode, not about questions), else its content words.
+fn goal_subject(sentence: &str) -> Vec<String> {
+    if let Some((_, rest)) = sentence.split_once(':') {
+        let words = content_words(rest);
+        if !words.is_empty() {
+            return words;
+        }
+    }
+    content_words(sentence)
+}
+
+fn has_update_cue(sentence: &str) -> bool {
+    const CUES: &[&str] = &[
+        "now",
+        "instead",
+        "actually",
+        "update",
+        "updated",
+        "correction",
+        "changed",
+        "change of plan",
+        "no longer",
+        "from now on",
+        "switch",
+        "moved",
+        "moves",
+        "resolved",
+        "decided",
+        "replace",
+        "scratch that",
+        "anymore",
+        "not anymore",
+    ];
+    let lower = sentence.to_lowercase();
+    CUES.iter().any(|cue| contains_phrase(&lower, cue))
+}
+
+/// A stable hash of a statement (case and whitespace aside): two statements are the same
+/// when their hashes are.
+pub fn statement_hash(sentence: &str) -> u64 {
+    fnv1a(fold(sentence).as_bytes())
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms, for hashes kept in a session's state.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// Lowercase with whitespace collapsed: two statements are the same when this is.
+fn fold(text: &str) -> String {
+    text.split_whitespace()
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_person_is_a_fact() {
+        assert_eq!(
+            classify("The on-call engineer this week is Aiko Sato."),
+            Some(OrderKind::Fact)
+        );
+        assert_eq!(
+            classify("Update: the on-call engineer is now Omar Haddad."),
+            Some(OrderKind::Fact)
+        );
+        assert_eq!(classify("The demo went fine yesterday."), None);
+        assert_eq!(classify("I think this is Good Enough for now?"), None);
+    }
+
+    #[test]
+    fn a_label_with_a_number_is_no_standing_order() {
+        assert_eq!(classify("step 3: keep going with the plan"), None);
+        assert_eq!(classify("Round 12: nothing new found"), None);
+        assert_eq!(
+            classify("The budget cap is $6,000."),
+            Some(OrderKind::Constraint)
+        );
+    }
+
+    fn kinds(text: &str) -> Vec<(Option<OrderKind>, &str)> {
+        sentences(text)
+            .into_iter()
+            .map(|s| (classify(s), s))
+            .collect()
+    }
+
+    #[test]
+    fn the_five_kinds_are_recognised_and_small_talk_is_not() {
+        let cases = [
+            ("Never reveal API keys or passwords.", Some(OrderKind::Rule)),
+            (
+                "All times in America/Los_Angeles, please.",
+                Some(OrderKind::Constraint),
+            ),
+            (
+                "Keep every answer under 200 words.",
+                Some(OrderKind::Constraint),
+            ),
+            ("The project codename is BLUEJAY.", Some(OrderKind::Fact)),
+            (
+                "The launch deadline is 2027-03-14.",
+                Some(OrderKind::Constraint),
+            ),
+            ("My employee ID is EMP-20931.", Some(OrderKind::Fact)),
+            (
+                "Code examples in Python, not JavaScript.",
+                Some(OrderKind::Preference),
+            ),
+            ("I prefer tabs over spaces.", Some(OrderKind::Preference)),
+            (
+                "I'd like short bullet lists rather than long paragraphs.",
+                Some(OrderKind::Preference),
+            ),
+            (
+                "Please use British spelling in all documents.",
+                Some(OrderKind::Preference),
+            ),
+            (
+                "Do not run database migrations without asking me first.",
+                Some(OrderKind::Rule),
+            ),
+            // What the speaker says of themselves, and one-off requests, set nothing.
+            ("I don't remember the reservation ID.", None),
+            ("I must have left it somewhere else.", None),
+            ("I'd like to upgrade to economy class, please.", None),
+            ("I want to modify a flight booking.", None),
+            ("Please use the credit card on file for payment.", None),
+            ("No, I do not want travel insurance.", None),
+            ("I'm sure there must be something that can be done.", None),
+            ("Got it, I'll make sure to have that ready.", None),
+            (
+                "The tests must pass before every commit.",
+                Some(OrderKind::Rule),
+            ),
+            ("You must tag every release note.", Some(OrderKind::Rule)),
+            // Observations and code are no facts.
+            (
+                "It looks like the `fields.py` file is present in the ./src/marshmallow/ directory.",
+                None,
+            ),
+            (
+                "Output of this snippet is `344`, but it seems that `345` is correct.",
+                None,
+            ),
+            (
+                "Open question awaiting the user: enable strict mode by default?",
+                Some(OrderKind::Goal),
+            ),
+            (
+                "The dashboard mock shows latency p50 and p95 side by side.",
+                None,
+            ),
+            ("Thanks, that looks good.", None),
+            ("Can you explain that again?", None),
+            ("The weather is lovely today.", None),
+        ];
+        for (text, kind) in cases {
+            assert_eq!(classify(text), kind, "{text}");
+        }
+    }
+
+    #[test]
+    fn code_and_demonstrations_are_skipped() {
+        let text = "Fix the bug.\n--- DEMONSTRATION ---\nNever use print here.\n--- END OF DEMONSTRATION ---\n1463: msg = 'The precision must be {}'\nNever push to main.";
+        assert_eq!(sentences(text), ["Fix the bug.", "Never push to main."]);
+    }
+
+    #[test]
+    fn sentences_are_verbatim_slices() {
+        assert_eq!(
+            sentences(
+                "Hi there. Never push to main! Use e.g. ruff; it is fast.\n- The cap is $4.50 per run.\n```\nnever mind code\n```"
+            ),
+            vec![
+                "Hi there.",
+                "Never push to main!",
+                "Use e.g. ruff; it is fast.",
+                "The cap is $4.50 per run."
+            ]
+        );
+        assert_eq!(kinds("ok")[..], []);
+    }
+
+    #[test]
+    fn later_statements_supersede_earlier_ones_on_the_same_subject() {
+        let mut orders = StandingOrders::default();
+        orders.read(Role::User, "The budget cap is $4,000.", 1);
+        orders.read(Role::User, "All times in America/Los_Angeles.", 2);
+        orders.read(Role::User, "Code examples in Python, not JavaScript.", 3);
+        orders.read(Role::User, "Never reveal API keys or passwords.", 4);
+        orders.read(
+            Role::User,
+            "Open question awaiting the user: enable strict mode by default?",
+            5,
+        );
+        orders.read(Role::Tool, "Never mind: the budget cap is $1.", 6);
+        orders.read(Role::Assistant, "The budget cap is now $9.", 7);
+        orders.read(
+            Role::User,
+            "Actually, switch all times to UTC from now on.",
+            8,
+        );
+        orders.read(Role::User, "Update: the budget cap is now $6,500.", 9);
+        orders.read(
+            Role::User,
+            "From now on I'd rather see code examples in TypeScript.",
+            10,
+        );
+        orders.read(
+            Role::User,
+            "Resolved: strict mode stays off by default.",
+            11,
+        );
+        orders.read(Role::User, "Never reveal API keys or passwords.", 12);
+        let current: Vec<&str> = orders.current().map(|o| o.text.as_str()).collect();
+        assert_eq!(
+            current,
+            vec![
+                "Never reveal API keys or passwords.",
+                "Actually, switch all times to UTC from now on.",
+                "Update: the budget cap is now $6,500.",
+                "From now on I'd rather see code examples in TypeScript.",
+                "Resolved: strict mode stays off by default.",
+            ]
+        );
+        let superseded: Vec<(u64, Option<u64>)> = orders
+            .orders
+            .iter()
+            .filter(|o| !o.is_current())
+            .map(|o| (o.log_index, o.superseded_by))
+            .collect();
+        assert_eq!(
+            superseded,
+            vec![(1, Some(9)), (2, Some(8)), (3, Some(10)), (5, Some(11))]
+        );
+    }
+}
