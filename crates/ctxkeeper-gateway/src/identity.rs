@@ -60,6 +60,31 @@ pub fn pin_header(headers: &HeaderMap) -> Result<bool, String> {
         )),
     }
 }
+/// `x-ctxkeeper-focus: TEXT` tells the summarizer what to keep in view if this request's
+/// preparation compacts (the MCP `compact` tool's `focus`, per request).
+pub const FOCUS_HEADER: &str = "x-ctxkeeper-focus";
+
+/// The longest focus the header may carry, in bytes.
+pub const MAX_FOCUS_BYTES: usize = 2_000;
+
+/// The focus the request asks for, if any: UTF-8 text of at most [`MAX_FOCUS_BYTES`] (a
+/// longer one is an error, not silently cut).
+pub fn focus_header(headers: &HeaderMap) -> Result<Option<String>, String> {
+    let Some(value) = headers.get(FOCUS_HEADER) else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(value.as_bytes())
+        .map_err(|_| format!("{FOCUS_HEADER} is not UTF-8 text"))?
+        .trim();
+    if text.len() > MAX_FOCUS_BYTES {
+        return Err(format!(
+            "{FOCUS_HEADER} is {} bytes; at most {MAX_FOCUS_BYTES} are accepted",
+            text.len()
+        ));
+    }
+    Ok((!text.is_empty()).then(|| text.to_string()))
+}
+
 /// The session id from the header, if one was sent (validated).
 pub fn session_header(headers: &HeaderMap) -> Result<Option<String>, StoreError> {
     let Some(value) = headers.get(SESSION_HEADER) else {

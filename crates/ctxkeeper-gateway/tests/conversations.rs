@@ -469,3 +469,45 @@ async fn the_pin_header_keeps_the_newest_user_message_through_every_compaction()
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("x-ctxkeeper-pin"));
 }
+
+/// `x-ctxkeeper-focus` reaches the summarizer of the compactions its requests cause (the
+/// extractive summary opens with it); without the header no summary names a focus. An
+/// oversized focus is refused with the header's name, not silently cut.
+#[tokio::test]
+async fn the_focus_header_steers_the_summaries_of_its_requests() {
+    const FOCUS: &str = "the invoice rounding in src/f2.rs";
+    for focused in [true, false] {
+        let upstream = mock(20_000).await;
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(&dir, &upstream.anthropic_base_url());
+        cfg.profiles = profile(20_000);
+        let gw = common::start(cfg).await;
+        let headers: &[(&str, &str)] = if focused {
+            &[
+                ("x-ctxkeeper-session", "focused"),
+                ("x-ctxkeeper-focus", FOCUS),
+            ]
+        } else {
+            &[("x-ctxkeeper-session", "focused")]
+        };
+        for step in 1..=40 {
+            let response = send_messages(&gw, &pinned_body(step), headers).await;
+            assert_eq!(response.status(), 200, "step {step}");
+        }
+        assert!(Metrics::get(&gw.gateway.metrics.compactions) >= 1);
+        let named = upstream.requests().iter().any(|r| {
+            r.body
+                .to_string()
+                .contains(&format!("Compaction focus: {FOCUS}"))
+        });
+        assert_eq!(named, focused, "focus header sent: {focused}");
+    }
+
+    let upstream = mock(20_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let long = "x".repeat(ctxkeeper_gateway::identity::MAX_FOCUS_BYTES + 1);
+    let response = send_messages(&gw, &pinned_body(1), &[("x-ctxkeeper-focus", &long)]).await;
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("x-ctxkeeper-focus"));
+}

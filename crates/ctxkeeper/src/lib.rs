@@ -187,6 +187,9 @@ pub struct ContextManager {
     prepared: Option<PreparedSummary>,
     /// The compaction count of the context a preparation handed out is running for.
     preparing: Option<u32>,
+    /// Focus for the summarizer of the next preparation's compaction, if it compacts (see
+    /// [`ContextManager::focus_next`]).
+    next_focus: Option<String>,
 }
 
 impl ContextManager {
@@ -233,6 +236,7 @@ impl ContextManager {
             stalled_compactions: 0,
             prepared: None,
             preparing: None,
+            next_focus: None,
         }
     }
 
@@ -410,6 +414,13 @@ impl ContextManager {
         }
     }
 
+    /// Gives the next preparation a focus for its summarizer (what the summary should keep
+    /// in view: "the failing invoice test"), used if that preparation compacts, then
+    /// forgotten. The gateway's `x-ctxkeeper-focus` header sets it per request.
+    pub fn focus_next(&mut self, focus: Option<String>) {
+        self.next_focus = focus.filter(|f| !f.trim().is_empty());
+    }
+
     /// Compacts if a trigger fires and returns the messages to send.
     pub async fn prepare(&mut self) -> Result<Prepared, Error> {
         let summarizer = Arc::clone(&self.summarizer);
@@ -442,6 +453,7 @@ impl ContextManager {
         let request = PlanRequest {
             reported_usage: self.last_usage.take(),
             summarize_through: self.prepared_span().map(|span| span.last),
+            focus: self.next_focus.take(),
             ..PlanRequest::default()
         };
         let started = Instant::now();

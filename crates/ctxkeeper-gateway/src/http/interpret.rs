@@ -55,7 +55,8 @@ pub enum InterpretError {
     #[error("{0}")]
     SessionId(#[source] StoreError),
     #[error("{0}")]
-    Pin(String),
+    /// A ctxkeeper header (`x-ctxkeeper-pin`, `x-ctxkeeper-focus`) with a value it refuses.
+    Header(String),
 }
 
 impl InterpretError {
@@ -76,7 +77,7 @@ impl InterpretError {
             }
             InterpretError::MalformedJson(_)
             | InterpretError::SessionId(_)
-            | InterpretError::Pin(_) => ApiError::invalid_request(self.to_string()),
+            | InterpretError::Header(_) => ApiError::invalid_request(self.to_string()),
         };
         api.with_source(self)
     }
@@ -107,6 +108,8 @@ pub(super) struct Interpreted {
     pub header_session: Option<String>,
     /// `x-ctxkeeper-pin: latest`.
     pub pin_latest_user: bool,
+    /// The summarizer's focus for this request (`x-ctxkeeper-focus`).
+    pub focus: Option<String>,
     /// The body read for its resent prefix, while its record can still be kept.
     pub resent: Option<Reading>,
     /// Holds the body's bytes against the in-flight cap.
@@ -209,7 +212,8 @@ pub(super) fn interpret(
     }
     let tenant = gw.config.tenants.resolve(headers)?;
     let header_session = identity::session_header(headers).map_err(InterpretError::SessionId)?;
-    let pin_latest_user = identity::pin_header(headers).map_err(InterpretError::Pin)?;
+    let pin_latest_user = identity::pin_header(headers).map_err(InterpretError::Header)?;
+    let focus = identity::focus_header(headers).map_err(InterpretError::Header)?;
     Ok(Interpreted {
         wire,
         request,
@@ -223,6 +227,7 @@ pub(super) fn interpret(
         tenant,
         header_session,
         pin_latest_user,
+        focus,
         resent,
         _permit: permit,
     })

@@ -133,6 +133,7 @@ pub(super) async fn run(
         tenant,
         header_session,
         pin_latest_user,
+        focus,
         mut resent,
         _permit,
         ..
@@ -163,6 +164,7 @@ pub(super) async fn run(
         .with_requested_output(requested_output(&extra))
         .with_requested_window(requested_window(headers))
         .with_pin_latest_user(pin_latest_user)
+        .with_focus(focus)
         .with_route(route)
         .with_repairs(repairs)
         .with_forwards_verbatim(forwards_verbatim);

@@ -121,6 +121,7 @@ impl Sessions {
         }
         // The step's summarizer (with the caller's credentials) is an argument: the manager
         // never holds it, so a request cancelled during the summary leaves nothing behind.
+        live.manager.focus_next(incoming.focus.clone());
         let mut prepared = live
             .manager
             .prepare_counted_with(summarizer.as_ref())

@@ -209,6 +209,9 @@ pub struct Incoming {
     /// The client asked (`x-ctxkeeper-pin: latest`) to pin the newest user message of this
     /// request, when it is new to the session.
     pub pin_latest_user: bool,
+    /// What the summarizer should keep in view if this request's preparation compacts
+    /// (`x-ctxkeeper-focus`).
+    pub focus: Option<String>,
     /// How this request reaches its upstream (for summaries written there).
     pub route: Option<Arc<UpstreamRoute>>,
     /// What repairing the client's history changed (`[gateway] repair`), by kind.
@@ -245,6 +248,7 @@ impl Incoming {
             requested_output: None,
             requested_window: None,
             pin_latest_user: false,
+            focus: None,
             route: None,
             repairs: None,
             forwarded: None,
@@ -262,6 +266,12 @@ impl Incoming {
     /// Pins the newest user message of the request (see [`Incoming::pin_latest_user`]).
     pub fn with_pin_latest_user(mut self, pin: bool) -> Incoming {
         self.pin_latest_user = pin;
+        self
+    }
+
+    /// Gives the summarizer a focus for this request (see [`Incoming::focus`]).
+    pub fn with_focus(mut self, focus: Option<String>) -> Incoming {
+        self.focus = focus;
         self
     }
 
