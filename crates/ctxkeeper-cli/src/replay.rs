@@ -596,6 +596,7 @@ fn fidelity_rows(report: &ReplayReport) -> Vec<(&'static str, String)> {
             share(report.user_instructions_kept),
         ),
         ("file paths kept", share(report.file_paths_kept)),
+        ("standing orders kept", share(report.standing_orders_kept)),
         ("plan kept", share(report.plan_kept)),
         (
             "next-action recall",

@@ -744,14 +744,22 @@ impl Capsule {
                 std::cmp::Reverse(at),
             )
         });
-        let mut used = 0.0;
+        // Facts (ids, names, numbers given along the way) pile up in a long session of many
+        // tasks; they may take only part of the budget, so they never crowd out the rules.
+        let facts_budget = budget * FACTS_SHARE;
+        let (mut used, mut facts_used) = (0.0, 0.0);
         let mut listed = vec![false; current.len()];
         for at in ranked {
             let cost = order_tokens(current[at]);
-            if used + cost > budget && at + 1 != current.len() {
+            let fact = current[at].kind == OrderKind::Fact;
+            let newest = at + 1 == current.len();
+            if !newest && (used + cost > budget || (fact && facts_used + cost > facts_budget)) {
                 continue;
             }
             used += cost;
+            if fact {
+                facts_used += cost;
+            }
             listed[at] = true;
         }
         let pick = |want: bool| -> Vec<&StandingOrder> {
@@ -940,6 +948,9 @@ const CHARS_PER_TOKEN: f64 = 3.5;
 
 /// A standing order longer than this is cut (its message stays archived whole).
 const ORDER_CHARS: usize = 1_000;
+
+/// Share of the standing orders' budget facts may take.
+const FACTS_SHARE: f64 = 0.4;
 
 /// Room for the lines under the standing orders (references, counts).
 const ORDERS_FOOTER_CHARS: usize = 200;

@@ -14,6 +14,9 @@
 //! - **references shown**: every archive reference the request shows after the engine's
 //!   phrases ("archived at …", "offloaded to …", "stored in …", "Archived: …"), for the caller
 //!   to resolve against its archive;
+//! - **standing orders kept**: the share of the user's standing orders still current
+//!   ([`crate::orders`]: rules, constraints, facts, preferences, the goal state, each
+//!   whitespace-normalised) that appear verbatim somewhere in the request;
 //! - **leaked marker**: whether an engine fill marker reached the request
 //!   ([`crate::model::has_internal_marker`]);
 //! - **next-action recall**: of the salient strings ([`crate::salience`]: identifiers, paths,
@@ -58,6 +61,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 use crate::artifacts::tool_call_events;
 use crate::model::{Message, Part, Role, has_internal_marker};
+use crate::orders::StandingOrders;
 use crate::salience::{salient_arguments, salient_strings, stands_alone};
 
 /// Messages at the end of the history that count as recent for next-action recall: a string
@@ -93,6 +97,9 @@ pub struct StepProbe {
     pub paths_kept: usize,
     /// Whether the latest plan is in the request (`None`: the history has no plan yet).
     pub plan_kept: Option<bool>,
+    /// Standing orders of the user still current, and how many the request shows verbatim.
+    pub orders: usize,
+    pub orders_kept: usize,
     /// Archive references the request shows, distinct, in order.
     pub references: Vec<String>,
     /// Whether an engine fill marker reached the request.
@@ -128,6 +135,10 @@ pub struct Probe {
     known_paths: HashSet<String>,
     /// The latest plan call's arguments, whitespace-normalised.
     plan: Option<String>,
+    /// The user's standing orders, read as the capsule reads them.
+    orders: StandingOrders,
+    /// The current ones, whitespace-normalised, as of `orders.orders.len()` statements.
+    current_orders: (usize, Vec<String>),
     /// Salient strings of the history outside its system and developer messages, each with
     /// the position of the last message that carries it.
     salient: HashMap<String, usize>,
@@ -143,6 +154,8 @@ struct NeedleSet {
     texts: usize,
     paths: usize,
     plan: Option<String>,
+    /// Statements read into the standing orders (each one adds or supersedes).
+    orders: usize,
 }
 
 impl Probe {
@@ -204,11 +217,13 @@ impl Probe {
     fn read(&mut self, message: &Message) {
         if message.role == Role::User {
             for part in &message.parts {
-                if let Part::Text { text, .. } = part
-                    && let Some(prefix) = user_text_prefix(text)
-                    && self.known_texts.insert(prefix.clone())
-                {
-                    self.user_texts.push(prefix);
+                if let Part::Text { text, .. } = part {
+                    self.orders.read(Role::User, text, self.seen as u64);
+                    if let Some(prefix) = user_text_prefix(text)
+                        && self.known_texts.insert(prefix.clone())
+                    {
+                        self.user_texts.push(prefix);
+                    }
                 }
             }
         }
@@ -249,12 +264,21 @@ impl Probe {
             }
         }
 
+        let statements = self.orders.orders.len();
+        if self.current_orders.0 != statements {
+            self.current_orders = (
+                statements,
+                self.orders.current().map(|o| normalize(&o.text)).collect(),
+            );
+        }
         let set = NeedleSet {
             texts: self.user_texts.len(),
             paths: self.paths.len(),
             plan: self.plan.clone(),
+            orders: statements,
         };
-        let needles = set.texts + set.paths + usize::from(set.plan.is_some());
+        let orders = self.current_orders.1.len();
+        let needles = set.texts + set.paths + usize::from(set.plan.is_some()) + orders;
         if self
             .automaton
             .as_ref()
@@ -264,6 +288,7 @@ impl Probe {
             patterns.extend(self.user_texts.iter().map(String::as_str));
             patterns.extend(self.paths.iter().map(String::as_str));
             patterns.extend(self.plan.as_deref());
+            patterns.extend(self.current_orders.1.iter().map(String::as_str));
             // Rebuilt whenever the user writes again: the plain NFA builds fastest, and the
             // haystack (one request) is small enough that its slower search does not matter.
             self.automaton = AhoCorasick::builder()
@@ -293,7 +318,10 @@ impl Probe {
         });
         let texts = self.user_texts.len();
         let paths = self.paths.len();
+        let orders_from = needles - orders;
         StepProbe {
+            orders,
+            orders_kept: found[orders_from..].iter().filter(|f| **f).count(),
             next_action,
             user_texts: texts,
             user_texts_kept: found[..texts].iter().filter(|f| **f).count(),
@@ -447,6 +475,32 @@ mod tests {
         assert_eq!((step.user_texts, step.user_texts_kept), (2, 1));
         let step = probe.measure(&[first, second], None);
         assert_eq!((step.user_texts, step.user_texts_kept), (2, 2));
+    }
+
+    #[test]
+    fn standing_orders_are_probed_as_current_only() {
+        let history = vec![
+            Message::user("Hi there. Never push to main. The budget cap is $4,000."),
+            Message::assistant("Noted."),
+            Message::user("Update: the budget cap is now $6,500."),
+        ];
+        let mut probe = Probe::default();
+        probe.observe(&history);
+        // Two current orders (the rule, the new cap); the old cap is no longer one.
+        let kept = probe.measure(
+            &[Message::user(
+                "- Never push to main.\n- Update: the budget cap is now $6,500.",
+            )],
+            None,
+        );
+        assert_eq!((kept.orders, kept.orders_kept), (2, 2));
+        let stale = probe.measure(
+            &[Message::user(
+                "Never   push to main. The budget cap is $4,000.",
+            )],
+            None,
+        );
+        assert_eq!((stale.orders, stale.orders_kept), (2, 1));
     }
 
     #[test]

@@ -424,21 +424,26 @@ const WISH_CUES: &[&str] = &[
     "instead of",
 ];
 
-/// What makes a wish last beyond the request at hand.
+/// What makes a wish last beyond the request at hand: a time ("from now on") or a scope over
+/// all later work ("in all documents"), not a quantity ("cancel all of my flights").
 const SCOPE_CUES: &[&str] = &[
-    "all",
-    "every",
     "always",
     "from now on",
     "going forward",
     "in future",
     "in the future",
     "whenever",
-    "each",
     "by default",
     "for the rest",
+    "every time",
+    "each time",
+    "in all",
+    "for all",
+    "in every",
+    "for every",
+    "in each",
+    "all future",
 ];
-
 const FACT_CUES: &[&str] = &[
     "codename",
     "code name",
@@ -597,7 +602,26 @@ fn addressed_rule(lower: &str, cue: &str) -> bool {
         "so",
         "definitely",
     ];
+    if cue == "never" && lower.contains("never mind") {
+        return false;
+    }
     lower.match_indices(cue).any(|(at, _)| {
+        // The clause the cue is in: a first-person subject there, with no "you" addressed,
+        // speaks of the speaker ("I just want to make sure I save money").
+        let clause_start = lower[..at].rfind([',', ';', ':']).map_or(0, |i| i + 1);
+        let clause: Vec<&str> = lower[clause_start..at]
+            .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let first_person = clause.iter().any(|w| {
+            matches!(
+                w.replace('\u{2019}', "'").as_str(),
+                "i" | "i'll" | "i'd" | "i'm" | "i've" | "im" | "ive"
+            )
+        });
+        if first_person && !clause.contains(&"you") {
+            return false;
+        }
         let before = lower[..at].chars().next_back();
         let after = &lower[at + cue.len()..];
         if before.is_some_and(char::is_alphanumeric)
@@ -1048,6 +1072,13 @@ mod tests {
             ("I want to modify a flight booking.", None),
             ("Please use the credit card on file for payment.", None),
             ("No, I do not want travel insurance.", None),
+            ("I just want to make sure I save some money.", None),
+            ("Actually, never mind.", None),
+            (
+                "I would like to cancel all of my upcoming flights, please.",
+                None,
+            ),
+            ("I need you to never push to main.", Some(OrderKind::Rule)),
             ("I'm sure there must be something that can be done.", None),
             ("Got it, I'll make sure to have that ready.", None),
             (

@@ -236,6 +236,9 @@ pub struct ReplayReport {
     pub user_instructions_kept: Option<f64>,
     /// Mean over those steps of the share of file paths named in tool calls still shown.
     pub file_paths_kept: Option<f64>,
+    /// Mean over those steps (with a standing order of the user current) of the share of
+    /// those orders the request shows verbatim (see [`crate::fidelity`]).
+    pub standing_orders_kept: Option<f64>,
     /// Share of those steps (with a plan in the history) whose request holds the latest plan.
     pub plan_kept: Option<f64>,
     /// Archive references shown in those requests (counted per step), and the share that
@@ -398,6 +401,8 @@ struct FidelityTotals {
     user_steps: usize,
     path_share: f64,
     path_steps: usize,
+    orders_share: f64,
+    orders_steps: usize,
     plan_kept: usize,
     plan_steps: usize,
     refs_shown: usize,
@@ -419,6 +424,10 @@ impl FidelityTotals {
         if step.paths > 0 {
             self.path_steps += 1;
             self.path_share += step.paths_kept as f64 / step.paths as f64;
+        }
+        if step.orders > 0 {
+            self.orders_steps += 1;
+            self.orders_share += step.orders_kept as f64 / step.orders as f64;
         }
         if let Some(kept) = step.plan_kept {
             self.plan_steps += 1;
@@ -442,6 +451,7 @@ impl FidelityTotals {
         report.fidelity_steps = self.steps;
         report.user_instructions_kept = share(self.user_share, self.user_steps);
         report.file_paths_kept = share(self.path_share, self.path_steps);
+        report.standing_orders_kept = share(self.orders_share, self.orders_steps);
         report.plan_kept = share(self.plan_kept as f64, self.plan_steps);
         report.refs_shown = self.refs_shown;
         report.refs_resolving = share(self.refs_resolved as f64, self.refs_checked);
