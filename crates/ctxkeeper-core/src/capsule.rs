@@ -739,6 +739,7 @@ impl Capsule {
         let mut ranked: Vec<usize> = (0..current.len()).collect();
         ranked.sort_by_key(|&at| {
             (
+                !current[at].pinned,
                 at + 1 != current.len(),
                 current[at].kind == OrderKind::Fact,
                 std::cmp::Reverse(at),
@@ -752,7 +753,7 @@ impl Capsule {
         for at in ranked {
             let cost = order_tokens(current[at]);
             let fact = current[at].kind == OrderKind::Fact;
-            let newest = at + 1 == current.len();
+            let newest = at + 1 == current.len() || current[at].pinned;
             if !newest && (used + cost > budget || (fact && facts_used + cost > facts_budget)) {
                 continue;
             }

@@ -79,9 +79,13 @@ pub struct StandingOrder {
     /// The log index of the later statement that replaced it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<u64>,
-    /// Kept by an operator's decision (admin API): never superseded automatically.
+    /// Kept by an operator's decision (admin API): never superseded automatically, and
+    /// listed before every other order when the capsule is short of room.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
+    /// Marked no longer current by an operator (admin API).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub withdrawn: bool,
     /// Subject words (lowercase, singular), what supersession compares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subject: Vec<String>,
@@ -89,7 +93,7 @@ pub struct StandingOrder {
 
 impl StandingOrder {
     pub fn is_current(&self) -> bool {
-        self.superseded_by.is_none()
+        self.superseded_by.is_none() && !self.withdrawn
     }
 }
 
@@ -185,8 +189,36 @@ impl StandingOrders {
             reference: None,
             superseded_by: None,
             pinned: false,
+            withdrawn: false,
             subject,
         });
+    }
+
+    /// An operator's edit of the order at `index` (its position in [`StandingOrders::orders`]):
+    /// `pinned` pins or unpins it; `current: false` withdraws it, `current: true` makes it
+    /// current again (whatever replaced it). Returns the edited order, or why not.
+    pub fn edit(
+        &mut self,
+        index: usize,
+        pinned: Option<bool>,
+        current: Option<bool>,
+    ) -> Result<&StandingOrder, String> {
+        let count = self.orders.len();
+        let order = self.orders.get_mut(index).ok_or_else(|| {
+            format!("no standing order {index}: the session has {count} (numbered from 0)")
+        })?;
+        if let Some(pinned) = pinned {
+            order.pinned = pinned;
+        }
+        match current {
+            Some(false) => order.withdrawn = true,
+            Some(true) => {
+                order.withdrawn = false;
+                order.superseded_by = None;
+            }
+            None => {}
+        }
+        Ok(order)
     }
 
     /// Records where the message at `log_index` was archived.
@@ -1110,6 +1142,40 @@ mod tests {
         for (text, kind) in cases {
             assert_eq!(classify(text), kind, "{text}");
         }
+    }
+
+    #[test]
+    fn an_operator_pins_withdraws_and_reinstates() {
+        let mut orders = StandingOrders::default();
+        orders.read(
+            Role::User,
+            "The budget cap is $4,000. Never push to main.",
+            1,
+        );
+        assert!(orders.edit(0, Some(true), None).is_ok_and(|o| o.pinned));
+        // A pinned order is not replaced by a new value for its subject.
+        orders.read(Role::User, "The budget cap is $9,000.", 3);
+        assert!(orders.orders[0].is_current());
+        assert!(
+            orders
+                .edit(1, None, Some(false))
+                .is_ok_and(|o| !o.is_current())
+        );
+        let current: Vec<&str> = orders.current().map(|o| o.text.as_str()).collect();
+        assert_eq!(
+            current,
+            ["The budget cap is $4,000.", "The budget cap is $9,000."]
+        );
+        assert!(
+            orders
+                .edit(1, None, Some(true))
+                .is_ok_and(|o| o.is_current())
+        );
+        assert!(
+            orders
+                .edit(7, Some(true), None)
+                .is_err_and(|e| e.contains("has 3"))
+        );
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! | `GET /admin/sessions/{id}/policy` | its policy overrides and the effective policy |
 //! | `PATCH /admin/sessions/{id}/policy` | merges a TOML (or JSON) fragment into its overrides |
 //! | `GET /admin/sessions/{id}/search?q=…&limit=…` | full-text search of its log |
+//! | `GET /admin/sessions/{id}/orders` | its standing orders (rules, constraints, facts, preferences, goal), current or not |
+//! | `PATCH /admin/sessions/{id}/orders/{n}` | `{"pinned": true\|false, "current": true\|false}`: pin, unpin, withdraw or reinstate order `n` (the capsule shows it from the next compaction) |
 //!
 //! Without a configured token the whole API answers 403 and says how to enable it; a missing
 //! or wrong token answers 401. Errors use the OpenAI error shape.
@@ -22,7 +24,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use ctxkeeper_store::{SearchQuery, SessionFilter, SessionKey, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -41,6 +43,8 @@ pub fn routes() -> Router<Arc<Gateway>> {
         .route("/sessions/{id}/rebuild", post(rebuild))
         .route("/sessions/{id}/policy", get(policy).patch(patch_policy))
         .route("/sessions/{id}/search", get(search))
+        .route("/sessions/{id}/orders", get(orders))
+        .route("/sessions/{id}/orders/{n}", patch(edit_order))
 }
 
 /// Checks the bearer token and returns the tenant the request is scoped to: the admin token
@@ -171,6 +175,82 @@ async fn stats(
     body["id"] = json!(id);
     body["log_len"] = json!(log_len);
     Ok(axum::Json(body).into_response())
+}
+
+/// One standing order as the API shows it, with its position (what `PATCH …/orders/{n}`
+/// names).
+fn order_json(index: usize, order: &ctxkeeper_core::orders::StandingOrder) -> Value {
+    json!({
+        "index": index,
+        "kind": order.kind.as_str(),
+        "text": order.text,
+        "source": order.source,
+        "log_index": order.log_index,
+        "reference": order.reference,
+        "current": order.is_current(),
+        "pinned": order.pinned,
+        "withdrawn": order.withdrawn,
+        "superseded_by": order.superseded_by,
+    })
+}
+
+async fn orders(
+    State(gw): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    let orders = gw
+        .sessions
+        .orders(&key)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&id))?;
+    let items: Vec<Value> = orders
+        .orders
+        .iter()
+        .enumerate()
+        .map(|(index, order)| order_json(index, order))
+        .collect();
+    Ok(axum::Json(json!({"id": id, "orders": items})).into_response())
+}
+
+/// What `PATCH /admin/sessions/{id}/orders/{n}` may change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OrderEdit {
+    pinned: Option<bool>,
+    current: Option<bool>,
+}
+
+async fn edit_order(
+    State(gw): State<Arc<Gateway>>,
+    Path((id, index)): Path<(String, usize)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = authorize(&gw, &headers)?;
+    let key = key(&tenant, &id)?;
+    let body = read_fragment(body).await?;
+    let edit: OrderEdit = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid_request(format!(
+            "the body must be JSON like {{\"pinned\": true}} or {{\"current\": false}}: {e}"
+        ))
+    })?;
+    if edit.pinned.is_none() && edit.current.is_none() {
+        return Err(ApiError::invalid_request(
+            "nothing to change: give \"pinned\" or \"current\" (true or false)",
+        ));
+    }
+    let edited = gw
+        .sessions
+        .edit_order(&key, index, edit.pinned, edit.current)
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&id))?
+        .map_err(ApiError::not_found)?;
+    Ok(axum::Json(json!({"id": id, "order": order_json(index, &edited)})).into_response())
 }
 
 async fn clear(

@@ -511,3 +511,113 @@ async fn the_focus_header_steers_the_summaries_of_its_requests() {
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("x-ctxkeeper-focus"));
 }
+
+/// The standing orders a session's capsule read are listed through the admin API, and an
+/// operator can pin, withdraw and reinstate one; the edit is saved with the session. A
+/// position the session does not have, a body that changes nothing and an unknown session
+/// are refused with the reason.
+#[tokio::test]
+async fn standing_orders_are_listed_and_edited_through_the_admin_api() {
+    let upstream = mock(20_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.profiles = profile(20_000);
+    cfg.admin_token = Some("admin-secret".into());
+    let gw = common::start(cfg).await;
+    let body = |steps: usize| {
+        let mut body = pinned_body(steps);
+        body["messages"][0]["content"] = json!(format!(
+            "{PINNED_TASK} Never push to main. The release codename is KESTREL."
+        ));
+        body
+    };
+    for step in 1..=40 {
+        let response = send_messages(&gw, &body(step), &[("x-ctxkeeper-session", "orders")]).await;
+        assert_eq!(response.status(), 200, "step {step}");
+    }
+    assert!(Metrics::get(&gw.gateway.metrics.compactions) >= 1);
+    let http = reqwest::Client::new();
+    let admin = |method: reqwest::Method, path: &str| {
+        http.request(method, gw.url(path))
+            .header("authorization", "Bearer admin-secret")
+            .header("x-ctxkeeper-tenant", tenant())
+    };
+    let listed: Value = admin(reqwest::Method::GET, "/admin/sessions/orders/orders")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let orders = listed["orders"]
+        .as_array()
+        .unwrap_or_else(|| panic!("orders listed: {listed}"));
+    let rule = orders
+        .iter()
+        .position(|o| o["text"] == "Never push to main.")
+        .unwrap_or_else(|| panic!("the rule is listed: {listed}"));
+    assert_eq!(orders[rule]["kind"], "rule");
+    assert_eq!(orders[rule]["current"], true);
+    assert!(
+        orders
+            .iter()
+            .any(|o| o["text"] == "The release codename is KESTREL." && o["kind"] == "fact"),
+        "{listed}"
+    );
+
+    let path = format!("/admin/sessions/orders/orders/{rule}");
+    for (edit, field, value) in [
+        (json!({"pinned": true}), "pinned", true),
+        (json!({"current": false}), "current", false),
+        (json!({"current": true}), "current", true),
+    ] {
+        let answer = admin(reqwest::Method::PATCH, &path)
+            .json(&edit)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{edit}");
+        let edited: Value = answer.json().await.unwrap();
+        assert_eq!(edited["order"][field], value, "{edit}: {edited}");
+        // Saved: a fresh read shows it.
+        let again: Value = admin(reqwest::Method::GET, "/admin/sessions/orders/orders")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(again["orders"][rule][field], value, "{edit}: {again}");
+    }
+
+    let beyond = admin(reqwest::Method::PATCH, "/admin/sessions/orders/orders/999")
+        .json(&json!({"pinned": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(beyond.status(), 404);
+    assert!(
+        beyond
+            .text()
+            .await
+            .unwrap()
+            .contains("no standing order 999")
+    );
+    let nothing = admin(reqwest::Method::PATCH, &path)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nothing.status(), 400);
+    let unknown_field = admin(reqwest::Method::PATCH, &path)
+        .json(&json!({"colour": "red"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown_field.status(), 400);
+    let unknown = admin(reqwest::Method::GET, "/admin/sessions/nobody/orders")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+}

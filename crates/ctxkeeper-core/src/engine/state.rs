@@ -206,6 +206,14 @@ impl ContextState {
         self.entries.iter().find_map(|e| e.meta.capsule.as_deref())
     }
 
+    /// The session capsule's data, to change it (an operator's edit of the standing
+    /// orders); its text is rendered again at the next compaction.
+    pub fn capsule_mut(&mut self) -> Option<&mut Capsule> {
+        self.entries
+            .iter_mut()
+            .find_map(|e| e.meta.capsule.as_deref_mut())
+    }
+
     /// Counts the entries appended since the last call exactly and returns the total:
     /// O(new entries).
     pub fn sync_tokens(&mut self, model: &TokenModel) -> u64 {

@@ -3,6 +3,7 @@
 
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot};
 use ctxkeeper_core::engine::{ConfigError, ContextState, PolicyOverlay};
+use ctxkeeper_core::orders::{StandingOrder, StandingOrders};
 use ctxkeeper_store::SessionKey;
 use serde::Serialize;
 use serde_json::Value;
@@ -64,6 +65,46 @@ impl Sessions {
             verbatim: slot.client.verbatim,
             policy_overrides: slot.overrides(),
         }))
+    }
+
+    /// The session's standing orders (see `ctxkeeper_core::orders`), none before its first
+    /// compaction; `None` for an unknown session.
+    pub async fn orders(&self, key: &SessionKey) -> Result<Option<StandingOrders>, SessionError> {
+        let slot = self.slot(key);
+        let mut slot = slot.lock().await;
+        self.refresh(key, &mut slot).await?;
+        if slot.version.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(
+            slot.state_ref()
+                .and_then(ContextState::capsule)
+                .map(|c| c.orders.clone())
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// An operator's edit of one standing order (see `StandingOrders::edit`), saved with the
+    /// session: `None` for an unknown session, `Some(Err)` for an order it does not have.
+    pub async fn edit_order(
+        &self,
+        key: &SessionKey,
+        index: usize,
+        pinned: Option<bool>,
+        current: Option<bool>,
+    ) -> Result<Option<Result<StandingOrder, String>>, SessionError> {
+        let mut outcome = None;
+        let found = self
+            .update(key, |slot| {
+                let edited = match slot.state.as_mut().and_then(ContextState::capsule_mut) {
+                    Some(capsule) => capsule.orders.edit(index, pinned, current).cloned(),
+                    None => Err("the session has no standing orders yet (they are read at its first compaction)".to_string()),
+                };
+                outcome = Some(edited);
+                Ok(())
+            })
+            .await?;
+        Ok(if found { outcome } else { None })
     }
 
     /// Empties a session's context (its log stays); the next request rebuilds it from the

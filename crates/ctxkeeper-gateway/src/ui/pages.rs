@@ -391,6 +391,7 @@ pub(super) async fn session(
                 None => p.muted { "No capsule." },
             }
         }
+        (orders_section(&snapshot, key))
         section #compactions {
             h2 { "Compactions (" (totals.compactions) ")" }
             @if shown.is_empty() { p.muted { "No compaction yet." } }
@@ -412,6 +413,52 @@ pub(super) async fn session(
         content,
     )
     .into_response())
+}
+
+/// The session's standing orders: what the user set for the rest of the session, whether
+/// each still holds, and how to change that.
+fn orders_section(snapshot: &Snapshot, key: &SessionKey) -> Markup {
+    let orders = snapshot
+        .context
+        .capsule()
+        .map(|c| c.orders.orders.as_slice())
+        .unwrap_or_default();
+    let state = |o: &ctxkeeper_core::orders::StandingOrder| -> String {
+        match (o.withdrawn, o.superseded_by, o.pinned) {
+            (true, _, _) => "withdrawn".into(),
+            (_, Some(by), _) => format!("replaced (message {by})"),
+            (_, None, true) => "current, pinned".into(),
+            _ => "current".into(),
+        }
+    };
+    html! {
+        section #orders {
+            h2 { "Standing orders (" (orders.iter().filter(|o| o.is_current()).count()) " current)" }
+            @if orders.is_empty() {
+                p.muted { "None read yet: the capsule reads them at the session's first compaction." }
+            } @else {
+                table {
+                    thead { tr { th { "#" } th { "Kind" } th { "State" } th { "Statement" } th { "Message" } } }
+                    tbody {
+                        @for (index, order) in orders.iter().enumerate() {
+                            tr.current[order.is_current()] {
+                                td { (index) }
+                                td { (order.kind.as_str()) }
+                                td { (state(order)) }
+                                td { (order.text) }
+                                td { (order.log_index) }
+                            }
+                        }
+                    }
+                }
+                p.muted {
+                    "Pin, withdraw or reinstate one: "
+                    code { "PATCH /admin/sessions/" (key.session()) "/orders/N" }
+                    " with " code { "{\"pinned\": true}" } " or " code { "{\"current\": false}" } "."
+                }
+            }
+        }
+    }
 }
 
 pub(super) async fn archived(
