@@ -142,6 +142,41 @@ pub struct SummaryRequest {
     /// summarizer is told so; [`check_summary`] restores any it left out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub must_keep: Vec<String>,
+    /// The operator's own instructions (`[policy.summary] instructions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+impl SummaryRequest {
+    /// What a model summarizer is told beyond its prompt, in one text: the operator's
+    /// instructions, the compaction's focus, and the standing orders it must keep word for
+    /// word. `None` when there is none of them.
+    pub fn guidance(&self) -> Option<String> {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(instructions) = self.instructions.as_deref().map(str::trim)
+            && !instructions.is_empty()
+        {
+            parts.push(format!(
+                "The operator's instructions for every summary: {instructions}"
+            ));
+        }
+        if let Some(focus) = self.focus.as_deref().map(str::trim)
+            && !focus.is_empty()
+        {
+            parts.push(focus.to_string());
+        }
+        if !self.must_keep.is_empty() {
+            let mut orders = String::from(
+                "The user set these standing orders in the messages above; keep each one, word for word, in the summary:",
+            );
+            for statement in &self.must_keep {
+                orders.push_str("\n- ");
+                orders.push_str(&one_line(statement, 1_000));
+            }
+            parts.push(orders);
+        }
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
 }
 
 /// A structured summary.
@@ -735,6 +770,7 @@ mod tests {
             reason: SummaryReason::Proactive,
             max_output_tokens: 600,
             must_keep: Vec::new(),
+            instructions: None,
         }
     }
 
@@ -800,6 +836,25 @@ mod tests {
             "- User: Migrate the parser to nom 8.\n- `parse_header` ported.",
         );
         assert!(check_summary(&mut summary, &source, &[], &[]).is_clean());
+    }
+
+    #[test]
+    fn a_model_summarizer_is_told_instructions_focus_and_orders() {
+        let mut request = request(vec![Message::user("Hi.")]);
+        assert_eq!(request.guidance(), None);
+        request.instructions = Some("Keep ticket numbers.".into());
+        request.focus = Some("the invoice test".into());
+        request.must_keep = vec!["Never deploy on Fridays.".into()];
+        let guidance = request.guidance().unwrap_or_default();
+        let at = |needle: &str| guidance.find(needle).unwrap_or(usize::MAX);
+        assert!(
+            at("Keep ticket numbers.") < at("the invoice test"),
+            "{guidance}"
+        );
+        assert!(
+            at("the invoice test") < at("\n- Never deploy on Fridays."),
+            "{guidance}"
+        );
     }
 
     /// A model summary that drops a standing order gets it back verbatim (and passes the

@@ -187,7 +187,7 @@ impl UpstreamSummarizer {
             &request.schema,
             request.messages.len(),
             &last,
-            request.focus.as_deref(),
+            request.guidance().as_deref(),
             request.max_output_tokens,
         );
         append_instruction(wire, &mut body, instruction);
@@ -460,6 +460,7 @@ mod tests {
             reason: SummaryReason::Proactive,
             max_output_tokens: 700,
             must_keep: Vec::new(),
+            instructions: None,
         }
     }
 

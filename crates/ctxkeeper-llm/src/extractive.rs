@@ -47,6 +47,7 @@
 //!     reason: SummaryReason::Proactive,
 //!     max_output_tokens: 600,
 //!     must_keep: Vec::new(),
+//!     instructions: None,
 //! };
 //! let summary = ExtractiveSummarizer::new().summarize_now(&request);
 //! assert_eq!(summary.produced_by, "extractive");
@@ -533,6 +534,7 @@ impl Facts {
             reason: ctxkeeper_core::summary::SummaryReason::Proactive,
             max_output_tokens: 0,
             must_keep: Vec::new(),
+            instructions: None,
         };
         let facts = Facts::gather(&request);
         let mut out = Vec::new();
@@ -1174,6 +1176,7 @@ mod tests {
             reason: SummaryReason::Proactive,
             max_output_tokens: 800,
             must_keep: Vec::new(),
+            instructions: None,
         }
     }
 

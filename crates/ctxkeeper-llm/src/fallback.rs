@@ -20,6 +20,7 @@
 //!     reason: SummaryReason::Overflow,
 //!     max_output_tokens: 500,
 //!     must_keep: Vec::new(),
+//!     instructions: None,
 //! };
 //! let summary = fallback_truncation(&request);
 //! assert!(summary.degraded);
@@ -173,6 +174,7 @@ mod tests {
             reason: SummaryReason::Proactive,
             max_output_tokens,
             must_keep: Vec::new(),
+            instructions: None,
         }
     }
 

@@ -37,6 +37,7 @@
 //!     reason: SummaryReason::Proactive,
 //!     max_output_tokens: 500,
 //!     must_keep: Vec::new(),
+//!     instructions: None,
 //! };
 //! let summary = summarizer.summarize(&request).await.unwrap();
 //! let text = summary.render(&request.schema);

@@ -21,6 +21,7 @@
 //!     reason: SummaryReason::Manual,
 //!     max_output_tokens: 400,
 //!     must_keep: Vec::new(),
+//!     instructions: None,
 //! };
 //! let outcome = summarizer.summarize_reported(&request).await;
 //! assert!(outcome.failure.is_none());
@@ -204,6 +205,7 @@ mod tests {
             reason: SummaryReason::Proactive,
             max_output_tokens: 200,
             must_keep: Vec::new(),
+            instructions: None,
         }
     }
 

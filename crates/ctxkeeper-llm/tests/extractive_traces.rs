@@ -87,6 +87,7 @@ fn request(
         reason: SummaryReason::Proactive,
         max_output_tokens,
         must_keep: Vec::new(),
+        instructions: None,
     }
 }
 

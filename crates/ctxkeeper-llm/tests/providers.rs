@@ -280,6 +280,7 @@ fn request(messages: Vec<Message>) -> SummaryRequest {
         reason: SummaryReason::Proactive,
         max_output_tokens: 500,
         must_keep: Vec::new(),
+        instructions: None,
     }
 }
 

@@ -463,6 +463,14 @@ impl PolicyConfig {
         if let Some(capsule) = &self.capsule {
             capsule.validate().map_err(ConfigError)?;
         }
+        if let Some(instructions) = &self.summary.instructions {
+            let chars = instructions.chars().count();
+            if chars > MAX_SUMMARY_INSTRUCTIONS {
+                return Err(ConfigError(format!(
+                    "summary.instructions is {chars} characters; at most {MAX_SUMMARY_INSTRUCTIONS} are accepted (they go with every summary call)"
+                )));
+            }
+        }
         if self.overflow.max_attempts == 0 {
             return Err(ConfigError(
                 "overflow.max_attempts must be at least 1".into(),
@@ -839,6 +847,10 @@ impl Default for OverflowConfig {
     }
 }
 
+/// The longest `[policy.summary] instructions` accepted, in characters: they ride along in
+/// every summary call.
+pub const MAX_SUMMARY_INSTRUCTIONS: usize = 4_000;
+
 /// Where the summary goes and how it reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -846,6 +858,11 @@ pub struct SummaryConfig {
     pub schema: SummarySchema,
     /// Instruction prompt for model summarizers (`compression_prompt`); `None` = built-in.
     pub compression_prompt: Option<String>,
+    /// The operator's own instructions, added to whichever prompt a model summarizer uses
+    /// ("always keep ticket numbers", "write the summary in German"); at most
+    /// [`MAX_SUMMARY_INSTRUCTIONS`] characters. The extractive summarizer has no model and
+    /// does not read them.
+    pub instructions: Option<String>,
     /// Template of the summary message; `{summary}`, `{count}` and `{reference}` are filled.
     pub summary_template: String,
     /// Upper bound on the summary length.
@@ -872,6 +889,7 @@ impl Default for SummaryConfig {
         SummaryConfig {
             schema: SummarySchema::default(),
             compression_prompt: None,
+            instructions: None,
             summary_template: "[Summary of {count} earlier messages; the originals are archived at {reference}]\n\n{summary}".to_string(),
             max_summary_tokens: 1_200,
             incremental: true,

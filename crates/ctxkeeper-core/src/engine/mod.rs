@@ -943,6 +943,7 @@ impl Engine {
             },
             max_output_tokens: self.config.summary.max_summary_tokens,
             must_keep: Vec::new(),
+            instructions: self.config.summary.instructions.clone(),
         }
     }
 }

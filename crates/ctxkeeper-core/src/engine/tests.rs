@@ -1346,3 +1346,36 @@ fn the_estimate_follows_the_density_of_each_message() {
         "estimated {estimated}, real {real}"
     );
 }
+
+/// The operator's summary instructions are read from `[summary]`, reach every summary
+/// request, and an oversized text is refused with the field's name.
+#[test]
+fn summary_instructions_are_read_bounded_and_passed_on() {
+    let config =
+        PolicyConfig::from_toml_str("[summary]\ninstructions = \"Keep every ticket number.\"\n")
+            .unwrap_or_default();
+    assert_eq!(
+        config.summary.instructions.as_deref(),
+        Some("Keep every ticket number.")
+    );
+    let request = Engine::new(config, model()).summary_request(
+        vec![Message::user("Hi.")],
+        None,
+        CompactionReason::Manual,
+        None,
+    );
+    assert_eq!(
+        request.instructions.as_deref(),
+        Some("Keep every ticket number.")
+    );
+    let long = format!("[summary]\ninstructions = \"{}\"\n", "x".repeat(4_001));
+    let error = PolicyConfig::from_toml_str(&long)
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("summary.instructions")),
+        "{error:?}"
+    );
+}
