@@ -264,3 +264,45 @@ fn live_messages_are_not_repeated() {
     let text = capsule.render(&CapsuleConfig::default(), 32_000, &[0]);
     assert!(!text.contains("still in the context"));
 }
+
+// Codex: a session whose only user text is its environment context still keeps it once the
+// message leaves the context (no file touched, no user words).
+#[test]
+fn the_environment_alone_is_kept_when_its_message_leaves() {
+    let env = "<environment_context>\n  <cwd>/srv/app</cwd>\n  <shell>bash</shell>\n</environment_context>";
+    let capsule = absorbed(vec![Message::user(env), Message::assistant("Ready.")]);
+    let live_env = capsule.render(&CapsuleConfig::default(), 32_000, &[0, 1]);
+    assert_eq!(live_env, "", "nothing has left the context yet");
+    let left = capsule.render(&CapsuleConfig::default(), 32_000, &[1]);
+    assert!(left.contains("## Environment"), "{left}");
+    assert!(left.contains("/srv/app"), "{left}");
+}
+
+// Claude Code sends system messages mid-conversation (sub-agent types, skills); they are kept
+// like instructions once they leave, each text once, while a repeat of the leading
+// instructions (still in the context) adds nothing.
+#[test]
+fn system_messages_sent_mid_session_are_kept_like_instructions() {
+    let capsule = absorbed(vec![
+        Message::system("You are a coding agent. Never commit secrets."),
+        Message::user("Fix the flaky cache test."),
+        Message::system("Available sub-agents: reviewer, tester."),
+        Message::assistant("On it."),
+        Message::system("You are a coding agent. Never commit secrets."),
+        Message::system("Available sub-agents: reviewer, tester."),
+    ]);
+    assert_eq!(capsule.system_notes.len(), 1, "{:?}", capsule.system_notes);
+    let text = capsule.render(&CapsuleConfig::default(), 32_000, &[0]);
+    assert!(
+        text.contains("## Instructions sent during the session"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("Available sub-agents: reviewer, tester.")
+            .count(),
+        1,
+        "{text}"
+    );
+    // The leading instructions' rule is no standing order of the capsule: it stays in context.
+    assert!(!text.contains("Never commit secrets"), "{text}");
+}
