@@ -97,6 +97,11 @@ impl StandingOrder {
     }
 }
 
+/// The most statements a session keeps (they travel in its saved state): past it the oldest
+/// replaced or withdrawn one goes first, then the oldest fact, then the oldest of the rest;
+/// a pinned one never. Their messages stay archived.
+pub const MAX_ORDERS: usize = 512;
+
 /// The standing orders of a session, in log order.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -192,6 +197,18 @@ impl StandingOrders {
             withdrawn: false,
             subject,
         });
+        if self.orders.len() > MAX_ORDERS {
+            let unpinned = |o: &&StandingOrder| !o.pinned;
+            let oldest = |pick: &dyn Fn(&StandingOrder) -> bool| {
+                self.orders.iter().position(|o| unpinned(&o) && pick(o))
+            };
+            if let Some(at) = oldest(&|o| !o.is_current())
+                .or_else(|| oldest(&|o| o.kind == OrderKind::Fact))
+                .or_else(|| oldest(&|_| true))
+            {
+                self.orders.remove(at);
+            }
+        }
     }
 
     /// An operator's edit of the order at `index` (its position in [`StandingOrders::orders`]):
@@ -1142,6 +1159,34 @@ mod tests {
         for (text, kind) in cases {
             assert_eq!(classify(text), kind, "{text}");
         }
+    }
+
+    #[test]
+    fn a_long_session_keeps_a_bounded_number_of_statements() {
+        let mut orders = StandingOrders::default();
+        orders.read(Role::User, "Never push to main.", 0);
+        assert!(orders.edit(0, Some(true), None).is_ok());
+        orders.read(Role::User, "The budget cap is $1,000.", 1);
+        orders.read(Role::User, "The budget cap is $2,000.", 2);
+        orders.read(Role::User, "My employee ID is EMP-20931.", 3);
+        orders.read(Role::User, "Never touch file_first.rs.", 4);
+        for n in 0..MAX_ORDERS {
+            orders.read(
+                Role::User,
+                &format!("Never touch file_{n}.rs."),
+                5 + n as u64,
+            );
+        }
+        assert_eq!(orders.orders.len(), MAX_ORDERS);
+        let kept = |text: &str| orders.orders.iter().any(|o| o.text == text);
+        // The replaced cap went first, then the fact, then the oldest of the rest; the
+        // pinned rule and the newest stay.
+        assert!(!kept("The budget cap is $1,000."));
+        assert!(!kept("My employee ID is EMP-20931."));
+        assert!(!kept("The budget cap is $2,000."));
+        assert!(!kept("Never touch file_first.rs."));
+        assert!(kept("Never push to main."));
+        assert!(kept(&format!("Never touch file_{}.rs.", MAX_ORDERS - 1)));
     }
 
     #[test]
