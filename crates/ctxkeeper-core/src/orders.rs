@@ -626,13 +626,17 @@ fn speaks_of_self(lower: &str) -> bool {
     // Fillers an order may open with: "please", "also", "and", "ok", "so".
     const FILLERS: [&str; 8] = ["please", "also", "and", "ok", "okay", "so", "yes", "sure"];
     let first = words.iter().find(|w| !FILLERS.contains(w));
-    let first_person = first.is_some_and(|w| {
-        matches!(
-            w.replace('\u{2019}', "'").as_str(),
-            "i" | "i'm" | "i've" | "i'd" | "i'll" | "me" | "my" | "im" | "ive"
-        )
-    });
+    let first_person = first.is_some_and(|w| is_first_person(w) || matches!(*w, "me" | "my"));
     first_person && !words.contains(&"you")
+}
+
+/// Whether a lowercased word is the speaker as subject ("I", "I'm", "I'll", curly apostrophe
+/// or none).
+fn is_first_person(word: &str) -> bool {
+    matches!(
+        word.replace('\u{2019}', "'").as_str(),
+        "i" | "i'm" | "i've" | "i'd" | "i'll" | "im" | "ive"
+    )
 }
 
 /// Whether a rule cue occurs in `lower` as an order: opening the sentence or a clause, or
@@ -662,12 +666,7 @@ fn addressed_rule(lower: &str, cue: &str) -> bool {
             .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '\u{2019}'))
             .filter(|w| !w.is_empty())
             .collect();
-        let first_person = clause.iter().any(|w| {
-            matches!(
-                w.replace('\u{2019}', "'").as_str(),
-                "i" | "i'll" | "i'd" | "i'm" | "i've" | "im" | "ive"
-            )
-        });
+        let first_person = clause.iter().any(|w| is_first_person(w));
         if first_person && !clause.contains(&"you") {
             return false;
         }
@@ -691,23 +690,13 @@ fn addressed_rule(lower: &str, cue: &str) -> bool {
             .find(|w| !ADVERBS.contains(w));
         match previous {
             None | Some("") => true,
-            Some(word) => !matches!(
-                word.replace('\u{2019}', "'").as_str(),
-                "i" | "i'll"
-                    | "i'd"
-                    | "i'm"
-                    | "i've"
-                    | "im"
-                    | "there"
-                    | "it"
-                    | "that"
-                    | "which"
-                    | "this"
-                    | "he"
-                    | "she"
-                    | "they"
-                    | "who"
-            ),
+            Some(word) => {
+                !is_first_person(word)
+                    && !matches!(
+                        word,
+                        "there" | "it" | "that" | "which" | "this" | "he" | "she" | "they" | "who"
+                    )
+            }
         }
     })
 }

@@ -73,6 +73,25 @@ async fn send_messages(
     request.send().await.unwrap()
 }
 
+/// A gateway whose model has a 20,000-token window, over a mock upstream of the same
+/// window, as `edit` configures it: the upstream and the state directory live as long as
+/// the caller keeps them.
+async fn compacting_gateway(
+    edit: impl FnOnce(&mut ctxkeeper_gateway::GatewayConfig),
+) -> (
+    ctxkeeper_mock_upstream::MockServer,
+    tempfile::TempDir,
+    common::Running,
+) {
+    let upstream = mock(20_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.profiles = profile(20_000);
+    edit(&mut cfg);
+    let gw = common::start(cfg).await;
+    (upstream, dir, gw)
+}
+
 fn profile(window: u64) -> Profiles {
     Profiles::from_toml_str(&format!(
         "[models.\"cc-model\"]\ncontext_window = {window}\ntokenizer = \"o200k_base\"\n"
@@ -434,11 +453,7 @@ fn task_as_own_message(body: &Value) -> bool {
 #[tokio::test]
 async fn the_pin_header_keeps_the_newest_user_message_through_every_compaction() {
     for pin in [true, false] {
-        let upstream = mock(20_000).await;
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(&dir, &upstream.anthropic_base_url());
-        cfg.profiles = profile(20_000);
-        let gw = common::start(cfg).await;
+        let (upstream, _dir, gw) = compacting_gateway(|_| {}).await;
         let headers: &[(&str, &str)] = if pin {
             &[
                 ("x-ctxkeeper-session", "pinned"),
@@ -477,11 +492,7 @@ async fn the_pin_header_keeps_the_newest_user_message_through_every_compaction()
 async fn the_focus_header_steers_the_summaries_of_its_requests() {
     const FOCUS: &str = "the invoice rounding in src/f2.rs";
     for focused in [true, false] {
-        let upstream = mock(20_000).await;
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(&dir, &upstream.anthropic_base_url());
-        cfg.profiles = profile(20_000);
-        let gw = common::start(cfg).await;
+        let (upstream, _dir, gw) = compacting_gateway(|_| {}).await;
         let headers: &[(&str, &str)] = if focused {
             &[
                 ("x-ctxkeeper-session", "focused"),
@@ -518,12 +529,8 @@ async fn the_focus_header_steers_the_summaries_of_its_requests() {
 /// are refused with the reason.
 #[tokio::test]
 async fn standing_orders_are_listed_and_edited_through_the_admin_api() {
-    let upstream = mock(20_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
-    cfg.profiles = profile(20_000);
-    cfg.admin_token = Some("admin-secret".into());
-    let gw = common::start(cfg).await;
+    let (_upstream, _dir, gw) =
+        compacting_gateway(|cfg| cfg.admin_token = Some("admin-secret".into())).await;
     let body = |steps: usize| {
         let mut body = pinned_body(steps);
         body["messages"][0]["content"] = json!(format!(
