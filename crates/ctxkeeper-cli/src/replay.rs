@@ -609,6 +609,20 @@ fn fidelity_rows(report: &ReplayReport) -> Vec<(&'static str, String)> {
             ),
         ),
         (
+            "long-range strings lost most",
+            if report.next_action_lost.is_empty() {
+                "none".to_string()
+            } else {
+                report
+                    .next_action_lost
+                    .iter()
+                    .take(8)
+                    .map(|(string, steps)| format!("{string} ({steps})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        (
             "references resolving",
             format!(
                 "{} ({} shown)",

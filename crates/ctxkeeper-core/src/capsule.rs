@@ -17,6 +17,9 @@
 //! - **the live plan**: the latest `TodoWrite` / `update_plan` / task-list call, verbatim;
 //! - **the open problem**: the last failing command or test, with the head and tail of its
 //!   error, until the same command succeeds;
+//! - **the working set**: the lines of the agent's own earlier calls and notes naming what it
+//!   kept using, most used first, then the other names still in use
+//!   ([`crate::working_set`]), in whatever room the context has left;
 //!
 //! followed (in the summary message) by the narrative: the structured summary.
 //!
@@ -56,6 +59,7 @@ use crate::fidelity::PLAN_TOOLS;
 use crate::model::{Message, Part, Role};
 use crate::orders::{self, OrderKind, StandingOrder, StandingOrders};
 use crate::untrusted::{is_heading_like, one_line, push_fenced};
+use crate::working_set::WorkingSet;
 
 /// How the capsule's message opens.
 pub const CAPSULE_TITLE: &str = "[Session capsule:";
@@ -80,7 +84,7 @@ fn text_hash(text: &str) -> u64 {
 
 /// How the capsule's sections open: a line of the user's own text that reads like one is
 /// escaped, so that even the user's words cannot open a second section of the capsule.
-const SECTION_PREFIXES: [&str; 8] = [
+const SECTION_PREFIXES: [&str; 9] = [
     "## Standing orders",
     "## Instructions sent during the session",
     "## The user's own words",
@@ -88,6 +92,7 @@ const SECTION_PREFIXES: [&str; 8] = [
     "## Files (last action)",
     "## Plan (",
     "## Open problem",
+    "## Working set",
     CAPSULE_TITLE,
 ];
 
@@ -140,6 +145,10 @@ pub struct CapsuleConfig {
     /// (their message shortened or counted); past it the oldest are counted with their
     /// references.
     pub orders_budget_ratio: f64,
+    /// Share of the window the working set may take: the lines of the agent's own earlier
+    /// calls and notes that name what it is still using ([`crate::working_set`]); 0 turns it
+    /// off.
+    pub working_set_budget_ratio: f64,
 }
 
 impl Default for CapsuleConfig {
@@ -153,6 +162,7 @@ impl Default for CapsuleConfig {
             max_plan_chars: 4_000,
             standing_orders: true,
             orders_budget_ratio: 0.40,
+            working_set_budget_ratio: 0.02,
         }
     }
 }
@@ -168,6 +178,11 @@ impl CapsuleConfig {
         (self.orders_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize
     }
 
+    /// The characters the working set may take.
+    pub fn working_set_budget_chars(&self, window: u64) -> usize {
+        (self.working_set_budget_ratio * window as f64 * CHARS_PER_TOKEN) as usize
+    }
+
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.instruction_budget_ratio > 0.0 && self.instruction_budget_ratio < 1.0) {
@@ -180,6 +195,12 @@ impl CapsuleConfig {
             return Err(format!(
                 "capsule.orders_budget_ratio must be in (0, 1), got {}",
                 self.orders_budget_ratio
+            ));
+        }
+        if !(self.working_set_budget_ratio >= 0.0 && self.working_set_budget_ratio < 1.0) {
+            return Err(format!(
+                "capsule.working_set_budget_ratio must be in [0, 1), got {}",
+                self.working_set_budget_ratio
             ));
         }
         if self.head_chars < 20 {
@@ -293,6 +314,9 @@ pub struct Capsule {
     /// them later in the session add nothing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     leading: Vec<u64>,
+    /// The names the agent's own calls and notes were using, and their lines.
+    #[serde(skip_serializing_if = "WorkingSet::is_empty")]
+    pub working_set: WorkingSet,
 }
 
 impl Capsule {
@@ -360,6 +384,7 @@ impl Capsule {
             }
             Role::Assistant => {
                 self.conversation_started = true;
+                self.working_set.read(message, index);
                 self.pending.clear();
                 for (id, name, arguments) in message.tool_calls() {
                     self.read_call(name, arguments, index);
@@ -556,6 +581,24 @@ impl Capsule {
     /// in ascending order: what the model can read there is not repeated. `window` sizes the
     /// instruction budget. Empty when nothing it read has left the context yet.
     pub fn render(&self, config: &CapsuleConfig, window: u64, live: &[u64]) -> String {
+        self.render_within(
+            config,
+            window,
+            live,
+            config.working_set_budget_chars(window),
+        )
+    }
+
+    /// [`Capsule::render`] with the working set held to `working_set_chars`: it is the one
+    /// elastic section, given only the room the context has left, so it never pushes the
+    /// recent rounds out.
+    pub fn render_within(
+        &self,
+        config: &CapsuleConfig,
+        window: u64,
+        live: &[u64],
+        working_set_chars: usize,
+    ) -> String {
         let live = Live(live);
         if !self.anything_left(live) {
             return String::new();
@@ -649,6 +692,11 @@ impl Capsule {
             out.push_str("\n\n## Files (last action)\n");
             self.render_files(config.max_files, &mut out);
         }
+        self.working_set.render(
+            working_set_chars.min(config.working_set_budget_chars(window)),
+            &|index| live.contains(index),
+            &mut out,
+        );
         if let Some(plan) = &self.plan
             && !live.contains(plan.log_index)
         {
@@ -805,7 +853,8 @@ impl Capsule {
     }
 
     /// An upper bound of the length of [`Capsule::render`]'s text, in bytes, as if everything
-    /// the capsule read had left the context; computed without rendering.
+    /// the capsule read had left the context, without the working set (the elastic section
+    /// [`Capsule::render_within`] sizes to the room left); computed without rendering.
     pub fn size_bound(&self, config: &CapsuleConfig, window: u64) -> usize {
         if self.instructions.is_empty()
             && self.system_notes.is_empty()
@@ -883,6 +932,9 @@ impl Capsule {
                 .problem
                 .as_ref()
                 .is_some_and(|p| !live.contains(p.log_index))
+            || self
+                .working_set
+                .anything_left(&|index| live.contains(index))
     }
 
     fn render_files(&self, max_files: usize, out: &mut String) {

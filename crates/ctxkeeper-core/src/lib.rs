@@ -43,5 +43,6 @@ pub mod stats;
 pub mod summary;
 pub mod tokens;
 pub mod untrusted;
+pub mod working_set;
 
 pub use error::{ParseError, Position};

@@ -257,11 +257,18 @@ pub struct ReplayReport {
     pub next_action_recall: Option<f64>,
     pub next_action_long_range_strings: usize,
     pub next_action_long_range_recall: Option<f64>,
+    /// The long-range strings the requests lost most often, with the number of steps that
+    /// lost each (at most [`LOST_STRINGS_SHOWN`], most often first): what to look at when the
+    /// long-range recall is low.
+    pub next_action_lost: Vec<(String, usize)>,
     pub engine_time_us: EngineTime,
     /// Input tokens of every step, in order (for charts).
     #[serde(skip)]
     pub input_tokens_per_step: Vec<u64>,
 }
+
+/// How many of the most often lost strings [`ReplayReport::next_action_lost`] lists.
+pub const LOST_STRINGS_SHOWN: usize = 30;
 
 /// The cap of [`ReplayReport::min_recent_rounds_verbatim`].
 pub const VERBATIM_ROUNDS_CAP: usize = 5;
@@ -412,6 +419,7 @@ struct FidelityTotals {
     next_kept: usize,
     next_long: usize,
     next_long_kept: usize,
+    lost: std::collections::HashMap<String, usize>,
 }
 
 impl FidelityTotals {
@@ -437,6 +445,9 @@ impl FidelityTotals {
         self.next_kept += step.next_action.kept;
         self.next_long += step.next_action.long_range;
         self.next_long_kept += step.next_action.long_range_kept;
+        for string in &step.next_action.lost_long_range {
+            *self.lost.entry(string.clone()).or_default() += 1;
+        }
         self.refs_shown += step.references.len();
         for reference in &step.references {
             if let Some(resolves) = policy.resolve_reference(reference) {
@@ -459,6 +470,11 @@ impl FidelityTotals {
         report.next_action_recall = share(self.next_kept as f64, self.next_strings);
         report.next_action_long_range_strings = self.next_long;
         report.next_action_long_range_recall = share(self.next_long_kept as f64, self.next_long);
+        let mut lost: Vec<(String, usize)> =
+            self.lost.iter().map(|(s, n)| (s.clone(), *n)).collect();
+        lost.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        lost.truncate(LOST_STRINGS_SHOWN);
+        report.next_action_lost = lost;
     }
 }
 

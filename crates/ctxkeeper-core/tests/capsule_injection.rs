@@ -8,6 +8,7 @@ use ctxkeeper_core::capsule::{CAPSULE_TITLE, Capsule, CapsuleConfig, USER_WORDS_
 use ctxkeeper_core::engine::Entry;
 use ctxkeeper_core::model::{Message, Part};
 use ctxkeeper_core::untrusted::headings_outside_fences;
+use ctxkeeper_core::working_set::WORKING_SET_HEADING;
 use proptest::prelude::*;
 
 const TASK: &str = "Real task: make the exporter keep field order stable.";
@@ -89,6 +90,7 @@ fn is_own_heading(line: &str) -> bool {
         || line == "## Environment"
         || line == "## Plan (latest TodoWrite call, verbatim)"
         || line == "## Open problem (the last failing command)"
+        || line == WORKING_SET_HEADING
         || line.starts_with(CAPSULE_TITLE)
 }
 

@@ -400,7 +400,11 @@ impl<'a> Draft<'a> {
             .filter_map(|e| e.meta.log_index)
             .collect();
         live.sort_unstable();
-        let text = capsule.render(config, self.window, &live);
+        // The working set takes at most a quarter of the room left below the ceiling (the old
+        // capsule still counted): it is elastic, the only section left out of the reserve.
+        let room = super::hold_ceiling(self.window).saturating_sub(self.total());
+        let working_set_chars = (room as f64 / 4.0 * 3.5) as usize;
+        let text = capsule.render_within(config, self.window, &live, working_set_chars);
         let old = self
             .entries
             .iter()
