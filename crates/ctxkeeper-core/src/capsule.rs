@@ -210,6 +210,24 @@ impl CapsuleConfig {
     }
 }
 
+/// The user's messages kept at most one by one in the capsule's data; past it the oldest
+/// archived ones are folded into [`FoldedWords`].
+pub const MAX_WORDS: usize = 1_024;
+
+/// The user's oldest messages, folded into a count and their archive references.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoldedWords {
+    pub count: usize,
+    /// Merged line ranges per archive file (`…/context.jsonl#L1-L900`), and other references.
+    pub references: Vec<String>,
+}
+
+impl FoldedWords {
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
 /// One text the user wrote, as it was.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Instruction {
@@ -314,6 +332,11 @@ pub struct Capsule {
     /// them later in the session add nothing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     leading: Vec<u64>,
+    /// The oldest of the user's messages past [`MAX_WORDS`], archived and only counted from
+    /// then on: what a compaction reads of the user's words stays bounded however long the
+    /// session (no window shows thousands of messages, even as heads).
+    #[serde(skip_serializing_if = "FoldedWords::is_empty")]
+    pub folded_words: FoldedWords,
     /// The names the agent's own calls and notes were using, and their lines.
     #[serde(skip_serializing_if = "WorkingSet::is_empty")]
     pub working_set: WorkingSet,
@@ -492,6 +515,34 @@ impl Capsule {
             log_index: index,
             reference: None,
         }));
+        if self.instructions.len() > MAX_WORDS {
+            self.fold_oldest_words();
+        }
+    }
+
+    /// Folds the oldest archived messages of the user's words (down to three quarters of
+    /// [`MAX_WORDS`]) into [`Capsule::folded_words`]; one not archived yet stops the fold.
+    fn fold_oldest_words(&mut self) {
+        let excess = self.instructions.len() - MAX_WORDS * 3 / 4;
+        let archived = self
+            .instructions
+            .iter()
+            .take(excess)
+            .take_while(|i| i.reference.is_some())
+            .count();
+        if archived == 0 {
+            return;
+        }
+        let folded: Vec<Arc<Instruction>> = self.instructions.drain(..archived).collect();
+        self.folded_words.count += folded.len();
+        let references = merge_line_ranges(
+            self.folded_words
+                .references
+                .iter()
+                .map(String::as_str)
+                .chain(folded.iter().filter_map(|i| i.reference.as_deref())),
+        );
+        self.folded_words.references = references;
     }
 
     fn read_call(&mut self, name: &str, arguments: &str, index: u64) {
@@ -658,7 +709,7 @@ impl Capsule {
             let budget_chars = (SYSTEM_NOTES_RATIO * window as f64 * CHARS_PER_TOKEN) as usize;
             render_instructions(&notes, config.head_chars, budget_chars, &mut out);
         }
-        if !words.is_empty() {
+        if !words.is_empty() || !self.folded_words.is_empty() {
             out.push_str("\n\n");
             out.push_str(USER_WORDS_HEADING);
             out.push('\n');
@@ -673,7 +724,14 @@ impl Capsule {
             } else {
                 Vec::new()
             };
-            render_planned(&words, &forms, config.head_chars, &replaced, &mut out);
+            render_planned(
+                &words,
+                &forms,
+                config.head_chars,
+                &replaced,
+                &self.folded_words,
+                &mut out,
+            );
         }
         if self.working_directory.is_some() || self.environment.is_some() {
             out.push_str("\n\n## Environment\n");
@@ -692,9 +750,19 @@ impl Capsule {
             out.push_str("\n\n## Files (last action)\n");
             self.render_files(config.max_files, &mut out);
         }
+        // The file list shows its paths (and their file names): not repeated there.
+        let listed: std::collections::HashSet<&str> = self
+            .files
+            .iter()
+            .flat_map(|f| {
+                let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+                [f.path.as_str(), name]
+            })
+            .collect();
         self.working_set.render(
             working_set_chars.min(config.working_set_budget_chars(window)),
             &|index| live.contains(index),
+            &|name| listed.contains(name),
             &mut out,
         );
         if let Some(plan) = &self.plan
@@ -916,10 +984,12 @@ impl Capsule {
     /// Whether anything the capsule read has left the context: until then it has nothing to
     /// add to what the model reads.
     fn anything_left(&self, live: Live<'_>) -> bool {
-        self.instructions
-            .iter()
-            .chain(&self.system_notes)
-            .any(|i| !live.contains(i.log_index))
+        !self.folded_words.is_empty()
+            || self
+                .instructions
+                .iter()
+                .chain(&self.system_notes)
+                .any(|i| !live.contains(i.log_index))
             || self
                 .environment_index
                 .is_some_and(|index| !live.contains(index))
@@ -1089,7 +1159,7 @@ fn render_instructions(
     out: &mut String,
 ) {
     let forms = plan_words(words, head_chars, budget_chars);
-    render_planned(words, &forms, head_chars, &[], out);
+    render_planned(words, &forms, head_chars, &[], &FoldedWords::default(), out);
 }
 
 /// The user's words in the forms planned for them; after a message, each statement of it
@@ -1099,6 +1169,7 @@ fn render_planned(
     forms: &[Form],
     head_chars: usize,
     replaced: &[(u64, &str)],
+    folded: &FoldedWords,
     out: &mut String,
 ) {
     let counted: Vec<&&Instruction> = words
@@ -1107,11 +1178,17 @@ fn render_planned(
         .filter(|(_, f)| **f == Form::Counted)
         .map(|(i, _)| i)
         .collect();
-    if !counted.is_empty() {
-        let refs = merge_line_ranges(counted.iter().filter_map(|i| i.reference.as_deref()));
+    if !counted.is_empty() || !folded.is_empty() {
+        let refs = merge_line_ranges(
+            folded
+                .references
+                .iter()
+                .map(String::as_str)
+                .chain(counted.iter().filter_map(|i| i.reference.as_deref())),
+        );
         out.push_str(&format!(
             "[{} earlier messages of the user are archived at {}]\n",
-            counted.len(),
+            counted.len() + folded.count,
             if refs.is_empty() {
                 "the session log".to_string()
             } else {

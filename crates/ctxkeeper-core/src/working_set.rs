@@ -36,12 +36,12 @@
 //! set.read(&call, 7);
 //! let mut out = String::new();
 //! // Message 7 left the context: its names are shown with the line that carried them.
-//! set.render(2_000, &|_| false, &mut out);
+//! set.render(2_000, &|_| false, &|_| false, &mut out);
 //! assert!(out.contains("PYTHONPATH=. pytest -q tests/test_cli.py"));
 //! assert!(out.contains("timeout_ms: 120000"));
 //! // While it is still in the context, nothing is repeated.
 //! let mut again = String::new();
-//! set.render(2_000, &|index| index == 7, &mut again);
+//! set.render(2_000, &|index| index == 7, &|_| false, &mut again);
 //! assert!(again.is_empty());
 //! ```
 
@@ -56,7 +56,10 @@ use crate::salience::salient_strings;
 use crate::untrusted::push_fenced;
 
 /// The heading of the capsule's working-set section.
-pub const WORKING_SET_HEADING: &str = "## Working set (lines of the agent's own earlier calls and notes naming what it was working with, most used first into the budget; the calls are archived)";
+pub const WORKING_SET_HEADING: &str = "## Working set (what the agent's own earlier calls and notes kept naming, most used first; the calls are archived)";
+
+/// A budget below this many characters holds a handful of names: no section is worth it.
+pub const MIN_BUDGET_CHARS: usize = 600;
 
 /// Assistant messages after which a use of a name counts half.
 pub const HALF_LIFE: f64 = 20.0;
@@ -233,9 +236,18 @@ impl WorkingSet {
 
     /// Appends the section (heading and lines) within about `budget_chars`, skipping the
     /// lines of messages the model can still read (`live`); nothing when no line is left.
-    pub fn render(&self, budget_chars: usize, live: &dyn Fn(u64) -> bool, out: &mut String) {
+    ///
+    /// `shown_elsewhere` names what the capsule already shows (the paths of its file list):
+    /// those names are not repeated.
+    pub fn render(
+        &self,
+        budget_chars: usize,
+        live: &dyn Fn(u64) -> bool,
+        shown_elsewhere: &dyn Fn(&str) -> bool,
+        out: &mut String,
+    ) {
         let overhead = WORKING_SET_HEADING.len() + 16;
-        if budget_chars <= overhead {
+        if budget_chars < MIN_BUDGET_CHARS.max(overhead + 1) {
             return;
         }
         // The names still in use whose newest line left the context, heaviest first.
@@ -245,11 +257,8 @@ impl WorkingSet {
             .filter_map(|(name, u)| {
                 let weight = decayed(u.weight, self.clock - u.at);
                 let line = self.lines.get(&u.line)?;
-                (weight >= MIN_WEIGHT && !live(line.log_index)).then_some((
-                    name.as_str(),
-                    weight,
-                    u.line,
-                ))
+                (weight >= MIN_WEIGHT && !live(line.log_index) && !shown_elsewhere(name))
+                    .then_some((name.as_str(), weight, u.line))
             })
             .collect();
         if names.is_empty() {
@@ -425,7 +434,7 @@ mod tests {
 
     fn rendered(set: &WorkingSet, budget: usize) -> String {
         let mut out = String::new();
-        set.render(budget, &|_| false, &mut out);
+        set.render(budget, &|_| false, &|_| false, &mut out);
         out
     }
 
@@ -450,12 +459,14 @@ mod tests {
                 i + 1,
             );
         }
-        let small = rendered(&set, WORKING_SET_HEADING.len() + 60);
+        let small = rendered(&set, MIN_BUDGET_CHARS);
         assert!(
             occurs(&small, "add_argument") && occurs(&small, "run_main"),
             "{small}"
         );
-        assert!(!small.contains("legacy_loader"), "{small}");
+        // The heavy names come first; whatever room is left goes to the faded ones.
+        let at = |name: &str| small.find(name).unwrap_or(usize::MAX);
+        assert!(at("run_main") < at("legacy_loader"), "{small}");
         // A name another listed one holds is not listed again.
         assert_eq!(small.matches("add_argument").count(), 1, "{small}");
         // With room, the old names are shown too: they fade, they are not dropped by age.
@@ -483,7 +494,7 @@ mod tests {
         assert!(text.contains("timeout_ms: 120000"));
         // Its newest use (message 4) is still in context: nothing to show.
         let mut out = String::new();
-        set.render(2_000, &|index| index == 4, &mut out);
+        set.render(2_000, &|index| index == 4, &|_| false, &mut out);
         assert!(out.is_empty(), "{out}");
     }
 

@@ -980,34 +980,25 @@ fn tool_name_for(state: &ContextState, call_id: &str) -> Option<String> {
         })
 }
 
-/// The texts of every user message of the session the engine still knows: those of the
-/// context before and after the compaction (the engine's own messages aside), and those the
-/// session capsule keeps of messages archived earlier.
+/// The user texts the model could have read when it wrote a summary: those of the context
+/// before and after the compaction (the engine's own messages aside) and the session capsule's
+/// text, which shows the user's words and standing orders of the messages archived earlier.
+/// Bounded by the window, never by the session's length: a long session's words that the
+/// capsule only counts were seen by no model, and a quote of them proves nothing.
 fn session_user_texts<'a>(state: &'a ContextState, draft: &'a [Entry]) -> Vec<&'a str> {
-    let messages = state
+    let mut texts: Vec<&str> = state
         .entries
         .iter()
         .chain(draft)
-        .filter(|e| !e.meta.synthetic);
-    let mut texts: Vec<&str> = messages
-        .filter(|e| e.message.role == Role::User)
+        .filter(|e| {
+            e.message.role == Role::User && (!e.meta.synthetic || stages::is_capsule_entry(e))
+        })
         .flat_map(|e| &e.message.parts)
         .filter_map(|part| match part {
             Part::Text { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect();
-    let capsules = [
-        state.capsule(),
-        draft.iter().find_map(|e| e.meta.capsule.as_deref()),
-    ];
-    texts.extend(
-        capsules
-            .into_iter()
-            .flatten()
-            .flat_map(|capsule| &capsule.instructions)
-            .map(|instruction| instruction.text.as_str()),
-    );
     texts.sort_unstable();
     texts.dedup();
     texts

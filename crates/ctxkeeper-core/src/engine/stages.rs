@@ -401,8 +401,13 @@ impl<'a> Draft<'a> {
             .collect();
         live.sort_unstable();
         // The working set takes at most a quarter of the room left below the ceiling (the old
-        // capsule still counted): it is elastic, the only section left out of the reserve.
-        let room = super::hold_ceiling(self.window).saturating_sub(self.total());
+        // capsule still counted): it is elastic, the only section left out of the reserve. A
+        // recovery from an overflow has the limit it must get under as its ceiling.
+        let ceiling = match self.reason {
+            CompactionReason::Overflow => self.target.min(super::hold_ceiling(self.window)),
+            _ => super::hold_ceiling(self.window),
+        };
+        let room = ceiling.saturating_sub(self.total());
         let working_set_chars = (room as f64 / 4.0 * 3.5) as usize;
         let text = capsule.render_within(config, self.window, &live, working_set_chars);
         let old = self
@@ -1094,7 +1099,7 @@ impl<'a> Draft<'a> {
 
 /// The capsule's message: pinned, written by the engine, and opening with the capsule's title
 /// (its data is moved out of the draft's copy while a plan runs).
-fn is_capsule_entry(entry: &Entry) -> bool {
+pub(super) fn is_capsule_entry(entry: &Entry) -> bool {
     entry.meta.capsule.is_some()
         || (entry.meta.pinned
             && entry.meta.synthetic
