@@ -306,3 +306,59 @@ fn system_messages_sent_mid_session_are_kept_like_instructions() {
     // The leading instructions' rule is no standing order of the capsule: it stays in context.
     assert!(!text.contains("Never commit secrets"), "{text}");
 }
+
+// A session of thousands of user messages: the capsule's data keeps the newest one by one
+// and folds the oldest archived ones into a count, so a compaction's work stays bounded; the
+// rendered count and references still account for every message.
+#[test]
+fn the_oldest_archived_words_fold_into_a_count_past_the_bound() {
+    let total = MAX_WORDS * 2;
+    let mut capsule = Capsule::default();
+    for index in 0..total as u64 {
+        let entry = {
+            let mut entry = Entry::new(Message::user(format!(
+                "Message number {index} about the weekly report."
+            )));
+            entry.meta.log_index = Some(index);
+            entry
+        };
+        capsule.absorb(std::slice::from_ref(&entry));
+        capsule.note_archived(
+            index,
+            &format!("sessions/s/context.jsonl#L{}-L{}", index + 1, index + 1),
+        );
+    }
+    assert!(capsule.instructions.len() <= MAX_WORDS);
+    assert_eq!(
+        capsule.folded_words.count + capsule.instructions.len(),
+        total,
+        "every message is either kept or counted"
+    );
+    // The folded references merge into one line range of the archive file.
+    assert_eq!(capsule.folded_words.references.len(), 1);
+    let text = render(&capsule);
+    // The newest is shown verbatim; the count names every message not shown, folded or not.
+    assert!(
+        text.contains(&format!("Message number {} about", total - 1)),
+        "{text}"
+    );
+    let shown = (0..total)
+        .filter(|i| text.contains(&format!("Message number {i} about")))
+        .count();
+    assert!(
+        text.contains(&format!(
+            "[{} earlier messages of the user are archived at sessions/s/context.jsonl#L1-L",
+            total - shown
+        )),
+        "{text}"
+    );
+    // A message not archived yet is never folded (its words would have no reference).
+    let mut unarchived = Capsule::default();
+    for index in 0..(MAX_WORDS + 10) as u64 {
+        let mut entry = Entry::new(Message::user(format!("Unarchived message {index}.")));
+        entry.meta.log_index = Some(index);
+        unarchived.absorb(std::slice::from_ref(&entry));
+    }
+    assert_eq!(unarchived.folded_words.count, 0);
+    assert_eq!(unarchived.instructions.len(), MAX_WORDS + 10);
+}
