@@ -126,7 +126,11 @@ impl WorkingSet {
     /// Whether a line of a message that left the context (`live` is false for it) would be
     /// shown.
     pub fn anything_left(&self, live: &dyn Fn(u64) -> bool) -> bool {
-        self.lines.values().any(|l| !live(l.log_index))
+        self.names.values().any(|u| {
+            self.lines
+                .get(&u.line)
+                .is_some_and(|line| !live(line.log_index))
+        })
     }
 
     /// Reads an assistant message at `log_index` (other roles are ignored): its tool calls'
@@ -167,7 +171,11 @@ impl WorkingSet {
         if self.names.len() > MAX_NAMES {
             self.prune();
         }
-        self.collect_lines();
+        // Lines no name points to are collected once they outnumber the names (amortized:
+        // a pass over the names per message would cost O(names) on every read).
+        if self.lines.len() > 2 * self.names.len().max(64) {
+            self.collect_lines();
+        }
     }
 
     /// Records `line` and the names it carries (each name's weight grows once per message).
@@ -506,7 +514,7 @@ mod tests {
             set.read(&patch("src/gen.py", &body), i);
         }
         assert!(set.names.len() <= MAX_NAMES);
-        assert!(set.lines.len() <= set.names.len());
+        assert!(set.lines.len() <= 2 * set.names.len());
         // The newest survive the pruning, the oldest did not.
         let text = rendered(&set, 100_000);
         assert!(text.contains("value_2999"));
