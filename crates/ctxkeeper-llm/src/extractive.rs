@@ -1055,13 +1055,73 @@ fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
         head += 1;
     }
     let marker_room = 40;
+    // The newest lines take most of what is left; the rest goes to the lines in between that
+    // carry the most (directives, errors, paths and identifiers), whatever their position, so
+    // an omission marker never hides a rule the user set or the error being fought merely
+    // because it sat in the middle.
+    let tail_limit = used + (budget - used) * (100 - MIDDLE_SHARE_PERCENT) / 100;
     let mut tail_start = lines.len();
-    while tail_start > head && used + cost(&lines[tail_start - 1]) + marker_room <= budget {
-        used += cost(&lines[tail_start - 1]);
+    while tail_start > head {
+        let next = used + cost(&lines[tail_start - 1]);
+        let newest = tail_start == lines.len();
+        if next + marker_room > budget || (!newest && next > tail_limit) {
+            break;
+        }
+        used = next;
         tail_start -= 1;
     }
-    let omitted = tail_start - head;
-    render_lines(lines[..head].iter(), omitted, &lines[tail_start..])
+    let mut ranked: Vec<usize> = (head..tail_start).collect();
+    ranked.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(middle_rank(&lines[i])),
+            std::cmp::Reverse(i),
+        )
+    });
+    let mut picked = vec![false; lines.len()];
+    for i in ranked {
+        if middle_rank(&lines[i]) == 0 {
+            break;
+        }
+        // Each pick may open one more gap: its marker is counted with it.
+        if used + cost(&lines[i]) + 2 * marker_room <= budget {
+            used += cost(&lines[i]) + marker_room;
+            picked[i] = true;
+        }
+    }
+    let mut out = String::new();
+    let mut push = |line: &str| {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("- ");
+        out.push_str(line);
+    };
+    let mut gap = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if i < head || i >= tail_start || picked[i] {
+            if gap > 0 {
+                push(&format!("[… {gap} earlier lines omitted …]"));
+                gap = 0;
+            }
+            push(line);
+        } else {
+            gap += 1;
+        }
+    }
+    out
+}
+
+/// Share of a field's room, after its oldest lines, kept for the ranked lines in between.
+const MIDDLE_SHARE_PERCENT: usize = 35;
+
+/// How much a line in the middle of a field carries: 4 for a directive ("never", "always",
+/// "must", "do not"), else [`score_line`] (errors, paths and identifiers, numbers).
+fn middle_rank(line: &str) -> u8 {
+    let lower = line.to_ascii_lowercase();
+    let directive = ["never ", "always ", " must ", "do not ", "don't "]
+        .iter()
+        .any(|cue| lower.contains(cue));
+    if directive { 4 } else { score_line(line) }
 }
 
 fn render_lines<'a>(
@@ -1555,6 +1615,29 @@ mod tests {
             "{fitted}"
         );
         assert!(!fitted.contains("toolu_01AcuN3D5jpLU6q…"), "{fitted}");
+    }
+
+    /// A directive or an error in the middle of a long field outranks the lines around it:
+    /// the omission markers fall on what carries least, not on whatever sat in the middle.
+    #[test]
+    fn fit_lines_keeps_the_middle_lines_that_carry_most() {
+        let mut lines: Vec<String> = (0..60)
+            .map(|i| format!("step {} went fine as expected", "x".repeat(i % 3 + 1)))
+            .collect();
+        lines[20] = "User constraint: never push to the main branch".to_string();
+        lines[35] = "error: test_round_half_even failed in tests/test_money.py".to_string();
+        let text = fit_lines(&lines, 1_100, 0.3);
+        assert!(text.len() <= 1_100, "{}", text.len());
+        assert!(text.contains("never push to the main branch"), "{text}");
+        assert!(text.contains("tests/test_money.py"), "{text}");
+        // Two gaps, each with its own count: what was dropped is still counted in full.
+        let markers: Vec<usize> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("- [… ")?.split(' ').next()?.parse().ok())
+            .collect();
+        let shown = text.lines().count() - markers.len();
+        assert!(markers.len() >= 2, "{text}");
+        assert_eq!(markers.iter().sum::<usize>() + shown, lines.len(), "{text}");
     }
 
     #[test]
