@@ -24,7 +24,8 @@
 //! Each field is merged with the previous summary's (previous lines first, duplicates
 //! dropped) and bounded by a share of `max_output_tokens` measured cheaply in characters;
 //! what does not fit is dropped from the middle (task overview keeps its oldest lines, current
-//! state and next steps their newest) with a count of what was omitted. The first field starts
+//! state and next steps their newest), except the middle lines that carry most (directives,
+//! then errors, paths and identifiers) within a share of the room, each gap counted. The first field starts
 //! with a label saying that this is an extractive summary made without a model. Custom schema
 //! fields it does not know keep the previous summary's text.
 //!
