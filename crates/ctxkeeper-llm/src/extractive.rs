@@ -1046,7 +1046,7 @@ fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
     let cost = |line: &String| line.len() + 3;
     let total: usize = lines.iter().map(cost).sum();
     if total <= budget {
-        return render_lines(lines.iter(), 0, &[]);
+        return render_kept(lines, |_| true);
     }
     let head_budget = (budget as f32 * head_fraction) as usize;
     let mut used = 0;
@@ -1089,6 +1089,12 @@ fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
             picked[i] = true;
         }
     }
+    render_kept(lines, |i| i < head || i >= tail_start || picked[i])
+}
+
+/// The lines `keep` selects as bullets, in order, each run of the others counted by one
+/// omission marker.
+fn render_kept(lines: &[String], keep: impl Fn(usize) -> bool) -> String {
     let mut out = String::new();
     let mut push = |line: &str| {
         if !out.is_empty() {
@@ -1099,7 +1105,7 @@ fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
     };
     let mut gap = 0;
     for (i, line) in lines.iter().enumerate() {
-        if i < head || i >= tail_start || picked[i] {
+        if keep(i) {
             if gap > 0 {
                 push(&format!("[… {gap} earlier lines omitted …]"));
                 gap = 0;
@@ -1108,6 +1114,9 @@ fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
         } else {
             gap += 1;
         }
+    }
+    if gap > 0 {
+        push(&format!("[… {gap} earlier lines omitted …]"));
     }
     out
 }
@@ -1123,31 +1132,6 @@ fn middle_rank(line: &str) -> u8 {
         .iter()
         .any(|cue| lower.contains(cue));
     if directive { 4 } else { score_line(line) }
-}
-
-fn render_lines<'a>(
-    head: impl Iterator<Item = &'a String>,
-    omitted: usize,
-    tail: &[String],
-) -> String {
-    let mut out = String::new();
-    let mut push = |line: &str| {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str("- ");
-        out.push_str(line);
-    };
-    for line in head {
-        push(line);
-    }
-    if omitted > 0 {
-        push(&format!("[… {omitted} earlier lines omitted …]"));
-    }
-    for line in tail {
-        push(line);
-    }
-    out
 }
 
 /// Short rendering of tool-call arguments: the first two `key=value` pairs of a JSON object,
@@ -1639,6 +1623,19 @@ mod tests {
         let shown = text.lines().count() - markers.len();
         assert!(markers.len() >= 2, "{text}");
         assert_eq!(markers.iter().sum::<usize>() + shown, lines.len(), "{text}");
+    }
+
+    /// When the oldest lines take the room and the newest does not fit, what follows them is
+    /// still counted, never dropped silently.
+    #[test]
+    fn lines_after_the_head_are_counted_when_no_newest_line_fits() {
+        let mut lines: Vec<String> = (0..6)
+            .map(|i| format!("early line {i} {}", "w".repeat(40)))
+            .collect();
+        lines.push(format!("newest {}", "z".repeat(200)));
+        let text = fit_lines(&lines, 400, 0.9);
+        assert!(!text.contains("newest"), "{text}");
+        assert!(text.ends_with("earlier lines omitted …]"), "{text}");
     }
 
     #[test]
