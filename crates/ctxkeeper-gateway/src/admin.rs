@@ -25,13 +25,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
+use ctxkeeper_core::orders::StandingOrder;
 use ctxkeeper_store::{SearchQuery, SessionFilter, SessionKey, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Gateway;
 use crate::error::ApiError;
-use crate::sessions::PatchError;
+use crate::sessions::{PatchError, SessionError, Sessions};
 use crate::tenancy::{TENANT_HEADER, TenantRule};
 
 /// The admin routes, to be nested under `/admin`.
@@ -216,12 +217,63 @@ async fn orders(
     Ok(axum::Json(json!({"id": id, "orders": items})).into_response())
 }
 
-/// What `PATCH /admin/sessions/{id}/orders/{n}` may change.
-#[derive(Debug, Deserialize)]
+/// A change to one standing order: the body of `PATCH /admin/sessions/{id}/orders/{n}`, or
+/// one of the console's buttons ([`OrderEdit::action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct OrderEdit {
+pub(crate) struct OrderEdit {
     pinned: Option<bool>,
     current: Option<bool>,
+}
+
+impl OrderEdit {
+    /// The console's actions, each one field of the API's body.
+    pub(crate) const ACTIONS: [&'static str; 4] = ["pin", "unpin", "withdraw", "reinstate"];
+
+    /// The edit a console action names (one of [`OrderEdit::ACTIONS`]).
+    pub(crate) fn action(action: &str) -> Option<OrderEdit> {
+        let (pinned, current) = match action {
+            "pin" => (Some(true), None),
+            "unpin" => (Some(false), None),
+            "withdraw" => (None, Some(false)),
+            "reinstate" => (None, Some(true)),
+            _ => return None,
+        };
+        Some(OrderEdit { pinned, current })
+    }
+}
+
+/// Why an order edit was not applied.
+#[derive(Debug)]
+pub(crate) enum OrderEditError {
+    /// The edit names nothing to change.
+    Empty,
+    UnknownSession,
+    /// The session has no order at that position (or none yet): why, for the caller.
+    UnknownOrder(String),
+    Session(SessionError),
+}
+
+/// Applies `edit` to order `index` of the session and saves it. The admin API and the
+/// console both edit through here, so they cannot drift apart.
+pub(crate) async fn apply_order_edit(
+    sessions: &Sessions,
+    key: &SessionKey,
+    index: usize,
+    edit: OrderEdit,
+) -> Result<StandingOrder, OrderEditError> {
+    if edit.pinned.is_none() && edit.current.is_none() {
+        return Err(OrderEditError::Empty);
+    }
+    match sessions
+        .edit_order(key, index, edit.pinned, edit.current)
+        .await
+    {
+        Ok(Some(Ok(order))) => Ok(order),
+        Ok(Some(Err(why))) => Err(OrderEditError::UnknownOrder(why)),
+        Ok(None) => Err(OrderEditError::UnknownSession),
+        Err(err) => Err(OrderEditError::Session(err)),
+    }
 }
 
 async fn edit_order(
@@ -238,18 +290,16 @@ async fn edit_order(
             "the body must be JSON like {{\"pinned\": true}} or {{\"current\": false}}: {e}"
         ))
     })?;
-    if edit.pinned.is_none() && edit.current.is_none() {
-        return Err(ApiError::invalid_request(
-            "nothing to change: give \"pinned\" or \"current\" (true or false)",
-        ));
-    }
-    let edited = gw
-        .sessions
-        .edit_order(&key, index, edit.pinned, edit.current)
+    let edited = apply_order_edit(&gw.sessions, &key, index, edit)
         .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?
-        .map_err(ApiError::not_found)?;
+        .map_err(|err| match err {
+            OrderEditError::Empty => ApiError::invalid_request(
+                "nothing to change: give \"pinned\" or \"current\" (true or false)",
+            ),
+            OrderEditError::UnknownSession => not_found(&id),
+            OrderEditError::UnknownOrder(why) => ApiError::not_found(why),
+            OrderEditError::Session(err) => store_error(err),
+        })?;
     Ok(axum::Json(json!({"id": id, "order": order_json(index, &edited)})).into_response())
 }
 
@@ -425,6 +475,22 @@ mod tests {
         assert!(!constant_time_eq(b"secreT", b"secret"));
         assert!(!constant_time_eq(b"secret-longer", b"secret"));
         assert!(!constant_time_eq(b"", b"secret"));
+    }
+
+    #[test]
+    fn each_console_action_is_one_field_of_the_api_body() {
+        let body = |text: &str| serde_json::from_str::<OrderEdit>(text).unwrap();
+        let expected = [
+            body(r#"{"pinned": true}"#),
+            body(r#"{"pinned": false}"#),
+            body(r#"{"current": false}"#),
+            body(r#"{"current": true}"#),
+        ];
+        for (action, edit) in OrderEdit::ACTIONS.iter().zip(expected) {
+            assert_eq!(OrderEdit::action(action), Some(edit), "{action}");
+        }
+        assert_eq!(OrderEdit::action("explode"), None);
+        assert_eq!(OrderEdit::action(""), None);
     }
 
     #[test]

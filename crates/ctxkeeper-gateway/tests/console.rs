@@ -8,10 +8,12 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{chat_history, client, config, mock, start};
+use common::{chat_history, client, config, filler, mock, start};
+use ctxkeeper_core::tokens::Profiles;
+use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_gateway::ui::{Access, CONTENT_SECURITY_POLICY, Console};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const KEY: &str = "Bearer sk-console-test";
 const HOSTILE: &str = "<script>alert(\"pwned\")</script><img src=x onerror=alert(2)>";
@@ -230,6 +232,21 @@ async fn without_a_token_the_console_is_open_on_loopback_only() {
         403,
         "a DNS name rebound to loopback is refused"
     );
+    // Open without a cookie, so another site's form is refused by its origin alone; the
+    // console's own form reaches the edit (here: a session that does not exist).
+    let edit = |origin: String| {
+        client()
+            .post(gw.url("/ui/t/default/sessions/nobody/orders/0"))
+            .header("origin", origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("action=withdraw")
+            .send()
+    };
+    let forged = edit("http://evil.example".into()).await.expect("forged");
+    assert_eq!(forged.status(), 403);
+    assert!(forged.text().await.expect("body").contains("another site"));
+    let own = edit(format!("http://{}", gw.addr)).await.expect("own");
+    assert_eq!(own.status(), 404);
     gw.stop().await;
 
     // The same console on a non-loopback address refuses every page.
@@ -267,4 +284,307 @@ async fn without_a_token_the_console_is_open_on_loopback_only() {
     );
     let _ = stop.send(());
     server.await.expect("join").expect("served");
+}
+
+/// Order 0 of a session, as the admin API lists it.
+async fn order_zero(gw: &common::Running, id: &str) -> Value {
+    let listed: Value = client()
+        .get(gw.url(&format!("/admin/sessions/{id}/orders")))
+        .header("authorization", "Bearer acme-token-1")
+        .send()
+        .await
+        .expect("orders")
+        .json()
+        .await
+        .expect("json");
+    listed["orders"][0].clone()
+}
+
+/// The buttons of order 0's row on the session page (the values they post).
+fn row_zero_buttons(page: &str, id: &str) -> Vec<String> {
+    let form = format!(r#"action="/ui/t/acme/sessions/{id}/orders/0""#);
+    let start = page
+        .find(&form)
+        .unwrap_or_else(|| panic!("order 0 has a form: {page}"));
+    let row = &page[start..];
+    let row = &row[..row.find("</form>").expect("form closes")];
+    row.split(r#"name="action" value=""#)
+        .skip(1)
+        .map(|rest| rest.split('"').next().expect("value").to_string())
+        .collect()
+}
+
+/// The session page's buttons pin, withdraw and reinstate a standing order through the same
+/// edit the admin API makes, and only from the console's own pages, for the caller's
+/// tenant, inside the gateway; the standalone console shows the orders read-only.
+#[tokio::test]
+async fn standing_orders_are_edited_from_the_session_page() {
+    const ID: &str = "orders-1";
+    let upstream = mock(20_000).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.profiles = Profiles::from_toml_str(
+        "[models.\"cc-model\"]\ncontext_window = 20000\ntokenizer = \"o200k_base\"\n",
+    )
+    .expect("profiles");
+    cfg.tenants = TenantRule::default()
+        .with_token("acme", "acme-token-1")
+        .expect("token")
+        .with_token("globex", "globex-token-1")
+        .expect("token");
+    let gw = start(cfg).await;
+
+    // The capsule reads the orders at the session's first compaction.
+    let mut messages = vec![json!({"role": "user", "content":
+        "Fix the failing invoice test. Never push to main. The release codename is KESTREL."})];
+    for i in 0..40 {
+        let id = format!("toolu_{i:04}");
+        messages.push(
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": id,
+            "name": "Bash", "input": {"command": format!("cat src/f{i}.rs")}}]}),
+        );
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result",
+            "tool_use_id": id, "content": filler(i, 6_000)}]}));
+        let response = client()
+            .post(gw.url("/v1/messages"))
+            .header("x-api-key", "sk-ant-console-orders-0123456789")
+            .header("anthropic-version", "2023-06-01")
+            .header("x-ctxkeeper-tenant-token", "acme-token-1")
+            .header("x-ctxkeeper-session", ID)
+            .json(&json!({"model": "cc-model", "max_tokens": 1000, "messages": messages,
+                "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]}))
+            .send()
+            .await
+            .expect("messages");
+        assert_eq!(response.status(), 200, "step {i}");
+        if !order_zero(&gw, ID).await.is_null() {
+            break;
+        }
+    }
+    assert!(Metrics::get(&gw.gateway.metrics.compactions) >= 1);
+    let first = order_zero(&gw, ID).await;
+    assert_eq!(first["current"], true, "{first}");
+    assert_eq!(first["pinned"], false, "{first}");
+
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let own = format!("http://{}", gw.addr);
+    let post = |path: &str, origin: &str, token: &str, body: &str| {
+        no_redirects
+            .post(gw.url(path))
+            .header("authorization", format!("Bearer {token}"))
+            .header("origin", origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.to_string())
+            .send()
+    };
+    let edit = |action: &str| {
+        post(
+            "/ui/t/acme/sessions/orders-1/orders/0",
+            &own,
+            "acme-token-1",
+            &format!("action={action}"),
+        )
+    };
+    let page = || async {
+        client()
+            .get(gw.url("/ui/t/acme/sessions/orders-1"))
+            .header("authorization", "Bearer acme-token-1")
+            .send()
+            .await
+            .expect("page")
+            .text()
+            .await
+            .expect("body")
+    };
+
+    // Only the buttons that change something, named for what they do.
+    let before = page().await;
+    assert_eq!(row_zero_buttons(&before, ID), ["pin", "withdraw"]);
+    assert!(before.contains(">Pin</button>") && before.contains(">Withdraw</button>"));
+    assert_eq!(before.matches("<script").count(), 1, "no inline script");
+
+    let withdrawn = edit("withdraw").await.expect("withdraw");
+    assert_eq!(withdrawn.status(), 303);
+    assert_eq!(
+        withdrawn.headers()["location"],
+        "/ui/t/acme/sessions/orders-1#orders"
+    );
+    let order = order_zero(&gw, ID).await;
+    assert_eq!(
+        (&order["withdrawn"], &order["current"]),
+        (&json!(true), &json!(false)),
+        "{order}"
+    );
+    assert_eq!(row_zero_buttons(&page().await, ID), ["pin", "reinstate"]);
+
+    assert_eq!(edit("reinstate").await.expect("reinstate").status(), 303);
+    let order = order_zero(&gw, ID).await;
+    assert_eq!(
+        (&order["withdrawn"], &order["current"]),
+        (&json!(false), &json!(true)),
+        "{order}"
+    );
+
+    assert_eq!(edit("pin").await.expect("pin").status(), 303);
+    assert_eq!(order_zero(&gw, ID).await["pinned"], true);
+    assert_eq!(row_zero_buttons(&page().await, ID), ["unpin", "withdraw"]);
+    let settled = order_zero(&gw, ID).await;
+
+    // Refused, and nothing changes: another site's form, another tenant's token, no token.
+    let forged = post(
+        "/ui/t/acme/sessions/orders-1/orders/0",
+        "http://evil.example",
+        "acme-token-1",
+        "action=withdraw",
+    )
+    .await
+    .expect("forged");
+    assert_eq!(forged.status(), 403);
+    let stranger = post(
+        "/ui/t/acme/sessions/orders-1/orders/0",
+        &own,
+        "globex-token-1",
+        "action=withdraw",
+    )
+    .await
+    .expect("stranger");
+    assert_eq!(stranger.status(), 403);
+    let anonymous = post(
+        "/ui/t/acme/sessions/orders-1/orders/0",
+        &own,
+        "",
+        "action=withdraw",
+    )
+    .await
+    .expect("anonymous");
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(order_zero(&gw, ID).await, settled);
+
+    // A position the session does not have, an unknown action, an unknown session.
+    let beyond = post(
+        "/ui/t/acme/sessions/orders-1/orders/999",
+        &own,
+        "acme-token-1",
+        "action=withdraw",
+    )
+    .await
+    .expect("beyond");
+    assert_eq!(beyond.status(), 400);
+    assert!(
+        beyond
+            .text()
+            .await
+            .expect("body")
+            .contains("no standing order 999")
+    );
+    let not_a_number = post(
+        "/ui/t/acme/sessions/orders-1/orders/first",
+        &own,
+        "acme-token-1",
+        "action=withdraw",
+    )
+    .await
+    .expect("not a number");
+    assert_eq!(not_a_number.status(), 400);
+    for body in ["action=explode", "", "colour=red"] {
+        let unknown = post(
+            "/ui/t/acme/sessions/orders-1/orders/0",
+            &own,
+            "acme-token-1",
+            body,
+        )
+        .await
+        .expect("unknown action");
+        assert_eq!(unknown.status(), 400, "{body:?}");
+        assert!(
+            unknown
+                .text()
+                .await
+                .expect("body")
+                .contains("unknown action"),
+            "{body:?}"
+        );
+    }
+    let nobody = post(
+        "/ui/t/acme/sessions/nobody/orders/0",
+        &own,
+        "acme-token-1",
+        "action=withdraw",
+    )
+    .await
+    .expect("nobody");
+    assert_eq!(nobody.status(), 404);
+    assert!(nobody.text().await.expect("body").contains("no session"));
+    let bad_id = post(
+        "/ui/t/acme/sessions/..%2Fx/orders/0",
+        &own,
+        "acme-token-1",
+        "action=withdraw",
+    )
+    .await
+    .expect("bad id");
+    assert_eq!(bad_id.status(), 400);
+    assert_eq!(order_zero(&gw, ID).await, settled);
+
+    // The standalone console over the same store: the orders read-only, the edit refused.
+    let bus = ctxkeeper_store::open_event_bus("memory://")
+        .await
+        .expect("bus");
+    let console = Console::standalone(
+        gw.gateway.sessions.store().clone(),
+        gw.gateway.sessions.archive().clone(),
+        bus,
+        Access::new(None, TenantRule::default(), [127, 0, 0, 1].into()),
+    );
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(console.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    let standalone = client()
+        .get(format!("http://{addr}/ui/t/acme/sessions/orders-1"))
+        .send()
+        .await
+        .expect("standalone page")
+        .text()
+        .await
+        .expect("body");
+    assert!(standalone.contains("Never push to main."), "{standalone}");
+    assert!(
+        standalone.contains("<td>current, pinned</td>"),
+        "the edit is in the store: {standalone}"
+    );
+    assert!(standalone.contains(r#"id="orders-read-only""#));
+    assert!(standalone.contains("PATCH /admin/sessions/orders-1/orders/N"));
+    assert!(
+        !standalone.contains("order-actions")
+            && !standalone.contains("<button type=\"submit\" name=\"action\"")
+    );
+    let refused = client()
+        .post(format!(
+            "http://{addr}/ui/t/acme/sessions/orders-1/orders/0"
+        ))
+        .header("origin", format!("http://{addr}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("action=withdraw")
+        .send()
+        .await
+        .expect("standalone edit");
+    assert_eq!(refused.status(), 405);
+    assert_eq!(refused.headers()["allow"], "");
+    let why = refused.text().await.expect("body");
+    assert!(
+        why.contains("read-only") && why.contains("PATCH /admin/sessions/"),
+        "{why}"
+    );
+    assert_eq!(order_zero(&gw, ID).await, settled);
+    let _ = stop.send(());
+    server.await.expect("join").expect("served");
+    gw.stop().await;
 }

@@ -100,6 +100,11 @@ impl Sessions {
                     Some(capsule) => capsule.orders.edit(index, pinned, current).cloned(),
                     None => Err("the session has no standing orders yet (they are read at its first compaction)".to_string()),
                 };
+                if edited.is_ok() {
+                    // The edit rewrites an entry already stored, which an incremental save
+                    // (new entries only) would not carry: write the whole context.
+                    slot.stored_shape = None;
+                }
                 outcome = Some(edited);
                 Ok(())
             })

@@ -7,7 +7,8 @@
 //! | `GET /ui` | the login form, or a redirect to the caller's tenant |
 //! | `POST /ui/login`, `POST /ui/logout` | sets / clears the console's cookie |
 //! | `GET /ui/t/{tenant}/sessions?sort=…&q=…` | the tenant's sessions |
-//! | `GET /ui/t/{tenant}/sessions/{id}?page=…` | one session: chart, summary, capsule, compactions |
+//! | `GET /ui/t/{tenant}/sessions/{id}?page=…` | one session: chart, summary, capsule, standing orders, compactions |
+//! | `POST /ui/t/{tenant}/sessions/{id}/orders/{n}` | `action=pin\|unpin\|withdraw\|reinstate` on standing order `n`, then back to the session (inside the gateway only) |
 //! | `GET /ui/t/{tenant}/sessions/{id}/archive?ref=…&offset=…` | an archived item, paged |
 //! | `GET /ui/t/{tenant}/sessions/{id}/search?q=…` | search of the session's log and archive |
 //! | `GET /ui/t/{tenant}/sessions/{id}/events` | the session's events (server-sent events) |
@@ -20,7 +21,9 @@
 //! `SameSite=Strict` cookie scoped to `/ui`; a request with an `Authorization` header uses that
 //! instead. With no token configured the console is open only when the server listens on a
 //! loopback address and the request names a loopback host (not a DNS name rebound to it), and
-//! refused otherwise.
+//! refused otherwise. Every form post must also come from the console's own pages
+//! (its `Origin`, when a browser sends one, names this host): on an open loopback console
+//! there is no cookie that another site's form would lack.
 //!
 //! **Rendering** is on the server ([maud](https://maud.lambda.xyz), which escapes every
 //! interpolated value); the chart is an SVG drawn on the server ([`chart`]). Every answer
@@ -30,7 +33,8 @@
 //! The data: the session's state (its context, and the [`timeline`](crate::sessions::timeline) the gateway records in it
 //! with every committed step), its log (full-text search) and the archive (read, grep). The
 //! same pages run inside `ctxkeeper serve` ([`Console::for_gateway`]) and over a store alone
-//! (`ctxkeeper ui`, [`Console::standalone`]).
+//! (`ctxkeeper ui`, [`Console::standalone`]); only inside the gateway may they change a
+//! session (its standing orders), since the gateway serving a session owns its state.
 
 mod archive_text;
 pub mod chart;
@@ -41,6 +45,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -54,6 +59,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_perc
 use serde::Deserialize;
 
 use crate::Gateway;
+use crate::admin::{OrderEdit, OrderEditError, apply_order_edit};
 use crate::metrics::Metrics;
 use crate::sessions::Subscription;
 use crate::tenancy::{TENANT_HEADER, TenantRule};
@@ -206,6 +212,7 @@ impl Console {
             .route("/ui/t/{tenant}/sessions/{id}/archive", get(archive_page))
             .route("/ui/t/{tenant}/sessions/{id}/search", get(search_page))
             .route("/ui/t/{tenant}/sessions/{id}/events", get(events))
+            .route("/ui/t/{tenant}/sessions/{id}/orders/{n}", post(edit_order))
             .route("/ui/t/{tenant}/totals", get(totals_page))
             // Unknown console paths answer the console's own 404 page; the rest of the
             // server keeps its own.
@@ -228,6 +235,20 @@ impl Console {
 
     pub(crate) fn metrics(&self) -> Option<&Arc<Metrics>> {
         self.inner.metrics.as_ref()
+    }
+
+    /// The gateway whose sessions this console may change: none when standalone, where a
+    /// gateway serving the session would race the edit.
+    fn gateway(&self) -> Option<&Arc<Gateway>> {
+        match &self.inner.live {
+            Live::Gateway(gateway) => Some(gateway),
+            Live::Bus(_) => None,
+        }
+    }
+
+    /// Whether the pages offer edits (see [`Console::gateway`]).
+    pub(crate) fn edits(&self) -> bool {
+        self.gateway().is_some()
     }
 
     /// Checks the caller's credentials for `tenant`.
@@ -660,6 +681,61 @@ async fn events(
         Some((Ok(event), subscription))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Deserialize)]
+struct OrderForm {
+    #[serde(default)]
+    action: String,
+}
+
+/// One button of the session page's standing orders: the edit the admin API's
+/// `PATCH /admin/sessions/{id}/orders/{n}` makes, then back to the session page.
+async fn edit_order(
+    State(console): State<Console>,
+    Path((tenant, id, n)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    form: Result<Form<OrderForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    if !same_origin(&headers) {
+        return Ok(cross_site());
+    }
+    console.authorize(&headers, &tenant)?;
+    let Some(gateway) = console.gateway() else {
+        return Ok(read_only());
+    };
+    let key = session_key(&tenant, &id)?;
+    let index: usize = n.parse().map_err(|_| {
+        PageError::BadRequest(format!(
+            "{n:?} is not a standing order's number (0, 1, 2, …)"
+        ))
+    })?;
+    let action = form.map(|Form(form)| form.action).unwrap_or_default();
+    let actions = OrderEdit::ACTIONS.join(", ");
+    let edit = OrderEdit::action(&action).ok_or_else(|| {
+        PageError::BadRequest(format!(
+            "unknown action {action:?}: the form's action is one of {actions}"
+        ))
+    })?;
+    match apply_order_edit(&gateway.sessions, &key, index, edit).await {
+        Ok(_) => Ok(Redirect::to(&format!("{}#orders", pages::session_href(&key))).into_response()),
+        Err(OrderEditError::UnknownSession) => Err(PageError::NotFound(format!(
+            "no session {id:?} in this tenant"
+        ))),
+        Err(OrderEditError::UnknownOrder(why)) => Err(PageError::BadRequest(why)),
+        Err(OrderEditError::Empty) => Err(PageError::BadRequest("nothing to change".into())),
+        Err(OrderEditError::Session(err)) => Err(PageError::Store(err.to_string())),
+    }
+}
+
+/// The standalone console's answer to an edit: 405, with no method allowed.
+fn read_only() -> Response {
+    let mut response = pages::error(StatusCode::METHOD_NOT_ALLOWED, pages::READ_ONLY_ORDERS);
+    // An empty `Allow`: the resource is disabled here, not served by another method.
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(""));
+    response
 }
 
 /// The process-wide counters the totals page shows, named as `/metrics` exports them.

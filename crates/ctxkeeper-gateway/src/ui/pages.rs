@@ -23,6 +23,11 @@ const COMPACTIONS_PER_PAGE: usize = 20;
 const REFS_SHOWN: usize = 50;
 /// Hits shown per source on the search page.
 const SEARCH_LIMIT: usize = 25;
+/// Why the standalone console does not change standing orders, and where to instead.
+pub(super) const READ_ONLY_ORDERS: &str = "Standing orders are read-only in the standalone \
+     console (ctxkeeper ui): the gateway serving the session owns its state, and an edit made \
+     here would race it. Change them in that gateway's console or through its admin API, \
+     PATCH /admin/sessions/{id}/orders/{n}.";
 /// Longest search accepted, in characters.
 const MAX_QUERY: usize = 200;
 /// Session states read at once for the sessions and totals pages.
@@ -116,7 +121,7 @@ fn pct(tokens: u64, window: u64) -> String {
     format!("{:.0}%", tokens as f64 * 100.0 / window as f64)
 }
 
-fn session_href(key: &SessionKey) -> String {
+pub(super) fn session_href(key: &SessionKey) -> String {
     format!(
         "/ui/t/{}/sessions/{}",
         enc(key.tenant()),
@@ -391,7 +396,7 @@ pub(super) async fn session(
                 None => p.muted { "No capsule." },
             }
         }
-        (orders_section(&snapshot, key))
+        (orders_section(&snapshot, key, console.edits()))
         section #compactions {
             h2 { "Compactions (" (totals.compactions) ")" }
             @if shown.is_empty() { p.muted { "No compaction yet." } }
@@ -416,8 +421,9 @@ pub(super) async fn session(
 }
 
 /// The session's standing orders: what the user set for the rest of the session, whether
-/// each still holds, and how to change that.
-fn orders_section(snapshot: &Snapshot, key: &SessionKey) -> Markup {
+/// each still holds, and (with `editable`, inside the gateway) a form per order to change
+/// that.
+fn orders_section(snapshot: &Snapshot, key: &SessionKey, editable: bool) -> Markup {
     let orders = snapshot
         .context
         .capsule()
@@ -431,6 +437,23 @@ fn orders_section(snapshot: &Snapshot, key: &SessionKey) -> Markup {
             _ => "current".into(),
         }
     };
+    // Only the buttons that change something: (action, label).
+    let buttons = |o: &ctxkeeper_core::orders::StandingOrder| {
+        [
+            if o.pinned {
+                ("unpin", "Unpin")
+            } else {
+                ("pin", "Pin")
+            },
+            if o.is_current() {
+                ("withdraw", "Withdraw")
+            } else {
+                ("reinstate", "Reinstate")
+            },
+        ]
+    };
+    let api = html! { code { "PATCH /admin/sessions/" (key.session()) "/orders/N" } };
+    let href = session_href(key);
     html! {
         section #orders {
             h2 { "Standing orders (" (orders.iter().filter(|o| o.is_current()).count()) " current)" }
@@ -438,7 +461,10 @@ fn orders_section(snapshot: &Snapshot, key: &SessionKey) -> Markup {
                 p.muted { "None read yet: the capsule reads them at the session's first compaction." }
             } @else {
                 table {
-                    thead { tr { th { "#" } th { "Kind" } th { "State" } th { "Statement" } th { "Message" } } }
+                    thead { tr {
+                        th { "#" } th { "Kind" } th { "State" } th { "Statement" } th { "Message" }
+                        @if editable { th { "Change" } }
+                    } }
                     tbody {
                         @for (index, order) in orders.iter().enumerate() {
                             tr.current[order.is_current()] {
@@ -447,14 +473,32 @@ fn orders_section(snapshot: &Snapshot, key: &SessionKey) -> Markup {
                                 td { (state(order)) }
                                 td { (order.text) }
                                 td { (order.log_index) }
+                                @if editable {
+                                    td {
+                                        form.order-actions method="post" action={ (href) "/orders/" (index) } {
+                                            @for (action, label) in buttons(order) {
+                                                button type="submit" name="action" value=(action) { (label) }
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
                 }
-                p.muted {
-                    "Pin, withdraw or reinstate one: "
-                    code { "PATCH /admin/sessions/" (key.session()) "/orders/N" }
-                    " with " code { "{\"pinned\": true}" } " or " code { "{\"current\": false}" } "."
+                @if editable {
+                    p.muted {
+                        "Pin: never replaced automatically, and listed first when the capsule is short of room. "
+                        "Withdraw: no longer current. Reinstate: current again, whatever replaced it. "
+                        "The capsule shows a change from the next compaction. The admin API does the same: "
+                        (api) " with " code { "{\"pinned\": true}" } " or " code { "{\"current\": false}" } "."
+                    }
+                } @else {
+                    p.muted #orders-read-only {
+                        "Read-only here: this console runs without the gateway that serves the session, "
+                        "and an edit would race it. Pin, withdraw or reinstate one in that gateway's console, or with "
+                        (api) " and " code { "{\"pinned\": true}" } " or " code { "{\"current\": false}" } "."
+                    }
                 }
             }
         }
