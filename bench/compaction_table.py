@@ -7,8 +7,8 @@ Usage: bench/compaction_table.py [--bin PATH] [--jobs N] [--json | --recall] [--
 Each cell is one `ctxkeeper replay --json` run (which also replays the unmanaged baseline).
 Cells run `--jobs` at a time (default: the number of CPUs). Without --json it prints the
 markdown table of each window; with --recall the fidelity table instead (billed input,
-next-action recall overall and long-range, the user's words, file paths, paths named in
-tool-call arguments, plan, references, leaked markers, violations); with --json one JSON object with every report, for
+next-action recall overall and long-range, the user's words, file paths (named in tool-call
+arguments, commands and patches included), plan, references, leaked markers, violations); with --json one JSON object with every report, for
 ctxkeeper-bench-report. The archive of each replay goes to a fresh scratch directory under
 /dev/shm when it exists (the figures do not depend on where it goes; only wall time does).
 """
@@ -91,8 +91,8 @@ def recall_markdown(reports, window):
         return "–" if x is None else f"{x:.2f}"
 
     lines = [
-        "| trace | policy | billed input | × unmanaged | managed steps | next-action recall (strings) | long-range recall (strings) | user's words | file paths | paths in arguments | plan | refs resolving | leaked | violations |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| trace | policy | billed input | × unmanaged | managed steps | next-action recall (strings) | long-range recall (strings) | user's words | file paths | plan | refs resolving | leaked | violations |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for d in (r for r in reports if r["window"] == window):
         b = d["baseline"]
@@ -101,7 +101,7 @@ def recall_markdown(reports, window):
             f"| {d['label']} | {d['policy']} | {d['billed_input_tokens']:,} | {bratio:.2f} | {d['fidelity_steps']} "
             f"| {share(d['next_action_recall'])} ({d['next_action_strings']}) "
             f"| {share(d['next_action_long_range_recall'])} ({d['next_action_long_range_strings']}) "
-            f"| {share(d['user_instructions_kept'])} | {share(d['file_paths_kept'])} | {share(d.get('argument_paths_kept'))} "
+            f"| {share(d['user_instructions_kept'])} | {share(d['file_paths_kept'])} "
             f"| {share(d['plan_kept'])} | {share(d['refs_resolving'])} | {d['leaked_markers']} | {d['violations']} |")
     return "\n".join(lines)
 

@@ -268,6 +268,98 @@ pub fn stands_alone(haystack: &[u8], start: usize, end: usize) -> bool {
     before && after
 }
 
+/// 3 for error lines, 2 for lines with a path or an identifier, 1 for lines with a number of
+/// two or more digits, 0 otherwise. One pass over the bytes.
+pub fn score_line(line: &str) -> u8 {
+    // One lowercase copy per line, then substring searches (std's, fast even unoptimised).
+    let lower = line.to_ascii_lowercase();
+    if is_error_line(&lower) {
+        return 3;
+    }
+    let bytes = line.as_bytes();
+    let mut digits_run = 0;
+    let mut has_number = false;
+    let mut has_path = false;
+    let mut word_letters = false;
+    let mut word_digits = false;
+    let mut word_len = 0;
+    let mut has_id = false;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b.is_ascii_digit() {
+            digits_run += 1;
+            if digits_run >= 2 {
+                has_number = true;
+            }
+        } else {
+            digits_run = 0;
+        }
+        if b == b'/' || b == b'\\' {
+            let prev = i
+                .checked_sub(1)
+                .and_then(|j| bytes.get(j))
+                .copied()
+                .unwrap_or(b' ');
+            let next = bytes.get(i + 1).copied().unwrap_or(b' ');
+            if (prev.is_ascii_alphanumeric() || prev == b'.' || prev == b' ' || prev == b'~')
+                && (next.is_ascii_alphanumeric() || next == b'_' || next == b'.')
+            {
+                has_path = true;
+            }
+        }
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'#' {
+            word_len += 1;
+            word_letters |= b.is_ascii_alphabetic();
+            word_digits |= b.is_ascii_digit();
+        } else {
+            if word_len >= 6 && word_letters && word_digits {
+                has_id = true;
+            }
+            word_len = 0;
+            word_letters = false;
+            word_digits = false;
+        }
+    }
+    if word_len >= 6 && word_letters && word_digits {
+        has_id = true;
+    }
+    if has_path || has_id || lower.contains("_id") {
+        2
+    } else if has_number {
+        1
+    } else {
+        0
+    }
+}
+
+/// Whether a line reports a failure (`error`, `exception`, `traceback`, `not found`, …);
+/// `lower` is the line in ASCII lowercase.
+pub fn is_error_line(lower: &str) -> bool {
+    const MARKERS: [&str; 10] = [
+        "error",
+        "exception",
+        "failed",
+        "failure",
+        "traceback",
+        "panic",
+        "denied",
+        "not found",
+        "fatal",
+        "invalid",
+    ];
+    MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// How much a line carries, for the places that keep some lines of a text and drop the
+/// rest: 4 for a directive ("never", "always", "must", "do not"), else [`score_line`]
+/// (errors, paths and identifiers, numbers).
+pub fn line_rank(line: &str) -> u8 {
+    let lower = line.to_ascii_lowercase();
+    let directive = ["never ", "always ", " must ", "do not ", "don't "]
+        .iter()
+        .any(|cue| lower.contains(cue));
+    if directive { 4 } else { score_line(line) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,5 +453,16 @@ mod tests {
             .collect();
         let alone: Vec<bool> = at.iter().map(|&i| stands_alone(hay, i, i + 7)).collect();
         assert_eq!(alone, vec![true, false, true]);
+    }
+
+    #[test]
+    fn scoring_prefers_errors_then_paths_and_ids() {
+        assert_eq!(score_line("Traceback (most recent call last):"), 3);
+        assert_eq!(score_line("wrote /tmp/out.txt"), 2);
+        assert_eq!(score_line("order #W4817420 shipped"), 2);
+        assert_eq!(score_line("took 1234 ms"), 1);
+        assert_eq!(score_line("all good"), 0);
+        assert_eq!(line_rank("You must never push to main."), 4);
+        assert_eq!(line_rank("Traceback (most recent call last):"), 3);
     }
 }

@@ -64,6 +64,7 @@ use ctxkeeper_core::artifacts::{FileAction, tool_call_events};
 use ctxkeeper_core::capsule::strip_boilerplate;
 use ctxkeeper_core::engine::CLEARED_PREFIX;
 use ctxkeeper_core::model::{Message, Part, Role};
+use ctxkeeper_core::salience::{is_error_line, line_rank, score_line};
 use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use serde_json::Value;
 
@@ -684,86 +685,6 @@ fn flatten(value: &Value, key: &str, out: &mut Vec<String>, depth: usize) {
     }
 }
 
-/// 3 for error lines, 2 for lines with a path or an identifier, 1 for lines with a number of
-/// two or more digits, 0 otherwise. One pass over the bytes.
-fn score_line(line: &str) -> u8 {
-    // One lowercase copy per line, then substring searches (std's, fast even unoptimised).
-    let lower = line.to_ascii_lowercase();
-    if is_error_line(&lower) {
-        return 3;
-    }
-    let bytes = line.as_bytes();
-    let mut digits_run = 0;
-    let mut has_number = false;
-    let mut has_path = false;
-    let mut word_letters = false;
-    let mut word_digits = false;
-    let mut word_len = 0;
-    let mut has_id = false;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b.is_ascii_digit() {
-            digits_run += 1;
-            if digits_run >= 2 {
-                has_number = true;
-            }
-        } else {
-            digits_run = 0;
-        }
-        if b == b'/' || b == b'\\' {
-            let prev = i
-                .checked_sub(1)
-                .and_then(|j| bytes.get(j))
-                .copied()
-                .unwrap_or(b' ');
-            let next = bytes.get(i + 1).copied().unwrap_or(b' ');
-            if (prev.is_ascii_alphanumeric() || prev == b'.' || prev == b' ' || prev == b'~')
-                && (next.is_ascii_alphanumeric() || next == b'_' || next == b'.')
-            {
-                has_path = true;
-            }
-        }
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'#' {
-            word_len += 1;
-            word_letters |= b.is_ascii_alphabetic();
-            word_digits |= b.is_ascii_digit();
-        } else {
-            if word_len >= 6 && word_letters && word_digits {
-                has_id = true;
-            }
-            word_len = 0;
-            word_letters = false;
-            word_digits = false;
-        }
-    }
-    if word_len >= 6 && word_letters && word_digits {
-        has_id = true;
-    }
-    if has_path || has_id || lower.contains("_id") {
-        2
-    } else if has_number {
-        1
-    } else {
-        0
-    }
-}
-
-/// `lower` is the line in ASCII lowercase.
-fn is_error_line(lower: &str) -> bool {
-    const MARKERS: [&str; 10] = [
-        "error",
-        "exception",
-        "failed",
-        "failure",
-        "traceback",
-        "panic",
-        "denied",
-        "not found",
-        "fatal",
-        "invalid",
-    ];
-    MARKERS.iter().any(|m| lower.contains(m))
-}
-
 /// A user line that states a constraint or preference.
 fn is_constraint(line: &str) -> bool {
     const MARKERS: [&str; 12] = [
@@ -1074,13 +995,13 @@ fn fit_lines(lines: &[String], budget: usize, head_fraction: f32) -> String {
     let mut ranked: Vec<usize> = (head..tail_start).collect();
     ranked.sort_by_key(|&i| {
         (
-            std::cmp::Reverse(middle_rank(&lines[i])),
+            std::cmp::Reverse(line_rank(&lines[i])),
             std::cmp::Reverse(i),
         )
     });
     let mut picked = vec![false; lines.len()];
     for i in ranked {
-        if middle_rank(&lines[i]) == 0 {
+        if line_rank(&lines[i]) == 0 {
             break;
         }
         // Each pick may open one more gap: its marker is counted with it.
@@ -1123,16 +1044,6 @@ fn render_kept(lines: &[String], keep: impl Fn(usize) -> bool) -> String {
 
 /// Share of a field's room, after its oldest lines, kept for the ranked lines in between.
 const MIDDLE_SHARE_PERCENT: usize = 35;
-
-/// How much a line in the middle of a field carries: 4 for a directive ("never", "always",
-/// "must", "do not"), else [`score_line`] (errors, paths and identifiers, numbers).
-fn middle_rank(line: &str) -> u8 {
-    let lower = line.to_ascii_lowercase();
-    let directive = ["never ", "always ", " must ", "do not ", "don't "]
-        .iter()
-        .any(|cue| lower.contains(cue));
-    if directive { 4 } else { score_line(line) }
-}
 
 /// Short rendering of tool-call arguments: the first two `key=value` pairs of a JSON object,
 /// values cut to 40 characters; anything else cut to 60.
@@ -1576,15 +1487,6 @@ mod tests {
         assert!(summary.get("goal").starts_with(EXTRACTIVE_LABEL));
         assert!(summary.get("goal").contains("Ship v2"));
         assert!(summary.get("next_steps").contains("change total()"));
-    }
-
-    #[test]
-    fn scoring_prefers_errors_then_paths_and_ids() {
-        assert_eq!(score_line("Traceback (most recent call last):"), 3);
-        assert_eq!(score_line("wrote /tmp/out.txt"), 2);
-        assert_eq!(score_line("order #W4817420 shipped"), 2);
-        assert_eq!(score_line("took 1234 ms"), 1);
-        assert_eq!(score_line("all good"), 0);
     }
 
     /// A reference cut to fit the field named nothing that resolves.

@@ -616,6 +616,10 @@ pub struct ToolResultCap {
     pub head_chars: usize,
     /// Characters of the end kept in the preview (errors and stack traces live there).
     pub tail_chars: usize,
+    /// About a third of the head and tail's room goes to the lines between them that carry most
+    /// (directives, errors, paths and identifiers), so the cut never hides a failing
+    /// assertion in the middle of a log; off, the preview is head and tail only (the seeds').
+    pub ranked_middle: bool,
     /// The last N results get `recent_multiplier` × the limits (Agentrail's larger cap).
     pub recent_results: usize,
     pub recent_multiplier: u32,
@@ -634,6 +638,7 @@ impl Default for ToolResultCap {
             fit_prefix: false,
             head_chars: 2_000,
             tail_chars: 2_000,
+            ranked_middle: false,
             recent_results: 0,
             recent_multiplier: 1,
             exclude_tools: Vec::new(),

@@ -786,6 +786,9 @@ impl Engine {
             let marker = ref_marker(archive.len());
             let preview = match self.token_limit(cap, budget.window) {
                 Some(limit) if cap.fit_prefix => self.prefix_preview(&full, limit, &marker),
+                _ if cap.ranked_middle => {
+                    stages::ranked_preview(&full, cap.head_chars, cap.tail_chars, &marker)
+                }
                 _ => stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &marker),
             };
             archive.push(ArchiveItem::ToolResult {

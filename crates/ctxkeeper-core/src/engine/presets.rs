@@ -156,6 +156,7 @@ fn default() -> PolicyConfig {
                 max_window_share: Some(0.4),
                 head_chars: 4_000,
                 tail_chars: 2_000,
+                ranked_middle: true,
                 ..ToolResultCap::default()
             }),
             max_images: Some(5),

@@ -5,6 +5,8 @@
 //! on safe split points (an assistant message and its results move together), and whatever
 //! leaves the context is listed for archiving first.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
 
 use super::config::{Stage, SummaryPlacement};
@@ -15,6 +17,7 @@ use super::{
 };
 use crate::capsule::{CAPSULE_TITLE, Capsule};
 use crate::model::{Message, Part, Role, api_rounds, is_safe_split, turns};
+use crate::salience::line_rank;
 use crate::summary::Summary;
 use crate::tokens::TokenModel;
 
@@ -1214,6 +1217,90 @@ pub(super) fn head_tail_preview(
         "{}\n\n[… {} characters omitted; the whole output is archived at {reference} …]\n\n{}",
         &text[..head_end],
         chars - head_chars - tail_chars,
+        &text[tail_start..]
+    )
+}
+
+/// Share of a ranked preview's room that goes to the lines of the omitted middle.
+const MIDDLE_SHARE: f64 = 0.35;
+
+/// A kept middle line longer than this is cut.
+const MIDDLE_LINE_CHARS: usize = 240;
+
+/// Like [`head_tail_preview`] within the same room, but the part between head and tail is
+/// not dropped blind: [`MIDDLE_SHARE`] of the room keeps the middle lines that carry most
+/// ([`line_rank`]: directives, then errors, then paths and identifiers), in their order,
+/// each line once. A failing assertion in the middle of a long test log, or the one line
+/// naming the file to fix, survives the cut; repeated and plain lines do not.
+pub(super) fn ranked_preview(
+    text: &str,
+    head_chars: usize,
+    tail_chars: usize,
+    reference: &str,
+) -> String {
+    let chars = text.chars().count();
+    if chars <= head_chars + tail_chars {
+        return text.to_string();
+    }
+    let (full_head, full_tail) = (head_chars, tail_chars);
+    let middle_room = ((head_chars + tail_chars) as f64 * MIDDLE_SHARE) as usize;
+    let head_chars = head_chars - (head_chars as f64 * MIDDLE_SHARE) as usize;
+    let tail_chars = tail_chars - (tail_chars as f64 * MIDDLE_SHARE) as usize;
+    let byte_at = |char_index: usize| {
+        text.char_indices()
+            .nth(char_index)
+            .map_or(text.len(), |(i, _)| i)
+    };
+    let head_end = byte_at(head_chars);
+    let tail_start = byte_at(chars - tail_chars);
+    let middle = &text[head_end..tail_start];
+    // Whole lines only: the first and last pieces continue the head's and the tail's lines.
+    let lines: Vec<&str> = middle.lines().collect();
+    let inner = lines.len().saturating_sub(1).max(1);
+    let mut ranked: Vec<(u8, usize)> = lines
+        .iter()
+        .enumerate()
+        .take(inner)
+        .skip(1)
+        .map(|(i, line)| (line_rank(line), i))
+        .filter(|(rank, _)| *rank >= 2)
+        .collect();
+    ranked.sort_by_key(|&(rank, i)| (std::cmp::Reverse(rank), i));
+    let mut picked: Vec<usize> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut room = middle_room;
+    for (_, i) in ranked {
+        let line = lines[i].trim_end();
+        let cost = line.chars().count().min(MIDDLE_LINE_CHARS) + 1;
+        if cost > room || !seen.insert(line.trim()) {
+            continue;
+        }
+        room -= cost;
+        picked.push(i);
+    }
+    if picked.is_empty() {
+        return head_tail_preview(text, full_head, full_tail, reference);
+    }
+    picked.sort_unstable();
+    let mut kept = String::new();
+    let mut kept_chars = 0;
+    for i in &picked {
+        let line = lines[*i].trim_end();
+        let end = line
+            .char_indices()
+            .nth(MIDDLE_LINE_CHARS)
+            .map_or(line.len(), |(at, _)| at);
+        kept_chars += line[..end].chars().count();
+        kept.push_str(&line[..end]);
+        kept.push('\n');
+    }
+    format!(
+        "{}\n\n[… {} characters omitted; the whole output is archived at {reference} …]\n\
+         [{} lines of the omitted part that name errors, rules, paths or identifiers:]\n{kept}\
+         [… end of the kept lines …]\n\n{}",
+        &text[..head_end],
+        chars - head_chars - tail_chars - kept_chars,
+        picked.len(),
         &text[tail_start..]
     )
 }

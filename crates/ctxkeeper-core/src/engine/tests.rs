@@ -1379,3 +1379,46 @@ fn summary_instructions_are_read_bounded_and_passed_on() {
         "{error:?}"
     );
 }
+
+/// A capped output keeps, between its head and tail, the lines that carry most: the failing
+/// assertion in the middle of a long log survives the cut, the repeated noise does not, and
+/// the marker still counts what was omitted and names where the whole output is.
+#[test]
+fn a_ranked_preview_keeps_the_middle_lines_that_name_errors() {
+    let mut log = String::new();
+    for i in 0..400 {
+        log.push_str(&format!("collecting item {i} ... ok\n"));
+        if i == 200 {
+            log.push_str("FAILED tests/test_money.py::test_round - AssertionError: 2.67 != 2.68\n");
+        }
+    }
+    let preview = stages::ranked_preview(&log, 1_000, 500, "archive://x");
+    assert!(
+        preview.contains("AssertionError: 2.67 != 2.68"),
+        "{preview}"
+    );
+    assert!(preview.starts_with("collecting item 0 ... ok"));
+    assert!(preview.trim_end().ends_with("collecting item 399 ... ok"));
+    assert!(preview.contains("characters omitted; the whole output is archived at archive://x"));
+    // Within the room of the plain head + tail preview (markers aside).
+    let plain = stages::head_tail_preview(&log, 1_000, 500, "archive://x");
+    assert!(!plain.contains("AssertionError"));
+    assert!(preview.chars().count() <= plain.chars().count() + 200);
+    // The count of omitted characters and the kept characters add up to the whole.
+    let omitted: usize = preview
+        .split("[… ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let head = 1_000 - 350;
+    let tail = 500 - 175;
+    let kept = "FAILED tests/test_money.py::test_round - AssertionError: 2.67 != 2.68".len();
+    assert_eq!(omitted + head + tail + kept, log.chars().count());
+    // A text with nothing salient in its middle gets the plain preview.
+    let noise = "a b c d e f g\n".repeat(500);
+    assert_eq!(
+        stages::ranked_preview(&noise, 1_000, 500, "archive://y"),
+        stages::head_tail_preview(&noise, 1_000, 500, "archive://y")
+    );
+}
