@@ -19,8 +19,8 @@
 use std::collections::BTreeMap;
 
 use ctxkeeper::ContextManager;
-use ctxkeeper::core::engine::{ContextState, Event};
-use ctxkeeper::core::model::{Message, Part, Role};
+use ctxkeeper::core::engine::{ContextState, Event, PolicyConfig, Stage};
+use ctxkeeper::core::model::{Message, Part, Role, api_rounds};
 use ctxkeeper::snapshot::Snapshot;
 use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope};
 use ctxkeeper::store::memory::MemoryScope;
@@ -896,7 +896,7 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
     Ok(json!({
         "session": session,
         "compacted": changed,
-        "reason_not_compacted": if changed { None } else { Some(skipped.unwrap_or_else(|| "nothing to compact".to_string())) },
+        "reason_not_compacted": if changed { None } else { Some(skipped.unwrap_or_else(|| nothing_to_compact(&backend.options.policy, &after, tokens_after))) },
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
         "messages_before": messages_before,
@@ -905,6 +905,39 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
         "archived": archived,
         "state_version": version,
     }))
+}
+
+/// Why a requested compaction changed nothing, in words the caller can act on: which part of
+/// the context the policy never touches, and what its stages wait for.
+fn nothing_to_compact(policy: &PolicyConfig, messages: &[Message], tokens: u64) -> String {
+    let rounds = api_rounds(messages).len();
+    let keep = policy.keep_recent_rounds;
+    let name = &policy.name;
+    let mut why = format!(
+        "nothing to compact: the context is {tokens} tokens in {} messages",
+        messages.len()
+    );
+    if rounds <= keep {
+        why.push_str(&format!(
+            ", and its {rounds} API rounds (an assistant message with the tool results answering \
+             it) are all among the newest {keep} that policy `{name}` keeps verbatim \
+             (keep_recent_rounds)"
+        ));
+    } else {
+        let stages: Vec<&str> = policy.stages.iter().map(Stage::kind).collect();
+        let kept = match keep {
+            0 => format!("keeps none of its {rounds} API rounds verbatim"),
+            _ => format!("keeps the newest {keep} of its {rounds} API rounds verbatim"),
+        };
+        why.push_str(&format!(
+            "; policy `{name}` {kept}, and none of its stages ({}) found anything older to \
+             shorten (a stage may wait for its own threshold, such as a summarize stage's \
+             min_tokens)",
+            stages.join(", ")
+        ));
+    }
+    why.push_str("; instructions and the session capsule are never compacted");
+    why
 }
 
 #[cfg(test)]

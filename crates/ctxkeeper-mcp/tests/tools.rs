@@ -722,6 +722,16 @@ async fn compact_under_seed_presets_writes_their_archive_files() {
             .await,
     );
     assert_eq!(untouched["compacted"], false, "{untouched}");
+    // The reason names the policy and what it waits for, not only that nothing happened.
+    let reason = untouched["reason_not_compacted"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.starts_with("nothing to compact: the context is "),
+        "{reason}"
+    );
+    assert!(reason.contains("policy `reme-compress`"), "{reason}");
+    assert!(reason.contains("summarize"), "{reason}");
     for (policy, suffix) in [("reme-compress", "_1.json"), ("agentrail", ".jsonl")] {
         let f = fixture().await;
         let mut config = presets::preset(policy).expect("preset");

@@ -1410,7 +1410,7 @@ fn a_ranked_preview_keeps_the_middle_lines_that_name_errors() {
         .nth(1)
         .and_then(|rest| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
-        .unwrap();
+        .expect("the marker counts the omitted characters");
     let head = 1_000 - 350;
     let tail = 500 - 175;
     let kept = "FAILED tests/test_money.py::test_round - AssertionError: 2.67 != 2.68".len();
