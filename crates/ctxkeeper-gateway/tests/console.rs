@@ -433,100 +433,37 @@ async fn standing_orders_are_edited_from_the_session_page() {
     assert_eq!(row_zero_buttons(&page().await, ID), ["unpin", "withdraw"]);
     let settled = order_zero(&gw, ID).await;
 
-    // Refused, and nothing changes: another site's form, another tenant's token, no token.
-    let forged = post(
-        "/ui/t/acme/sessions/orders-1/orders/0",
-        "http://evil.example",
-        "acme-token-1",
-        "action=withdraw",
-    )
-    .await
-    .expect("forged");
-    assert_eq!(forged.status(), 403);
-    let stranger = post(
-        "/ui/t/acme/sessions/orders-1/orders/0",
-        &own,
-        "globex-token-1",
-        "action=withdraw",
-    )
-    .await
-    .expect("stranger");
-    assert_eq!(stranger.status(), 403);
-    let anonymous = post(
-        "/ui/t/acme/sessions/orders-1/orders/0",
-        &own,
-        "",
-        "action=withdraw",
-    )
-    .await
-    .expect("anonymous");
-    assert_eq!(anonymous.status(), 401);
-    assert_eq!(order_zero(&gw, ID).await, settled);
-
-    // A position the session does not have, an unknown action, an unknown session.
-    let beyond = post(
-        "/ui/t/acme/sessions/orders-1/orders/999",
-        &own,
-        "acme-token-1",
-        "action=withdraw",
-    )
-    .await
-    .expect("beyond");
-    assert_eq!(beyond.status(), 400);
-    assert!(
-        beyond
-            .text()
-            .await
-            .expect("body")
-            .contains("no standing order 999")
-    );
-    let not_a_number = post(
-        "/ui/t/acme/sessions/orders-1/orders/first",
-        &own,
-        "acme-token-1",
-        "action=withdraw",
-    )
-    .await
-    .expect("not a number");
-    assert_eq!(not_a_number.status(), 400);
-    for body in ["action=explode", "", "colour=red"] {
-        let unknown = post(
-            "/ui/t/acme/sessions/orders-1/orders/0",
-            &own,
-            "acme-token-1",
-            body,
-        )
-        .await
-        .expect("unknown action");
-        assert_eq!(unknown.status(), 400, "{body:?}");
-        assert!(
-            unknown
-                .text()
-                .await
-                .expect("body")
-                .contains("unknown action"),
-            "{body:?}"
+    // Refused or malformed, and nothing changes: (path, origin, token, body, status, what the
+    // page says).
+    let order = "/ui/t/acme/sessions/orders-1/orders/0";
+    let own = own.as_str();
+    #[rustfmt::skip]
+    let cases: [(&str, &str, &str, &str, u16, &str); 10] = [
+        // Another site's form, another tenant's token, no token.
+        (order, "http://evil.example", "acme-token-1", "action=withdraw", 403, ""),
+        (order, own, "globex-token-1", "action=withdraw", 403, ""),
+        (order, own, "", "action=withdraw", 401, ""),
+        // A position the session does not have, or no position at all.
+        ("/ui/t/acme/sessions/orders-1/orders/999", own, "acme-token-1", "action=withdraw", 400, "no standing order 999"),
+        ("/ui/t/acme/sessions/orders-1/orders/first", own, "acme-token-1", "action=withdraw", 400, ""),
+        // Unknown or missing actions.
+        (order, own, "acme-token-1", "action=explode", 400, "unknown action"),
+        (order, own, "acme-token-1", "", 400, "unknown action"),
+        (order, own, "acme-token-1", "colour=red", 400, "unknown action"),
+        // An unknown session, and an id that is no identifier.
+        ("/ui/t/acme/sessions/nobody/orders/0", own, "acme-token-1", "action=withdraw", 404, "no session"),
+        ("/ui/t/acme/sessions/..%2Fx/orders/0", own, "acme-token-1", "action=withdraw", 400, ""),
+    ];
+    for (path, origin, token, body, status, says) in cases {
+        let answer = post(path, origin, token, body).await.expect("answer");
+        assert_eq!(
+            answer.status(),
+            status,
+            "{path} {origin} {token:?} {body:?}"
         );
+        let page = answer.text().await.expect("body");
+        assert!(page.contains(says), "{path} {body:?}: {page}");
     }
-    let nobody = post(
-        "/ui/t/acme/sessions/nobody/orders/0",
-        &own,
-        "acme-token-1",
-        "action=withdraw",
-    )
-    .await
-    .expect("nobody");
-    assert_eq!(nobody.status(), 404);
-    assert!(nobody.text().await.expect("body").contains("no session"));
-    let bad_id = post(
-        "/ui/t/acme/sessions/..%2Fx/orders/0",
-        &own,
-        "acme-token-1",
-        "action=withdraw",
-    )
-    .await
-    .expect("bad id");
-    assert_eq!(bad_id.status(), 400);
     assert_eq!(order_zero(&gw, ID).await, settled);
 
     // The standalone console over the same store: the orders read-only, the edit refused.

@@ -1205,20 +1205,21 @@ pub(super) fn head_tail_preview(
     if chars <= head_chars + tail_chars {
         return text.to_string();
     }
-    let head_end = text
-        .char_indices()
-        .nth(head_chars)
-        .map_or(text.len(), |(i, _)| i);
-    let tail_start = text
-        .char_indices()
-        .nth(chars - tail_chars)
-        .map_or(text.len(), |(i, _)| i);
+    let head_end = byte_at(text, head_chars);
+    let tail_start = byte_at(text, chars - tail_chars);
     format!(
         "{}\n\n[… {} characters omitted; the whole output is archived at {reference} …]\n\n{}",
         &text[..head_end],
         chars - head_chars - tail_chars,
         &text[tail_start..]
     )
+}
+
+/// The byte offset of character `index` of `text` (its length past the end).
+fn byte_at(text: &str, index: usize) -> usize {
+    text.char_indices()
+        .nth(index)
+        .map_or(text.len(), |(at, _)| at)
 }
 
 /// Share of a ranked preview's room that goes to the lines of the omitted middle.
@@ -1246,13 +1247,8 @@ pub(super) fn ranked_preview(
     let middle_room = ((head_chars + tail_chars) as f64 * MIDDLE_SHARE) as usize;
     let head_chars = head_chars - (head_chars as f64 * MIDDLE_SHARE) as usize;
     let tail_chars = tail_chars - (tail_chars as f64 * MIDDLE_SHARE) as usize;
-    let byte_at = |char_index: usize| {
-        text.char_indices()
-            .nth(char_index)
-            .map_or(text.len(), |(i, _)| i)
-    };
-    let head_end = byte_at(head_chars);
-    let tail_start = byte_at(chars - tail_chars);
+    let head_end = byte_at(text, head_chars);
+    let tail_start = byte_at(text, chars - tail_chars);
     let middle = &text[head_end..tail_start];
     // Whole lines only: the first and last pieces continue the head's and the tail's lines.
     let lines: Vec<&str> = middle.lines().collect();
@@ -1286,10 +1282,7 @@ pub(super) fn ranked_preview(
     let mut kept_chars = 0;
     for i in &picked {
         let line = lines[*i].trim_end();
-        let end = line
-            .char_indices()
-            .nth(MIDDLE_LINE_CHARS)
-            .map_or(line.len(), |(at, _)| at);
+        let end = byte_at(line, MIDDLE_LINE_CHARS);
         kept_chars += line[..end].chars().count();
         kept.push_str(&line[..end]);
         kept.push('\n');
