@@ -261,14 +261,8 @@ async fn without_a_token_the_console_is_open_on_loopback_only() {
         .expect("bus");
     let access = Access::new(None, TenantRule::default(), [0, 0, 0, 0].into());
     let console = Console::standalone(store, archive, bus, access);
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(console.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let served = Standalone::serve(console).await;
+    let addr = served.addr;
     let refused = client()
         .get(format!("http://{addr}/ui/t/default/sessions"))
         .send()
@@ -282,8 +276,33 @@ async fn without_a_token_the_console_is_open_on_loopback_only() {
             .expect("body")
             .contains("--admin-token")
     );
-    let _ = stop.send(());
-    server.await.expect("join").expect("served");
+    served.stop().await;
+}
+
+/// A standalone console (`ctxkeeper ui`) served on a loopback port until [`Standalone::stop`].
+struct Standalone {
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Standalone {
+    async fn serve(console: Console) -> Standalone {
+        let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(console.serve(listener, async move {
+            let _ = stopped.await;
+        }));
+        Standalone { addr, stop, server }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.server.await.expect("join").expect("served");
+    }
 }
 
 /// Order 0 of a session, as the admin API lists it.
@@ -476,14 +495,8 @@ async fn standing_orders_are_edited_from_the_session_page() {
         bus,
         Access::new(None, TenantRule::default(), [127, 0, 0, 1].into()),
     );
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(console.serve(listener, async move {
-        let _ = stopped.await;
-    }));
+    let served = Standalone::serve(console).await;
+    let addr = served.addr;
     let standalone = client()
         .get(format!("http://{addr}/ui/t/acme/sessions/orders-1"))
         .send()
@@ -521,7 +534,6 @@ async fn standing_orders_are_edited_from_the_session_page() {
         "{why}"
     );
     assert_eq!(order_zero(&gw, ID).await, settled);
-    let _ = stop.send(());
-    server.await.expect("join").expect("served");
+    served.stop().await;
     gw.stop().await;
 }
