@@ -15,7 +15,8 @@ checked for:
 - every step's output can be found again with ``ctxkeeper sessions search``;
 
 and the same run straight against the mock fails. Claude Code also runs 50 steps at a 200k
-window with its default ``max_tokens`` (32,000), where the mock must see no overflow at all.
+window with its default ``max_tokens`` (32,000), where the mock must see no overflow at all;
+Codex also runs with its own auto-compaction on, which must continue its session.
 
 Agents that are not installed are skipped with a message (and fail under ``CI=true``).
 """
@@ -461,6 +462,44 @@ def test_claude_code_at_200k_keeps_room_for_its_max_tokens(tmp_path: Path):
         f"{len(refused)} of {len(result.requests)} upstream requests overflowed: "
         + "; ".join(json.dumps(r["body"].get("max_tokens")) + " max_tokens, " + str(r["input_tokens"]) + " input" for r in refused[:5])
     )
+
+
+CHECKPOINT = "CONTEXT CHECKPOINT COMPACTION"
+
+
+def test_codex_compacting_itself_stays_one_session(tmp_path: Path):
+    """Codex compacts on its own when its usage passes `model_auto_compact_token_limit`: it
+    asks the model for a handoff summary ("CONTEXT CHECKPOINT COMPACTION"), then restarts
+    its history from the user's messages and that summary. Through the gateway that is the
+    same conversation going on: one session, no fork, no divergence, and the prompt is
+    never carried into a later request (the capsule does not take it for the user's words)."""
+    agent = dataclasses.replace(
+        CODEX,
+        args=lambda work: [
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-c",
+            "model_auto_compact_token_limit=9000",
+            "-m",
+            "gpt-5",
+            PROMPT,
+        ],
+    )
+    result = through_gateway(agent, tmp_path, steps=8)
+    run = result.run
+    assert run.code == 0 and agent.finished(run), run.output()
+    bodies = [json.dumps(r["body"]) for r in result.requests]
+    checkpoints = [i for i, body in enumerate(bodies) if CHECKPOINT in body and "input" in result.requests[i]["body"]
+                   and CHECKPOINT in json.dumps(result.requests[i]["body"]["input"][-1])]
+    assert checkpoints, "Codex never compacted: the run does not test its compaction"
+    carried = [i for i, body in enumerate(bodies) if CHECKPOINT in body and i not in checkpoints]
+    assert carried == [], f"requests {carried} carry the checkpoint prompt after its own call"
+    assert counter(result.metrics, "ctxkeeper_session_forks_total") == 0
+    assert result.divergences == 0
+    assert counter(result.metrics, "ctxkeeper_client_compactions_total") >= 1
+    found = sessions(result.store, agent.key)
+    assert len(found) == 1, json.dumps(found, indent=1)[:2000]
 
 
 def test_wrap_passes_the_exit_code_through(tmp_path: Path):

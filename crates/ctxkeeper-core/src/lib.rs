@@ -9,6 +9,8 @@
 //!   `repair`;
 //! - [`formats`]: lossless adapters for OpenAI Chat Completions, OpenAI Responses and Anthropic
 //!   Messages;
+//! - [`harness`]: what agent harnesses write into the user's turn when they compact their own
+//!   history (the compaction prompt, the summary they restart from);
 //! - [`import`]: importers for real agent logs (tau-bench, SWE-agent, OpenHands, Claude Code,
 //!   Codex CLI);
 //! - [`tokens`]: exact and estimated token counts, model profiles, calibration and the
@@ -33,6 +35,7 @@ pub mod engine;
 pub mod error;
 pub mod fidelity;
 pub mod formats;
+pub mod harness;
 pub mod import;
 pub mod model;
 pub mod orders;

@@ -19,6 +19,8 @@
 //! | `ctxkeeper_client_timeouts_total` | counter (bodies not received in time) | |
 //! | `ctxkeeper_sessions_evicted_total` | counter (warm sessions dropped by count or idle time) | |
 //! | `ctxkeeper_session_forks_total` | counter (conversations forked off a stored session) | |
+//! | `ctxkeeper_client_compactions_total` | counter (histories the client compacted itself that continued their session) | |
+//! | `ctxkeeper_preparations_skipped_total` | counter (summaries not prepared after an agent's final answer) | |
 //! | `ctxkeeper_summaries_prepared_total` | counter (summaries started in the background before the trigger) | |
 //! | `ctxkeeper_summaries_failed_total` | counter (summary calls that failed: in a compaction or prepared in the background) | |
 //! | `ctxkeeper_summaries_degraded_total` | counter (compactions applied with a degraded, extractive stand-in summary) | |
@@ -121,6 +123,8 @@ pub struct Metrics {
     pub sessions_evicted: AtomicU64,
     pub events_dropped: AtomicU64,
     pub session_forks: AtomicU64,
+    pub client_compactions: AtomicU64,
+    pub preparations_skipped: AtomicU64,
     pub summaries_prepared: AtomicU64,
     pub summaries_failed: AtomicU64,
     pub summaries_degraded: AtomicU64,
@@ -275,6 +279,16 @@ impl Metrics {
                 "ctxkeeper_session_forks_total",
                 "Conversations that diverged early from a stored session and got a session of their own.",
                 &self.session_forks,
+            ),
+            (
+                "ctxkeeper_client_compactions_total",
+                "Histories a client compacted itself (Codex's checkpoint, Claude Code's compact) that continued their session instead of forking it.",
+                &self.client_compactions,
+            ),
+            (
+                "ctxkeeper_preparations_skipped_total",
+                "Summaries not prepared in the background because the answer ended the agent's turn (text, no tool call).",
+                &self.preparations_skipped,
             ),
             (
                 "ctxkeeper_summaries_prepared_total",

@@ -75,7 +75,7 @@ const SUMMARY_REQUEST: &str = "[ctxkeeper summary request]";
 
 /// Decides the answer to an accepted request body.
 pub(crate) fn answer(api: Api, body: &Map<String, Value>) -> Answer {
-    if let Some(summary) = summary_answer(api, body) {
+    if let Some(summary) = summary_answer(api, body).or_else(|| client_summary(api, body)) {
         return Answer::Text(summary);
     }
     if let Some(name) = chosen_tool(api, body) {
@@ -134,24 +134,44 @@ fn chosen_tool(api: Api, body: &Map<String, Value>) -> Option<String> {
     })
 }
 
-/// The answer to a summary instruction in the request's last user turn: a JSON object with
-/// the keys it names (`Its keys are exactly "a", "b" and "c"`), each saying what it covered.
-pub(crate) fn summary_answer(api: Api, body: &Map<String, Value>) -> Option<String> {
+/// The answer to an agent's own compaction prompt in the request's last user turn (Codex
+/// CLI's "CONTEXT CHECKPOINT COMPACTION", Claude Code's compact): a text summary, as a model
+/// following the prompt writes, never a tool call or a script step.
+pub(crate) fn client_summary(api: Api, body: &Map<String, Value>) -> Option<String> {
+    let text = last_text(api, body)?;
+    ctxkeeper_core::harness::is_client_compaction_prompt(&text).then(|| {
+        format!(
+            "Mock checkpoint summary of the {} messages above: the commands given so far ran; run the next one.",
+            conversation_length(api, body)
+        )
+    })
+}
+
+/// The text of the request's last input item or message.
+fn last_text(api: Api, body: &Map<String, Value>) -> Option<String> {
     let field = if api == Api::Responses {
         "input"
     } else {
         "messages"
     };
     let last = items(body, field).last()?;
-    let text = match &last["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => return None,
-    };
+    match &last["content"] {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(blocks) => Some(
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
+
+/// The answer to a summary instruction in the request's last user turn: a JSON object with
+/// the keys it names (`Its keys are exactly "a", "b" and "c"`), each saying what it covered.
+pub(crate) fn summary_answer(api: Api, body: &Map<String, Value>) -> Option<String> {
+    let text = last_text(api, body)?;
     let at = text.find(SUMMARY_REQUEST)?;
     let instruction = &text[at..];
     let keys_at = instruction.find("Its keys are exactly ")?;

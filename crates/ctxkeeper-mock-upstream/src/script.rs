@@ -19,7 +19,9 @@
 //! like a model that remembers where it was, the script does not start over when a gateway
 //! compacted the earlier steps out of the request. A step counts as handed out only when its
 //! answer is sent (not when the request was refused as too large). Requests the script does
-//! not recognise (a title request without tools, say) get the mock's ordinary answer.
+//! not recognise (a title request without tools, say) get the mock's ordinary answer, and an
+//! agent's own compaction prompt (Codex's "CONTEXT CHECKPOINT COMPACTION", Claude Code's
+//! compact) gets a text summary, as a model that follows it writes.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

@@ -189,9 +189,14 @@ fn answer(
         outcome.summary = true;
         return outcome;
     }
-    let scripted = shared.script().filter(|_| !summarizing).and_then(|script| {
-        crate::script::answer(&script, api, body, shared.script_progress(&progress_key))
-    });
+    // So is an agent's own compaction prompt (Codex's checkpoint, Claude Code's compact).
+    let client_compacting = reply::client_summary(api, body).is_some();
+    let scripted = shared
+        .script()
+        .filter(|_| !summarizing && !client_compacting)
+        .and_then(|script| {
+            crate::script::answer(&script, api, body, shared.script_progress(&progress_key))
+        });
     let (answer, scripted_step) = match scripted {
         _ if api == Api::Responses && crate::validate::asks_compaction(body) => (
             reply::Answer::Compaction {

@@ -1,11 +1,14 @@
 //! Bringing a session up to a request's messages: what is new is ingested, an early
-//! departure from the stored conversation forks, a replaced newest message is swapped in.
+//! departure from the stored conversation forks, a replaced newest message is swapped in, a
+//! history the client compacted itself continues the session
+//! ([`super::client_compaction`]).
 
 use ctxkeeper_core::engine::{ContextState, Event};
 use ctxkeeper_core::model::{Role, ToolSpec};
 use ctxkeeper_store::SessionKey;
 use tokio::sync::broadcast;
 
+use super::client_compaction;
 use super::events::{GatewayEvent, engine_event};
 use super::slot::{Live, Outbox, Slot};
 use super::{Incoming, SessionError, Sessions, Step, Ticket};
@@ -50,6 +53,9 @@ impl Sessions {
     /// Brings the context up to the client's messages and prepares; marks the slot unsaved
     /// when the context changed. A history that diverged from the stored one:
     ///
+    /// - with a summary the client wrote of its own history (Codex's checkpoint compaction,
+    ///   Claude Code's compact): the session goes on from the client's new history, the
+    ///   capsule carried over;
     /// - in its newest stored message only (an edited or retried last turn): that message
     ///   is replaced, and the stored compaction stands;
     /// - earlier: the conversation is another one (or a rewrite of this one) and goes to a
@@ -68,7 +74,18 @@ impl Sessions {
         let stored = slot.client.hashes.len();
         let mut diverged = false;
         if common < stored {
-            if common + 1 == stored
+            if let Some(summary_at) = client_compaction::client_summary_after(incoming, common) {
+                // The client compacted its own history: the same conversation goes on.
+                let capsule_kept = client_compaction::restart_from_client(slot, incoming, common);
+                outbox.client_compactions += 1;
+                outbox.announce(&GatewayEvent::ClientCompactionContinued {
+                    common_prefix: common,
+                    summary_at,
+                    stored_messages: stored,
+                    received_messages: incoming.hashes.len(),
+                    capsule_kept,
+                });
+            } else if common + 1 == stored
                 && !Self::opening_only(key, incoming, common)
                 && Self::drop_newest(slot)
             {

@@ -29,6 +29,16 @@ pub enum GatewayEvent {
         stored_messages: usize,
         received_messages: usize,
     },
+    /// The client compacted its own history (its summary is message `summary_at` of the
+    /// request) and the session continued from it instead of forking; `capsule_kept` when the
+    /// session's capsule was carried into the new context.
+    ClientCompactionContinued {
+        common_prefix: usize,
+        summary_at: usize,
+        stored_messages: usize,
+        received_messages: usize,
+        capsule_kept: bool,
+    },
     /// A conversation that departed early from `parent` got this session of its own.
     SessionForked { parent: String, session: String },
     /// The client replaced its newest message; the stored compaction stands.
@@ -225,6 +235,7 @@ impl Sessions {
         );
         Metrics::add(&self.metrics.divergences, outbox.divergences);
         Metrics::add(&self.metrics.session_forks, outbox.forks);
+        Metrics::add(&self.metrics.client_compactions, outbox.client_compactions);
         Metrics::add(&self.metrics.summaries_failed, outbox.summaries_failed);
         Metrics::add(&self.metrics.summaries_degraded, outbox.summaries_degraded);
         for event in outbox.events {

@@ -34,6 +34,8 @@ pub(super) struct Outbox {
     pub(super) overflow_recoveries: u64,
     pub(super) divergences: u64,
     pub(super) forks: u64,
+    /// The client's own compactions the session continued through.
+    pub(super) client_compactions: u64,
     pub(super) summaries_failed: u64,
     pub(super) summaries_degraded: u64,
     /// The step met a context overflow.
@@ -56,6 +58,7 @@ impl Outbox {
         self.overflow_recoveries += older.overflow_recoveries;
         self.divergences += older.divergences;
         self.forks += older.forks;
+        self.client_compactions += older.client_compactions;
         self.summaries_failed += older.summaries_failed;
         self.summaries_degraded += older.summaries_degraded;
         self.overflowed |= older.overflowed;
