@@ -1,4 +1,4 @@
-//! Reading `usage` out of upstream answers, streamed or not.
+//! Reading `usage` out of upstream answers, streamed or not, and whether they call a tool.
 //!
 //! A streamed answer is forwarded to the client byte for byte as it arrives; [`SseUsage`] only
 //! watches the bytes go by. It splits them into server-sent events (`\n\n` or `\r\n\r\n`
@@ -96,29 +96,114 @@ pub fn parse_event(raw: &[u8]) -> Option<(Option<String>, String)> {
     Some((name, data))
 }
 
-/// Watches a server-sent-event byte stream for `usage`. See the [module docs](self).
+/// Watches a server-sent-event byte stream for `usage`, and for a call of a client tool
+/// ([`calls_tools`]). See the [module docs](self).
 #[derive(Debug, Default)]
 pub struct SseUsage {
     splitter: SseSplitter,
     input_tokens: Option<u64>,
+    called_tools: bool,
 }
 
 impl SseUsage {
     /// Feeds the next chunk of the stream.
     pub fn feed(&mut self, chunk: &[u8]) {
         let mut found = self.input_tokens;
+        let mut called = self.called_tools;
         self.splitter.feed(chunk, |raw| {
             if let Some(tokens) = usage_of_event(raw) {
                 found = Some(tokens);
             }
+            called = called || event_calls_tools(raw);
         });
         self.input_tokens = found;
+        self.called_tools = called;
     }
 
     /// The input tokens of the last event that reported them.
     pub fn input_tokens(&self) -> Option<u64> {
         self.input_tokens
     }
+
+    /// Whether an event so far called a client tool.
+    pub fn called_tools(&self) -> bool {
+        self.called_tools
+    }
+}
+
+/// The output items of the Responses API that a client runs (server-side tools such as web
+/// search run within the answer and end in a message).
+const CLIENT_CALL_ITEMS: [&str; 6] = [
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+    "computer_call",
+];
+
+/// Whether an answer calls a tool the client runs, so the agent's turn goes on: an Anthropic
+/// `tool_use` block (whole, streamed block start, or the `tool_use` stop reason), an OpenAI
+/// Chat `tool_calls` (message, delta, or finish reason), a Responses call item (in `output`,
+/// or a streamed `item`). Reads a whole answer body or one streamed event's data alike.
+///
+/// ```
+/// use ctxkeeper_gateway::streaming::calls_tools;
+/// use serde_json::json;
+/// assert!(calls_tools(&json!({"content": [{"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]})));
+/// assert!(calls_tools(&json!({"type": "response.output_item.added", "item": {"type": "function_call"}})));
+/// assert!(!calls_tools(&json!({"choices": [{"message": {"content": "Done."}, "finish_reason": "stop"}]})));
+/// ```
+pub fn calls_tools(value: &Value) -> bool {
+    let kind = |v: &Value| v.get("type").and_then(Value::as_str).map(str::to_owned);
+    let is_tool_use = |block: &Value| kind(block).as_deref() == Some("tool_use");
+    let is_call_item =
+        |item: &Value| kind(item).is_some_and(|kind| CLIENT_CALL_ITEMS.contains(&kind.as_str()));
+    let any_in = |array: Option<&Value>, test: &dyn Fn(&Value) -> bool| {
+        array
+            .and_then(Value::as_array)
+            .is_some_and(|items| items.iter().any(test))
+    };
+    // Anthropic: a whole message, a streamed block's start, the stop reason.
+    let anthropic = any_in(value.get("content"), &is_tool_use)
+        || value.get("content_block").is_some_and(is_tool_use)
+        || [
+            value.get("stop_reason"),
+            value.pointer("/delta/stop_reason"),
+        ]
+        .into_iter()
+        .flatten()
+        .any(|reason| reason == "tool_use");
+    // OpenAI Chat: a whole message or a streamed delta, or the finish reason.
+    let chat = any_in(value.get("choices"), &|choice: &Value| {
+        choice
+            .get("finish_reason")
+            .is_some_and(|r| r == "tool_calls")
+            || ["message", "delta"].iter().any(|field| {
+                choice
+                    .get(*field)
+                    .and_then(|m| m.get("tool_calls"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|calls| !calls.is_empty())
+            })
+    });
+    // Responses: a whole response's output (or the completed event's), a streamed item.
+    let responses = any_in(value.get("output"), &is_call_item)
+        || any_in(value.pointer("/response/output"), &is_call_item)
+        || value.get("item").is_some_and(is_call_item);
+    anthropic || chat || responses
+}
+
+/// Whether one raw streamed event calls a client tool ([`calls_tools`]).
+fn event_calls_tools(raw: &[u8]) -> bool {
+    // Cheap filter first: only events naming a tool call are parsed.
+    let names_call = |needle: &[u8]| raw.windows(needle.len()).any(|w| w == needle);
+    if !(names_call(b"tool_use") || names_call(b"tool_calls") || names_call(b"_call")) {
+        return false;
+    }
+    parse_event(raw)
+        .and_then(|(_, data)| serde_json::from_str::<Value>(&data).ok())
+        .is_some_and(|value| calls_tools(&value))
 }
 
 fn usage_of_event(raw: &[u8]) -> Option<u64> {

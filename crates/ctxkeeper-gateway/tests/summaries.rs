@@ -293,3 +293,63 @@ async fn a_summarizer_outage_of_any_kind_never_fails_the_agents_request() {
         );
     }
 }
+
+/// [`conversation`] offering Claude Code's `Bash` tool; `choice` is the `tool_choice` type:
+/// under `auto` the model's answer calls the tool (the agent goes on), under `none` it is
+/// text (the agent's turn ends).
+fn agent_conversation(turns: usize, choice: &str, stream: bool) -> Value {
+    let mut body = conversation(turns);
+    body["tools"] = json!([{
+        "name": "Bash",
+        "description": "Runs a shell command.",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+    }]);
+    body["tool_choice"] = json!({"type": choice});
+    body["stream"] = json!(stream);
+    body
+}
+
+#[tokio::test]
+async fn no_summary_is_prepared_after_an_answer_that_ends_the_agents_turn() {
+    for stream in [false, true] {
+        for choice in ["auto", "none"] {
+            let upstream = mock(60_000).await;
+            let dir = tempfile::tempdir().unwrap();
+            let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+            cfg.prepare_summaries_at = Some(0.5);
+            let gw = common::start(cfg).await;
+            let metrics = &gw.gateway.metrics;
+            let count = |counter: &std::sync::atomic::AtomicU64| {
+                counter.load(std::sync::atomic::Ordering::Relaxed)
+            };
+            for turns in 1..10 {
+                let response = send(&gw, &agent_conversation(turns, choice, stream)).await;
+                assert_eq!(response.status(), 200);
+                let body = response.text().await.unwrap();
+                let called = body.contains("tool_use");
+                assert_eq!(
+                    called,
+                    choice == "auto",
+                    "{choice}, stream {stream}: {body}"
+                );
+            }
+            let (prepared, skipped) = (
+                count(&metrics.summaries_prepared),
+                count(&metrics.preparations_skipped),
+            );
+            if choice == "auto" {
+                assert!(
+                    prepared > 0,
+                    "stream {stream}: the agent went on; a summary is prepared"
+                );
+                assert_eq!(skipped, 0, "stream {stream}");
+            } else {
+                assert_eq!(prepared, 0, "stream {stream}: every answer ended the turn");
+                assert!(
+                    skipped > 0,
+                    "stream {stream}: the skipped preparations are counted"
+                );
+            }
+        }
+    }
+}

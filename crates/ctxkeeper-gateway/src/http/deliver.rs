@@ -3,8 +3,9 @@
 //! An upstream answer goes to the client as the upstream sent it (status, headers but the
 //! hop-by-hop ones, body): read whole, or streamed on as it arrives after the opening the
 //! gateway held back ([`super::upstream::Answer`]). For a managed session the usage it reports
-//! is fed back ([`crate::sessions::Sessions::observe_usage`]): at once for a whole body, at
-//! the end of a stream. A managed answer carries the gateway's report in `x-ctxkeeper-*`
+//! is fed back, with whether the answer called a tool
+//! ([`crate::sessions::Sessions::answered`]): at once for a whole body, at the end of a
+//! stream. A managed answer carries the gateway's report in `x-ctxkeeper-*`
 //! headers ([`Report`]). A Responses compaction the gateway answers itself is delivered here
 //! too, as one `compaction` item, whole or as server-sent events ([`compaction`]).
 
@@ -22,7 +23,9 @@ use serde_json::Value;
 use super::upstream::{Answer, ByteStream};
 use crate::Gateway;
 use crate::compaction_items::CompactionAnswer;
-use crate::streaming::{SseUsage, input_tokens};
+use crate::sessions::Answered;
+use crate::streaming::{SseUsage, calls_tools, input_tokens};
+use crate::summarize::UpstreamRoute;
 
 /// What the gateway reports on an answer (`x-ctxkeeper-*` headers).
 #[derive(Debug, Clone)]
@@ -62,12 +65,33 @@ impl Report {
     }
 }
 
-/// Builds the client's response from an upstream answer; for a managed session (`key`), the
-/// usage it reports is fed back (at once for a plain body, at the end of a stream).
+/// A managed session's step whose answer is being delivered: what the gateway tells the
+/// session once the answer is complete ([`crate::sessions::Sessions::answered`]).
+#[derive(Debug, Clone)]
+pub(super) struct Finish {
+    pub key: SessionKey,
+    /// The request offered tools: an answer that calls none ends the agent's turn.
+    pub offered_tools: bool,
+    pub route: Option<Arc<UpstreamRoute>>,
+}
+
+impl Finish {
+    fn answered(&self, input_tokens: Option<u64>, called_tools: bool) -> Answered {
+        Answered {
+            input_tokens,
+            ends_turn: self.offered_tools && !called_tools,
+            route: self.route.clone(),
+        }
+    }
+}
+
+/// Builds the client's response from an upstream answer; for a managed session (`finish`),
+/// the session hears how the answer ended (the usage it reports, whether it called a tool):
+/// at once for a plain body, at the end of a stream.
 pub(super) async fn answer(
     gw: &Arc<Gateway>,
     answer: Answer,
-    key: Option<&SessionKey>,
+    finish: Option<Finish>,
     report: Option<&Report>,
 ) -> Response {
     match answer {
@@ -77,11 +101,14 @@ pub(super) async fn answer(
             body,
         } => {
             if status.is_success()
-                && let Some(key) = key
-                && let Ok(value) = serde_json::from_slice::<Value>(&body)
-                && let Some(tokens) = input_tokens(&value)
+                && let Some(finish) = finish
             {
-                gw.sessions.observe_usage(key, tokens).await;
+                let value = serde_json::from_slice::<Value>(&body).ok();
+                let tokens = value.as_ref().and_then(input_tokens);
+                // An unreadable body is no evidence that the turn ended.
+                let called = value.as_ref().is_none_or(calls_tools);
+                let answered = finish.answered(tokens, called);
+                gw.sessions.answered(&finish.key, answered).await;
             }
             whole(status, headers, body, report)
         }
@@ -91,15 +118,7 @@ pub(super) async fn answer(
             held,
             rest,
             ..
-        } => stream(
-            gw.clone(),
-            status,
-            headers,
-            held,
-            rest,
-            key.cloned(),
-            report,
-        ),
+        } => stream(gw.clone(), status, headers, held, rest, finish, report),
     }
 }
 
@@ -127,12 +146,12 @@ fn stream(
     headers: HeaderMap,
     held: Vec<Bytes>,
     rest: ByteStream,
-    key: Option<SessionKey>,
+    finish: Option<Finish>,
     report: Option<&Report>,
 ) -> Response {
     let upstream = futures_util::stream::iter(held.into_iter().map(Ok)).chain(rest);
     let upstream = Box::pin(upstream);
-    let finish = key.map(|key| (gw, key));
+    let finish = finish.map(|finish| (gw, finish));
     let body = futures_util::stream::unfold(
         (upstream, SseUsage::default(), finish),
         |(mut upstream, mut usage, mut finish)| async move {
@@ -147,8 +166,9 @@ fn stream(
                     Some((Err(io::Error::other(err)), (upstream, usage, finish)))
                 }
                 None => {
-                    if let (Some((gw, key)), Some(tokens)) = (finish.take(), usage.input_tokens()) {
-                        gw.sessions.observe_usage(&key, tokens).await;
+                    if let Some((gw, finish)) = finish.take() {
+                        let answered = finish.answered(usage.input_tokens(), usage.called_tools());
+                        gw.sessions.answered(&finish.key, answered).await;
                     }
                     None
                 }

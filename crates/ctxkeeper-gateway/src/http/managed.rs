@@ -295,7 +295,12 @@ impl Managed {
             };
             let Some((status_code, failure)) = answer.failure() else {
                 self.commit(gw).await;
-                return Ok(deliver::answer(gw, answer, Some(&self.key), Some(&report)).await);
+                let finish = deliver::Finish {
+                    key: self.key.clone(),
+                    offered_tools: !self.template.tools.is_empty(),
+                    route: self.incoming.route.clone(),
+                };
+                return Ok(deliver::answer(gw, answer, Some(finish), Some(&report)).await);
             };
             if let Some(found) = overflow::classify(status_code, &failure) {
                 attempt += 1;

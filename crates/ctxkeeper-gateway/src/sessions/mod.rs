@@ -481,6 +481,11 @@ impl Sessions {
     ) -> Result<Step, SessionError> {
         let step = self.begin(key, incoming, tools).await?;
         self.commit(&step.key, incoming, tools, step.ticket).await?;
+        let answered = Answered {
+            route: incoming.route.clone(),
+            ..Answered::default()
+        };
+        self.answered(&step.key, answered).await;
         Ok(step)
     }
 
@@ -602,7 +607,6 @@ impl Sessions {
                 slot.stored_hashes.clone_from(&slot.client.hashes);
                 slot.last_forwarded.clone_from(&incoming.forwarded);
                 self.release(key, outbox);
-                self.prepare_ahead(&cell, slot, incoming);
                 return Ok(());
             }
             // Another writer moved the session on: redo the step on what it stored. Only
@@ -754,8 +758,35 @@ impl Sessions {
 
     /// Feeds the input tokens the upstream reported for the session's last request.
     pub async fn observe_usage(&self, key: &SessionKey, input_tokens: u64) {
+        let answered = Answered {
+            input_tokens: Some(input_tokens),
+            ..Answered::default()
+        };
         let slot = self.slot(key);
         let mut slot = slot.lock().await;
+        self.observe(key, &mut slot, &answered);
+    }
+
+    /// After the upstream's answer to a committed step has reached the client (a whole body,
+    /// or the end of a stream): the usage it reported calibrates the session's counts, and
+    /// the next compaction's summary is prepared when it is due and the answer did not end
+    /// the agent's turn ([`Self::with_summary_preparation`]).
+    pub async fn answered(&self, key: &SessionKey, answered: Answered) {
+        let cell = self.slot(key);
+        let mut slot = cell.lock().await;
+        self.observe(key, &mut slot, &answered);
+        self.prepare_ahead(
+            &cell,
+            &mut slot,
+            answered.route.as_ref(),
+            answered.ends_turn,
+        );
+    }
+
+    fn observe(&self, key: &SessionKey, slot: &mut Slot, answered: &Answered) {
+        let Some(input_tokens) = answered.input_tokens else {
+            return;
+        };
         if let Some(live) = slot.live.as_mut() {
             live.manager.observe_usage(input_tokens);
         }
@@ -764,6 +795,18 @@ impl Sessions {
             GatewayEvent::UsageReported { input_tokens }.to_session_event(),
         );
     }
+}
+
+/// How the upstream's answer to a step ended ([`Sessions::answered`]).
+#[derive(Debug, Clone, Default)]
+pub struct Answered {
+    /// The input tokens the upstream reported, when it did.
+    pub input_tokens: Option<u64>,
+    /// The answer ended the agent's turn: text without a tool call, to a request that offered
+    /// tools.
+    pub ends_turn: bool,
+    /// How the request reached its upstream (a summary prepared now goes the same way).
+    pub route: Option<Arc<UpstreamRoute>>,
 }
 
 /// The tokens the context may take in a window of `window` when the request asks for

@@ -6,6 +6,10 @@
 //! model, and keeps every message that arrived meanwhile verbatim (see
 //! [`ctxkeeper::SummaryPreparation`]).
 //!
+//! Nothing is prepared after an answer that ended the agent's turn (text without a tool
+//! call, to a request that offered tools: [`super::Answered::ends_turn`]); a chat without
+//! tools prepares after every answer, the user's typing time being what hides the call.
+//!
 //! A preparation that fails (the summarizer's upstream refused it, timed out, answered
 //! something else) is not asked again on the next step: each consecutive failure doubles the
 //! steps the session waits before the next one (1, 2, 4, … at most
@@ -16,9 +20,10 @@ use std::sync::Arc;
 
 use tokio::sync::Mutex;
 
+use super::Sessions;
 use super::slot::Slot;
-use super::{Incoming, Sessions};
 use crate::metrics::Metrics;
+use crate::summarize::UpstreamRoute;
 
 /// The soft threshold by default: a summary is prepared once the request passes this share of
 /// the trigger.
@@ -68,12 +73,17 @@ impl Sessions {
         self
     }
 
-    /// After a committed step: starts the next compaction's summary when it is due.
+    /// After the answer to a committed step: starts the next compaction's summary when it is
+    /// due, unless the answer ended the agent's turn (`ends_turn`: the agent may well be done,
+    /// and a summary nobody asks for is a full-context call paid for nothing; the next
+    /// request, if one comes, compacts as it would without preparation). `route` is how the
+    /// step reached its upstream, which the summary call takes too.
     pub(super) fn prepare_ahead(
         &self,
         cell: &Arc<Mutex<Slot>>,
         slot: &mut Slot,
-        incoming: &Incoming,
+        route: Option<&Arc<UpstreamRoute>>,
+        ends_turn: bool,
     ) {
         let Some(share) = self.prepare_at else {
             return;
@@ -83,10 +93,18 @@ impl Sessions {
         {
             return;
         }
-        if slot.live.is_none() || !slot.prepare_backoff.allows() {
+        // A newer step is under way: the answer to it prepares.
+        if slot.live.is_none() || slot.pending.is_some() {
             return;
         }
-        let summarizer = self.step_summarizer(incoming.route.as_ref(), slot.last_forwarded.clone());
+        if ends_turn {
+            Metrics::add(&self.metrics.preparations_skipped, 1);
+            return;
+        }
+        if !slot.prepare_backoff.allows() {
+            return;
+        }
+        let summarizer = self.step_summarizer(route, slot.last_forwarded.clone());
         let Some(live) = slot.live.as_mut() else {
             return;
         };
