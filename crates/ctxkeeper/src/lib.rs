@@ -164,6 +164,12 @@ struct SentRequest {
 /// Events buffered per session for slow subscribers (see [`ContextManager::subscribe`]).
 pub const EVENT_BUFFER: usize = 128;
 
+/// Below this many steps between two compactions the window is tight (the fixed prompt and
+/// what every compaction keeps nearly fill it): a compaction then summarizes extractively,
+/// and no summary is prepared ahead, instead of paying a model call on almost every step
+/// ([`Event::SummaryDowngraded`]).
+pub const TIGHT_WINDOW_STEPS: u64 = 2;
+
 /// One session's managed context.
 #[derive(Debug)]
 pub struct ContextManager {
@@ -734,6 +740,19 @@ impl ContextManager {
         }]);
     }
 
+    /// Steps between compactions when they are too few for a model summary each time
+    /// ([`TIGHT_WINDOW_STEPS`]); `None` when there is room, or when the summarizer is the
+    /// extractive one anyway.
+    fn tight_window(&mut self, summarizer: &dyn Summarizer) -> Option<u64> {
+        if summarizer.name() == ctxkeeper_llm::EXTRACTIVE_PRODUCER {
+            return None;
+        }
+        let budget = self.budget();
+        self.engine
+            .steps_between_compactions(&self.state, &budget)
+            .filter(|steps| *steps < TIGHT_WINDOW_STEPS)
+    }
+
     async fn execute(&mut self, plan: Plan, summarizer: &dyn Summarizer) -> Result<(), Error> {
         let engine = self.engine.clone();
         self.execute_with(&engine, plan, summarizer).await
@@ -765,11 +784,20 @@ impl ContextManager {
             }
         }
         let mut summaries = Vec::with_capacity(plan.summaries.len());
+        let tight = self.tight_window(summarizer);
         for (index, request) in plan.summaries.iter().enumerate() {
             if let Some(summary) =
                 self.take_prepared(plan.summary_spans.get(index).copied().flatten())
             {
                 summaries.push(summary);
+                continue;
+            }
+            if let Some(steps_between_compactions) = tight {
+                self.emit(vec![Event::SummaryDowngraded {
+                    summarizer: summarizer.name().to_string(),
+                    steps_between_compactions,
+                }]);
+                summaries.push(extractive(request).await);
                 continue;
             }
             let summary = match summarizer.summarize(request).await {
@@ -841,6 +869,10 @@ impl ContextManager {
         let (trigger, _) = self.engine.active_trigger(&self.state, &budget)?;
         let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
         if (tokens as f64) < trigger as f64 * soft_ratio || tokens >= trigger {
+            return None;
+        }
+        // A tight window summarizes extractively: nothing to prepare.
+        if self.tight_window(summarizer.as_ref()).is_some() {
             return None;
         }
         // The dry run works on a copy: planning teaches the state the growth per step, which
@@ -1066,6 +1098,15 @@ fn attach_notice(messages: &mut [Message], notice: &str) {
         return;
     }
     last.parts.push(Part::text(notice));
+}
+
+/// The extractive summary of `request` (no model: it takes microseconds and cannot fail).
+async fn extractive(
+    request: &ctxkeeper_core::summary::SummaryRequest,
+) -> ctxkeeper_core::summary::Summary {
+    let mut summary = degraded_extractive(request).await;
+    summary.degraded = false;
+    summary
 }
 
 /// The extractive summary of `request`, marked degraded: what stands in for a failed model

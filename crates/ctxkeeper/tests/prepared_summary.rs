@@ -199,3 +199,73 @@ async fn a_failed_preparation_leaves_the_compaction_to_summarize() {
         "the compaction's own summary call succeeded"
     );
 }
+
+/// A window the fixed prompt (instructions, tool schemas) nearly fills compacts on almost
+/// every step: a model summary each time would be one more upstream call per agent call. Once
+/// compactions leave room for fewer than `TIGHT_WINDOW_STEPS` steps, they summarize
+/// extractively and say so, and nothing is prepared ahead; a roomy window keeps its model.
+#[tokio::test]
+async fn a_tight_window_does_not_pay_a_model_summary_on_every_step() {
+    for (fixed_tokens, tight) in [(2_400, true), (0, false)] {
+        let dir = tempfile::tempdir().expect("dir");
+        let summarizer = Arc::new(Counting::default());
+        let settings = Settings {
+            policy: presets::preset("default")
+                .expect("preset")
+                .with_overrides("stages = [{ kind = \"summarize\" }]")
+                .expect("overrides"),
+            model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
+            window: 4_000,
+            fixed_tokens,
+        };
+        let archive = Arc::new(LocalWorkspace::new(dir.path()).expect("workspace"));
+        let mut context = ContextManager::new(settings, "s1", archive, summarizer.clone());
+        let mut events = context.subscribe();
+        let (mut compactions, mut downgraded, mut prepared) = (0, 0, 0);
+        for i in 0..40 {
+            context
+                .ingest(Message::user(format!(
+                    "Request {i}: {}",
+                    "Words about it. ".repeat(45)
+                )))
+                .await
+                .expect("ingest");
+            context
+                .ingest(Message::assistant(format!(
+                    "Report {i}: {}",
+                    "Details of it. ".repeat(45)
+                )))
+                .await
+                .expect("ingest");
+            if context.summary_to_prepare(0.5).is_some() {
+                prepared += 1;
+            }
+            context.prepare().await.expect("prepare");
+            while let Ok(event) = events.try_recv() {
+                match event {
+                    Event::ContextCompactionEnd { .. } => compactions += 1,
+                    Event::SummaryDowngraded { .. } => downgraded += 1,
+                    _ => {}
+                }
+            }
+        }
+        let calls = summarizer.calls.load(Ordering::SeqCst);
+        let seen = format!(
+            "fixed {fixed_tokens}: {compactions} compactions, {calls} model summaries, {downgraded} downgraded, {prepared} prepared"
+        );
+        if tight {
+            assert!(compactions >= 15, "{seen}");
+            assert!(downgraded > 0, "{seen}");
+            assert!(calls * 4 <= compactions, "{seen}");
+            assert!(
+                prepared <= 1,
+                "nothing prepared once the window is known tight: {seen}"
+            );
+        } else {
+            assert!(compactions >= 3, "{seen}");
+            assert_eq!(downgraded, 0, "{seen}");
+            assert!(calls > 0, "{seen}");
+        }
+        println!("{seen}");
+    }
+}

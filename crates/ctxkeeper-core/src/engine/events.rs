@@ -135,6 +135,14 @@ pub enum Event {
     /// The summarizer failed (`cause`, never holding a key); the extractive summary stood in,
     /// marked degraded.
     SummaryFailed { summarizer: String, cause: String },
+    /// The window leaves room for fewer than two steps between compactions (the fixed
+    /// prompt and what every compaction keeps nearly fill it): this compaction's summary was
+    /// written extractively instead of by `summarizer`, so the session does not pay a model
+    /// call on almost every step. Model summaries resume once a compaction leaves more room.
+    SummaryDowngraded {
+        summarizer: String,
+        steps_between_compactions: u64,
+    },
     /// A summary prepared ahead of the trigger, for the messages at log positions
     /// `first..=last`: `ready` when it arrived, `used` when a compaction applied it (what
     /// arrived after `last` stayed verbatim), `discarded` when the context it was written for
@@ -171,6 +179,7 @@ impl Event {
             Event::MemoryFlushed { .. } => "memory_flushed",
             Event::SummaryFailed { .. } => "summary_failed",
             Event::SummaryPrepared { .. } => "summary_prepared",
+            Event::SummaryDowngraded { .. } => "summary_downgraded",
         }
     }
 }

@@ -737,20 +737,47 @@ impl Engine {
             window,
             fixed_tokens,
         };
-        let (trigger, _) = self.active_trigger(state, &budget)?;
-        let mut next = trigger;
-        if let Some(level) = self.hysteresis_level(&budget)
-            && tokens_after > level
-            && window > 0
-        {
-            let ceiling = hold_ceiling(window);
-            if ceiling > trigger {
-                state.hold_until_level(ceiling);
-                next = ceiling;
-            }
+        let (next, held) = self.next_compaction_level(state, &budget, tokens_after)?;
+        if held {
+            state.hold_until_level(next);
         }
         let growth = state.step_growth().filter(|g| *g > 0)?;
         Some(next.saturating_sub(tokens_after) / growth)
+    }
+
+    /// The level the next compaction fires at after one that left `tokens_after`: the
+    /// trigger, or the hold ceiling when the compaction could not get under the hysteresis
+    /// level (then `true`).
+    fn next_compaction_level(
+        &self,
+        state: &ContextState,
+        budget: &Budget,
+        tokens_after: u64,
+    ) -> Option<(u64, bool)> {
+        let (trigger, _) = self.active_trigger(state, budget)?;
+        let ceiling = hold_ceiling(budget.window);
+        let held = budget.window > 0
+            && ceiling > trigger
+            && self
+                .hysteresis_level(budget)
+                .is_some_and(|level| tokens_after > level);
+        Some(if held {
+            (ceiling, true)
+        } else {
+            (trigger, false)
+        })
+    }
+
+    /// Steps, at the growth per step seen so far, between what the last compaction left and
+    /// the level the next one fires at: how often this session compacts. `None` before a
+    /// compaction, or before two steps were seen. Under 2 the fixed prompt (instructions,
+    /// tools) and what every compaction keeps nearly fill the window, and the session
+    /// compacts on almost every step whatever the summary says.
+    pub fn steps_between_compactions(&self, state: &ContextState, budget: &Budget) -> Option<u64> {
+        let after = state.last_compaction_after()?;
+        let (next, _) = self.next_compaction_level(state, budget, after)?;
+        let growth = state.step_growth().filter(|g| *g > 0)?;
+        Some(next.saturating_sub(after) / growth)
     }
 
     /// Decides how a message enters the context: as it is, or with oversized tool results cut
