@@ -45,7 +45,8 @@ enum Command {
     /// Replay a trace as the agent lived it (one model call per assistant message) and report
     /// tokens, window overflows, violations and engine time.
     Replay(replay::ReplayArgs),
-    /// Inspect and maintain stored sessions: list, show, history, search, clear, gc.
+    /// Inspect and maintain stored sessions: list, tenants, show, history, search, clear, gc,
+    /// restore.
     Sessions(sessions::SessionsArgs),
     /// Serve the retrieval tools over MCP (stdio, or streamable HTTP with --listen) so an
     /// agent can search and read back what was compacted away.
@@ -97,7 +98,7 @@ pub struct TraceArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse_from(serve::resolve_listen_names(std::env::args_os().collect()));
+    let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Replay(args) => replay::run(&args),

@@ -336,54 +336,6 @@ fn explain_bind_error(err: GatewayError, listen: std::net::SocketAddr) -> anyhow
     }
 }
 
-/// Rewrites `serve --listen HOST:PORT` (and `--listen=HOST:PORT`) where HOST is a name such as
-/// `localhost` into the IP address it resolves to, because the setting itself is a socket
-/// address. An IPv4 address is preferred: `localhost` clients mostly try 127.0.0.1 first.
-/// Anything that does not resolve is left for clap to refuse with its own message.
-pub(crate) fn resolve_listen_names(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    if args.get(1).and_then(|a| a.to_str()) != Some("serve") {
-        return args;
-    }
-    let mut out = Vec::with_capacity(args.len());
-    let mut next_is_listen = false;
-    for arg in args {
-        let text = arg.to_str().map(str::to_owned);
-        match text {
-            Some(value) if next_is_listen => {
-                next_is_listen = false;
-                out.push(resolved(&value).map_or(arg, Into::into));
-            }
-            Some(flag) if flag == "--listen" => {
-                next_is_listen = true;
-                out.push(arg);
-            }
-            Some(flag) if flag.starts_with("--listen=") => {
-                let value = &flag["--listen=".len()..];
-                out.push(resolved(value).map_or(arg, |addr| format!("--listen={addr}").into()));
-            }
-            _ => {
-                next_is_listen = false;
-                out.push(arg);
-            }
-        }
-    }
-    out
-}
-
-/// `HOST:PORT` resolved to one socket address, when it is a name (not already an address).
-fn resolved(value: &str) -> Option<String> {
-    use std::net::ToSocketAddrs;
-    if value.parse::<std::net::SocketAddr>().is_ok() {
-        return None;
-    }
-    let addrs: Vec<std::net::SocketAddr> = value.to_socket_addrs().ok()?.collect();
-    let chosen = addrs
-        .iter()
-        .find(|addr| addr.is_ipv4())
-        .or_else(|| addrs.first())?;
-    Some(chosen.to_string())
-}
-
 /// Removes sessions of every tenant not updated for `days` days, at start and then hourly:
 /// the policy's `[session] retention_days` (cowagent: "sessions older than 30 days are
 /// automatically cleaned up"). A failed sweep is logged and retried at the next hour.

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! ctxkeeper sessions list                       sessions of the tenant, newest first
+//! ctxkeeper sessions tenants                    every tenant holding sessions, how many, and
+//!                                               when each was last written
 //! ctxkeeper sessions show S                     what `/context` shows: messages, roles, tokens,
 //!                                               summary, extensions, archived items
 //! ctxkeeper sessions history S --last 5         the last entries of the session log
@@ -34,7 +36,7 @@ use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use ctxkeeper_store::archive::{ArchiveEntry, Offloader};
 use ctxkeeper_store::{
     HistoryPage, Retention, SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore,
-    format_timestamp, open_archive, open_store,
+    StoreError, TenantInfo, format_timestamp, open_archive, open_store,
 };
 use serde_json::json;
 
@@ -71,6 +73,10 @@ pub struct SessionsArgs {
 pub enum SessionsCommand {
     /// List the tenant's sessions, most recently updated first.
     List,
+    /// List every tenant that holds sessions (the gateway files an agent's sessions under
+    /// its API key's tenant, `key-…`), with the number of sessions, most recently updated
+    /// first.
+    Tenants,
     /// Context statistics of a session: message count, role distribution, tokens, summary,
     /// extensions and archived items.
     Show {
@@ -182,6 +188,7 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
     })?;
     match &args.command {
         SessionsCommand::List => list(args, &*store, out).await,
+        SessionsCommand::Tenants => tenants(args, &*store, out).await,
         SessionsCommand::Show {
             session,
             model,
@@ -479,21 +486,7 @@ async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -
     }
     if sessions.is_empty() {
         writeln!(out, "no sessions in tenant {}", args.tenant)?;
-        // The gateway files sessions under the API key's tenant (`key-…`), not `default`:
-        // point at the tenants of the keys in this environment that do hold sessions.
-        for tenant in crate::wrap::candidate_tenants() {
-            if tenant == args.tenant {
-                continue;
-            }
-            let held = store.list(&SessionFilter::tenant(tenant.as_str())).await?;
-            if !held.is_empty() {
-                writeln!(
-                    out,
-                    "tenant {tenant} (your API key's) has {} session(s): pass --tenant {tenant}",
-                    held.len()
-                )?;
-            }
-        }
+        elsewhere(args, store, out).await?;
         return Ok(());
     }
     writeln!(
@@ -514,6 +507,134 @@ async fn list(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -
         )?;
     }
     writeln!(out, "{} session(s)", sessions.len())?;
+    Ok(())
+}
+
+/// Tenants named after an empty listing before the rest is left to `sessions tenants`.
+const TENANTS_NAMED: usize = 10;
+
+/// After an empty listing: the tenants that do hold sessions, the API key's first, and the
+/// command that lists one of them. The gateway files sessions under the API key's tenant
+/// (`key-…`), not `default`, so a newcomer's first `sessions list` is usually empty.
+async fn elsewhere(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -> Result<()> {
+    let yours = crate::wrap::candidate_tenants();
+    let mut held: Vec<TenantInfo> = match store.tenants().await {
+        Ok(tenants) => tenants,
+        // A store that cannot list its tenants: look where this environment's keys lead.
+        Err(StoreError::NotImplemented(_)) => {
+            let mut held = Vec::new();
+            for tenant in &yours {
+                let sessions = store.list(&SessionFilter::tenant(tenant.as_str())).await?;
+                if let Some(newest) = sessions.iter().map(|s| s.updated_at_ms).max() {
+                    held.push(TenantInfo {
+                        tenant: tenant.clone(),
+                        sessions: sessions.len() as u64,
+                        updated_at_ms: newest,
+                    });
+                }
+            }
+            held
+        }
+        Err(err) => return Err(err).context("cannot list the store's tenants"),
+    };
+    held.retain(|t| t.tenant != args.tenant);
+    if held.is_empty() {
+        writeln!(
+            out,
+            "no tenant of this store holds sessions yet: run an agent through the gateway \
+             (`ctxkeeper wrap AGENT`) or keep a replay (`ctxkeeper replay TRACE --store URL --session ID`)"
+        )?;
+        return Ok(());
+    }
+    // The API key's tenants first (stable: the rest stay most recently updated first).
+    held.sort_by_key(|t| !yours.contains(&t.tenant));
+    for info in held.iter().take(TENANTS_NAMED) {
+        let whose = if yours.contains(&info.tenant) {
+            " (your API key's)"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "tenant {}{whose} has {} session(s): pass --tenant {}",
+            info.tenant, info.sessions, info.tenant
+        )?;
+    }
+    if held.len() > TENANTS_NAMED {
+        writeln!(
+            out,
+            "… and {} more tenant(s): ctxkeeper sessions tenants{}",
+            held.len() - TENANTS_NAMED,
+            store_option(args)
+        )?;
+    }
+    writeln!(
+        out,
+        "list them with: ctxkeeper sessions list --tenant {}{}",
+        held[0].tenant,
+        store_option(args)
+    )?;
+    Ok(())
+}
+
+/// ` --store URL` (password redacted) when the store was given, for commands to copy.
+fn store_option(args: &SessionsArgs) -> String {
+    args.store
+        .as_deref()
+        .map(|url| format!(" --store {}", ctxkeeper_store::redact(url)))
+        .unwrap_or_default()
+}
+
+/// `sessions tenants`: every tenant with sessions, most recently updated first.
+async fn tenants(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String) -> Result<()> {
+    let tenants = store.tenants().await.with_context(|| {
+        format!(
+            "cannot list the tenants of the {} store; list one tenant's sessions with \
+             `ctxkeeper sessions list --tenant T`",
+            store.backend()
+        )
+    })?;
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&tenants)?)?;
+        return Ok(());
+    }
+    if tenants.is_empty() {
+        writeln!(
+            out,
+            "no sessions in this store: run an agent through the gateway (`ctxkeeper wrap AGENT`) \
+             or keep a replay (`ctxkeeper replay TRACE --store URL --session ID`)"
+        )?;
+        return Ok(());
+    }
+    let yours = crate::wrap::candidate_tenants();
+    let width = tenants
+        .iter()
+        .map(|t| t.tenant.len())
+        .max()
+        .unwrap_or(0)
+        .max("tenant".len());
+    writeln!(out, "{:<width$} {:>8}  updated", "tenant", "sessions")?;
+    for info in &tenants {
+        let whose = if yours.contains(&info.tenant) {
+            "  (your API key's)"
+        } else {
+            ""
+        };
+        writeln!(
+            out,
+            "{:<width$} {:>8}  {}{whose}",
+            info.tenant,
+            info.sessions,
+            format_timestamp(info.updated_at_ms)
+        )?;
+    }
+    writeln!(
+        out,
+        "{} tenant(s); list one's sessions with: ctxkeeper sessions list --tenant {}{}",
+        tenants.len(),
+        tenants[0].tenant,
+        store_option(args)
+    )?;
     Ok(())
 }
 

@@ -24,9 +24,14 @@ pub struct UiArgs {
     #[arg(long, value_name = "DIR", env = "CTXKEEPER_WORKSPACE")]
     pub workspace: Option<String>,
 
-    /// The address to listen on (port 0 picks a free port). Without a token the console
-    /// answers only on a loopback address.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8788")]
+    /// The address to listen on, HOST:PORT; a host name such as localhost is resolved (port 0
+    /// picks a free port). Without a token the console answers only on a loopback address.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8788",
+        value_parser = ctxkeeper_gateway::config::listen_address
+    )]
     pub listen: std::net::SocketAddr,
 
     /// The admin token: reaches every tenant.

@@ -18,6 +18,14 @@
 //!
 //! `--agent` overrides the detection (for a renamed binary or a wrapper script).
 //!
+//! At the end `wrap` says where the run's sessions went: the tenant (the gateway files a
+//! request under a hash of its API key, `key-…`, so the tenant is worked out here from the
+//! agent's key the same way), the sessions written, the command that shows them and the
+//! console page. With `--gateway` the sessions are learned from that gateway's admin API
+//! when this environment has its admin token (`CTXKEEPER_ADMIN_TOKEN` or `--admin-token`):
+//! the tenant's sessions before and after the run, compared. Without the token the note
+//! gives the command that lists them instead.
+//!
 //! ```text
 //! ctxkeeper wrap claude -- -p "fix the failing test" --output-format json
 //! ctxkeeper wrap --gateway http://127.0.0.1:8787 codex -- exec "summarise this repo"
@@ -62,7 +70,9 @@ pub struct WrapArgs {
     #[arg(long, short)]
     pub quiet: bool,
 
-    /// Options of the gateway started here (ignored with --gateway).
+    /// Options of the gateway started here. With --gateway only --admin-token (or
+    /// CTXKEEPER_ADMIN_TOKEN) is used: to ask that gateway's admin API which sessions the run
+    /// wrote.
     #[command(flatten)]
     pub serve: ServeArgs,
 }
@@ -187,7 +197,7 @@ pub fn run(args: &WrapArgs) -> Result<ExitCode> {
     runtime.block_on(async move {
         let Some(config) = config else {
             let root = given_root.unwrap_or_default();
-            return run_child(args, kind, &root).await;
+            return run_through(args, kind, &root).await;
         };
         let mcp_options = serve::mcp_options(&args.serve, &config)?;
         let store = config.store_url.clone();
@@ -237,32 +247,230 @@ fn now_ms() -> i64 {
         })
 }
 
-/// The tenants the agent's requests land in: the one of each API key in the environment
-/// (the gateway names a tenant after a hash of the key), and `default` for keyless calls.
-pub(crate) fn candidate_tenants() -> Vec<String> {
+/// The variables an agent takes its API key from.
+const KEY_VARS: [&str; 3] = [
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+];
+
+/// The tenant of each API key in the environment (the gateway names a tenant after a hash
+/// of the key), with the variable that holds the key.
+fn key_tenants() -> Vec<(String, &'static str)> {
     let rule = TenantRule::default();
-    let mut tenants = Vec::new();
-    for var in [
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_AUTH_TOKEN",
-    ] {
-        let Some(key) = std::env::var(var).ok().filter(|key| !key.is_empty()) else {
-            continue;
-        };
-        if let Some(tenant) = key_tenant(&rule, &key) {
-            tenants.push(tenant);
-        }
-    }
+    KEY_VARS
+        .iter()
+        .filter_map(|var| {
+            let key = std::env::var(var).ok().filter(|key| !key.is_empty())?;
+            Some((key_tenant(&rule, &key)?, *var))
+        })
+        .collect()
+}
+
+/// The tenants the agent's requests land in: the one of each API key in the environment,
+/// and `default` for keyless calls.
+pub(crate) fn candidate_tenants() -> Vec<String> {
+    let mut tenants: Vec<String> = key_tenants().into_iter().map(|(t, _)| t).collect();
     tenants.push(DEFAULT_TENANT.to_owned());
     tenants.dedup();
     tenants
 }
 
+/// The tenant the agent most likely writes to, and why: the tenant of the key its kind reads
+/// first (Claude Code the Anthropic variables, the others OpenAI's), else `default`.
+fn agent_tenant(kind: AgentKind) -> (String, String) {
+    let mut keys = key_tenants();
+    if kind == AgentKind::Claude {
+        keys.sort_by_key(|(_, var)| !var.starts_with("ANTHROPIC"));
+    }
+    match keys.into_iter().next() {
+        Some((tenant, var)) => (
+            tenant,
+            format!("the tenant of {var}: the gateway names it after a hash of the API key"),
+        ),
+        None => (
+            DEFAULT_TENANT.to_owned(),
+            "no API key in the environment: calls without one go to the default tenant".into(),
+        ),
+    }
+}
+
+/// `wrap --gateway URL`: runs the agent against that gateway, then says where its sessions
+/// went (see the module docs).
+async fn run_through(args: &WrapArgs, kind: AgentKind, root: &str) -> Result<ExitCode> {
+    if args.quiet {
+        return run_child(args, kind, root).await;
+    }
+    let tenants = candidate_tenants();
+    // The tenants' sessions before the run, and the API to ask again after it.
+    let asked = match AdminApi::new(root, args.serve.settings.admin_token.as_deref()) {
+        Ok(api) => api.snapshot(&tenants).await.map(|before| (api, before)),
+        Err(why) => Err(why),
+    };
+    let outcome = run_child(args, kind, root).await;
+    // An agent that could not start wrote nothing: its error says what to do.
+    if outcome.is_ok() {
+        let written = match &asked {
+            Ok((api, before)) => api
+                .snapshot(&tenants)
+                .await
+                .map(|after| written_between(before, &after)),
+            Err(why) => Err(why.clone()),
+        };
+        eprint!("{}", gateway_note(root, &agent_tenant(kind), written));
+    }
+    outcome
+}
+
+/// What the admin API lists of one session: its version, log length and last update.
+type Listed = (Option<u64>, u64, i64);
+
+/// The sessions of several tenants, by (tenant, session id).
+type Snapshot = std::collections::BTreeMap<(String, String), Listed>;
+
+/// A running gateway's admin API, asked with the admin token this environment holds.
+struct AdminApi {
+    client: reqwest::Client,
+    root: String,
+    token: String,
+}
+
+impl AdminApi {
+    /// The API of the gateway at `root`, or why it cannot be asked: without a token the
+    /// admin API answers nothing.
+    fn new(root: &str, token: Option<&str>) -> Result<AdminApi, String> {
+        let token = token.filter(|t| !t.is_empty()).ok_or_else(|| {
+            "wrap has no admin token for the gateway's admin API (set CTXKEEPER_ADMIN_TOKEN or \
+             pass --admin-token with the gateway's token to have them named here)"
+                .to_string()
+        })?;
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(5))
+            .build()
+            .map_err(|e| format!("cannot set up an HTTP client for the admin API: {e}"))?;
+        Ok(AdminApi {
+            client,
+            root: root.to_owned(),
+            token: token.to_owned(),
+        })
+    }
+
+    /// The sessions of `tenants`; the error says why they could not be listed.
+    async fn snapshot(&self, tenants: &[String]) -> Result<Snapshot, String> {
+        let mut snapshot = Snapshot::new();
+        for tenant in tenants {
+            for (id, listed) in self.sessions(tenant).await? {
+                snapshot.insert((tenant.clone(), id), listed);
+            }
+        }
+        Ok(snapshot)
+    }
+
+    /// `GET /admin/sessions` for one tenant.
+    async fn sessions(&self, tenant: &str) -> Result<Vec<(String, Listed)>, String> {
+        let url = format!("{}/admin/sessions", self.root);
+        let answer = self
+            .client
+            .get(&url)
+            .bearer_auth(&self.token)
+            .header(ctxkeeper_gateway::tenancy::TENANT_HEADER, tenant)
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach {url} ({e}); is the gateway still running?"))?;
+        let status = answer.status();
+        let body: serde_json::Value = answer.json().await.unwrap_or_default();
+        if !status.is_success() {
+            return Err(match status.as_u16() {
+                401 => "the gateway refused the admin token (401 Unauthorized): give wrap the \
+                        gateway's own (CTXKEEPER_ADMIN_TOKEN or --admin-token)"
+                    .to_string(),
+                403 => "the gateway's admin API is off (403 Forbidden): start the gateway with \
+                        --admin-token and give wrap the same token"
+                    .to_string(),
+                _ => format!(
+                    "{url} answered {status} ({}); see the gateway's log",
+                    body["error"]["message"]
+                        .as_str()
+                        .unwrap_or("no reason given")
+                ),
+            });
+        }
+        let Some(sessions) = body["sessions"].as_array() else {
+            return Err(format!(
+                "{url} answered without a session list; is {} a ctxkeeper gateway?",
+                self.root
+            ));
+        };
+        Ok(sessions
+            .iter()
+            .filter_map(|s| {
+                let id = s["id"].as_str()?.to_owned();
+                let listed = (
+                    s["version"].as_u64(),
+                    s["log_len"].as_u64().unwrap_or(0),
+                    s["updated_at_ms"].as_i64().unwrap_or(0),
+                );
+                Some((id, listed))
+            })
+            .collect())
+    }
+}
+
+/// The sessions new or changed between two snapshots, most recently updated first.
+fn written_between(before: &Snapshot, after: &Snapshot) -> Vec<(String, String)> {
+    let mut written: Vec<(&(String, String), i64)> = after
+        .iter()
+        .filter(|(key, listed)| before.get(*key) != Some(*listed))
+        .map(|(key, listed)| (key, listed.2))
+        .collect();
+    written.sort_by_key(|(_, updated)| std::cmp::Reverse(*updated));
+    written.into_iter().map(|(key, _)| key.clone()).collect()
+}
+
+/// The closing note of `wrap --gateway`: the agent's tenant and why, the sessions the run
+/// wrote (or why they could not be listed, and the command that lists them), and the
+/// console page of the tenant.
+fn gateway_note(
+    root: &str,
+    (tenant, why): &(String, String),
+    written: Result<Vec<(String, String)>, String>,
+) -> String {
+    let mut note = format!("ctxkeeper: the agent's calls went through the gateway at {root}\n");
+    note.push_str(&format!("  tenant {tenant} ({why})\n"));
+    let store_hint = "add --store URL when the gateway's store is not the default one";
+    let mut console_tenant = tenant.clone();
+    match written {
+        Ok(written) if written.is_empty() => note.push_str(&format!(
+            "  no session written: the agent made no model call through the gateway, or it \
+             failed (see the agent's output); earlier ones: ctxkeeper sessions list --tenant \
+             {tenant} ({store_hint})\n"
+        )),
+        Ok(written) => {
+            if let Some((first, _)) = written.first() {
+                console_tenant = first.clone();
+            }
+            for (written_tenant, id) in &written {
+                note.push_str(&format!(
+                    "  session {id} (tenant {written_tenant}): ctxkeeper sessions show {id} \
+                     --tenant {written_tenant} ({store_hint})\n"
+                ));
+            }
+        }
+        Err(why) => note.push_str(&format!(
+            "  its sessions are not named here: {why}\n  list them with: ctxkeeper sessions \
+             list --tenant {tenant} ({store_hint})\n"
+        )),
+    }
+    note.push_str(&format!(
+        "  console: {root}/ui/t/{console_tenant}/sessions\n"
+    ));
+    note
+}
+
 /// The tenant the gateway gives a request carrying `key`, by the gateway's own rule.
 fn key_tenant(rule: &TenantRule, key: &str) -> Option<String> {
-    // The header map's type comes from the rule's signature: this crate does not depend on
-    // the HTTP crates, so it is inferred from a first (empty) call rather than named.
+    // The header map's type comes from the rule's signature: this crate does not name the
+    // HTTP crates' types, so it is inferred from a first (empty) call.
     let mut headers = Default::default();
     rule.resolve(&headers).ok()?;
     headers.insert("authorization", format!("Bearer {key}").parse().ok()?);
@@ -441,6 +649,37 @@ mod tests {
         );
         assert!(mini.env.contains(&("ANTHROPIC_BASE_URL", root.to_string())));
         assert_eq!(launch(AgentKind::Generic, root), mini);
+    }
+
+    #[test]
+    fn the_sessions_a_run_wrote_are_those_new_or_changed() {
+        let key = |tenant: &str, id: &str| (tenant.to_string(), id.to_string());
+        let before = Snapshot::from([
+            (key("key-1", "grown"), (Some(1), 2, 10)),
+            (key("key-1", "untouched"), (Some(3), 4, 20)),
+        ]);
+        let mut after = before.clone();
+        after.insert(key("key-1", "grown"), (Some(2), 4, 30));
+        after.insert(key("default", "new"), (None, 1, 40));
+        assert_eq!(
+            written_between(&before, &after),
+            [key("default", "new"), key("key-1", "grown")],
+            "newest first"
+        );
+        assert!(written_between(&after, &after).is_empty());
+        let note = gateway_note(
+            "http://gw:8787",
+            &("key-1".into(), "why".into()),
+            Ok(vec![key("key-2", "s1")]),
+        );
+        assert!(
+            note.contains("session s1 (tenant key-2): ctxkeeper sessions show s1 --tenant key-2"),
+            "{note}"
+        );
+        assert!(
+            note.contains("console: http://gw:8787/ui/t/key-2/sessions"),
+            "the console opens where the session went: {note}"
+        );
     }
 
     #[test]

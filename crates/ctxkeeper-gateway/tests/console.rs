@@ -537,3 +537,226 @@ async fn standing_orders_are_edited_from_the_session_page() {
     served.stop().await;
     gw.stop().await;
 }
+
+/// A chat call through the gateway with the API key and `headers`, in session `id` (a tenant
+/// token among them names the tenant; else the key's hash does).
+async fn chat_as(gw: &common::Running, headers: &[(&str, &str)], id: &str) {
+    let mut request = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("authorization", KEY)
+        .header("x-ctxkeeper-session", id);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let answer = request
+        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
+        .send()
+        .await
+        .expect("chat");
+    assert_eq!(answer.status(), 200, "{id}");
+}
+
+/// The tenant links of a sessions page's tenant list (`None` when the page has none).
+fn tenant_links(page: &str) -> Option<Vec<String>> {
+    let section = &page[page.find(r#"<section id="tenants">"#)?..];
+    let section = &section[..section.find("</section>").expect("section closes")];
+    Some(
+        section
+            .split(r#"href="/ui/t/"#)
+            .skip(1)
+            .map(|rest| rest.split('/').next().expect("tenant").to_string())
+            .collect(),
+    )
+}
+
+/// A newcomer's agent files its sessions under its API key's tenant while the console opens
+/// on `default`: the admin (token, or the open loopback console) sees every tenant with its
+/// session count and a link there.
+#[tokio::test]
+async fn the_admin_sees_every_tenant_with_sessions_and_a_link_to_it() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.admin_token = Some("admin-secret-1".into());
+    cfg.tenants = TenantRule::default()
+        .with_token("acme", "acme-token-1")
+        .expect("token");
+    let gw = start(cfg).await;
+    chat_as(&gw, &[], "first-run").await;
+    chat_as(&gw, &[], "second-run").await;
+    chat_as(
+        &gw,
+        &[("x-ctxkeeper-tenant-token", "acme-token-1")],
+        "acme-run",
+    )
+    .await;
+    let tenants = gw
+        .gateway
+        .sessions
+        .store()
+        .tenants()
+        .await
+        .expect("tenants");
+    let key_tenant = tenants
+        .iter()
+        .find(|t| t.tenant.starts_with("key-"))
+        .expect("the API key's tenant")
+        .tenant
+        .clone();
+
+    // Where the console lands: `default`, empty; the tenants are listed with their counts.
+    let page = client()
+        .get(gw.url("/ui/t/default/sessions"))
+        .header("authorization", "Bearer admin-secret-1")
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.expect("body");
+    assert!(page.contains(r#"id="sessions-elsewhere""#), "{page}");
+    let mut links = tenant_links(&page).expect("the tenant list");
+    links.sort();
+    let mut expected = vec!["acme".to_string(), key_tenant.clone()];
+    expected.sort();
+    assert_eq!(links, expected, "{page}");
+    let row = |tenant: &str| {
+        let start = page
+            .find(&format!(r#"href="/ui/t/{tenant}/sessions""#))
+            .expect("row");
+        let row = &page[start..];
+        row[..row.find("</tr>").expect("row ends")].to_string()
+    };
+    assert!(
+        row(&key_tenant).contains(r#"<td class="num">2</td>"#),
+        "{page}"
+    );
+    assert!(row("acme").contains(r#"<td class="num">1</td>"#), "{page}");
+    assert!(!page.contains("admin-secret-1") && !page.contains("sk-console-test"));
+
+    // The link leads to the sessions; that page lists the tenants too, without the notice.
+    let there = client()
+        .get(gw.url(&format!("/ui/t/{key_tenant}/sessions")))
+        .header("authorization", "Bearer admin-secret-1")
+        .send()
+        .await
+        .expect("key tenant")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        there.contains(">first-run</a>") && there.contains(">second-run</a>"),
+        "{there}"
+    );
+    assert!(tenant_links(&there).is_some_and(|links| links.len() == 2));
+    assert!(!there.contains(r#"id="sessions-elsewhere""#));
+
+    // The open loopback console (no token configured) is the admin's too.
+    let bus = ctxkeeper_store::open_event_bus("memory://")
+        .await
+        .expect("bus");
+    let console = Console::standalone(
+        gw.gateway.sessions.store().clone(),
+        gw.gateway.sessions.archive().clone(),
+        bus,
+        Access::new(None, TenantRule::default(), [127, 0, 0, 1].into()),
+    );
+    let served = Standalone::serve(console).await;
+    let open = client()
+        .get(format!("http://{}/ui/t/default/sessions", served.addr))
+        .send()
+        .await
+        .expect("open console")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        tenant_links(&open).is_some_and(|links| links.contains(&key_tenant)),
+        "{open}"
+    );
+    served.stop().await;
+    gw.stop().await;
+}
+
+/// A tenant token's pages never list or name another tenant, and other tenants' pages stay
+/// closed to it.
+#[tokio::test]
+async fn a_tenant_token_does_not_see_other_tenants() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.admin_token = Some("admin-secret-1".into());
+    cfg.tenants = TenantRule::default()
+        .with_token("acme", "acme-token-1")
+        .expect("token")
+        .with_token("globex", "globex-token-1")
+        .expect("token")
+        .with_token("initech", "initech-token-1")
+        .expect("token");
+    let gw = start(cfg).await;
+    chat_as(
+        &gw,
+        &[("x-ctxkeeper-tenant-token", "acme-token-1")],
+        "acme-run",
+    )
+    .await;
+    chat_as(
+        &gw,
+        &[("x-ctxkeeper-tenant-token", "globex-token-1")],
+        "globex-secret-run",
+    )
+    .await;
+    chat_as(&gw, &[], "key-run").await;
+
+    let get = |path: &str, token: &str| {
+        client()
+            .get(gw.url(path))
+            .header("authorization", format!("Bearer {token}"))
+            .send()
+    };
+    for path in ["/ui/t/acme/sessions", "/ui/t/acme/totals"] {
+        let answer = get(path, "acme-token-1").await.expect("own page");
+        assert_eq!(answer.status(), 200, "{path}");
+        let page = answer.text().await.expect("body");
+        assert!(tenant_links(&page).is_none(), "{path}: {page}");
+        for other in ["globex", "key-", "default", "globex-secret-run"] {
+            assert!(
+                !page.contains(&format!("/ui/t/{other}")) && !page.contains(&format!(">{other}")),
+                "{path} names {other}: {page}"
+            );
+        }
+    }
+    // An empty tenant of its own: still no word of the others.
+    let empty = get("/ui/t/initech/sessions", "initech-token-1")
+        .await
+        .expect("empty tenant")
+        .text()
+        .await
+        .expect("body");
+    assert!(empty.contains("0 sessions"), "{empty}");
+    assert!(tenant_links(&empty).is_none(), "{empty}");
+    assert!(!empty.contains("sessions-elsewhere") && !empty.contains("globex"));
+    for path in ["/ui/t/globex/sessions", "/ui/t/default/sessions"] {
+        let refused = get(path, "acme-token-1").await.expect("refused");
+        assert_eq!(refused.status(), 403, "{path}");
+        assert!(
+            !refused
+                .text()
+                .await
+                .expect("body")
+                .contains("globex-secret-run")
+        );
+    }
+    // The admin's page of the same tenant does list them.
+    let admin = get("/ui/t/acme/sessions", "admin-secret-1")
+        .await
+        .expect("admin")
+        .text()
+        .await
+        .expect("body");
+    assert_eq!(
+        tenant_links(&admin).map(|links| links.len()),
+        Some(3),
+        "{admin}"
+    );
+    gw.stop().await;
+}

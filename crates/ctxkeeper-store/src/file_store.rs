@@ -62,8 +62,8 @@ use crate::fsutil::{self, Dir, Kind, Tree, blocking};
 use crate::generations::{ContextWrite, Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
-    SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, entry_json, parse_entry,
-    rank_entries,
+    SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, entry_json,
+    parse_entry, rank_entries, tally,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -849,6 +849,26 @@ impl SessionStore for FileStore {
                 .then_with(|| a.key.cmp(&b.key))
         });
         Ok(out)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantInfo>, StoreError> {
+        let tree = self.tree.clone();
+        blocking(move || {
+            // Each session's time as `list` reports it (its files' times, journal settled).
+            let mut sessions = Vec::new();
+            for base in all_tenant_bases(&tree)? {
+                for (key, created) in sessions_under(&tree, &base)? {
+                    let info = info(&tree, key, created)?;
+                    sessions.push((info.key, info.updated_at_ms));
+                }
+            }
+            Ok(tally(
+                sessions
+                    .iter()
+                    .map(|(key, updated)| (key.tenant(), *updated)),
+            ))
+        })
+        .await
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {

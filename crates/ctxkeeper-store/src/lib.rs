@@ -5,7 +5,8 @@
 //!   Implementations: [`LocalWorkspace`] (the `000` directory layout), an object-store archive
 //!   (feature `object-store`) and an archive inside the SQL stores.
 //! - [`session`]: the [`SessionStore`] contract — versioned agent state with compare-and-swap,
-//!   an append-only session log, list / history / search and retention clean-up — with
+//!   an append-only session log, list / history / search, the tenants that hold sessions and
+//!   retention clean-up — with
 //!   backends selected by URL through [`open_store`]: `memory://`, `file://DIR`,
 //!   `sqlite://PATH` (the embedded default), `redis://…`, `postgres://…`, `mysql://…`.
 //! - [`state`]: the persisted [`AgentState`] and the [`SessionKey`] that names it.
@@ -69,7 +70,7 @@ pub use generations::ContextWrite;
 pub use open::{check_store_url, install_tls_provider, open_archive, open_store};
 pub use session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
-    SearchScope, SessionFilter, SessionInfo, SessionStore, Versioned,
+    SearchScope, SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned,
 };
 pub use state::{AgentState, SessionKey};
 pub use workspace::LocalWorkspace;

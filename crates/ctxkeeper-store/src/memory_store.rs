@@ -11,7 +11,7 @@ use crate::StoreError;
 use crate::generations::{ContextWrite, Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo,
-    SessionStore, Versioned, check_messages, rank_entries,
+    SessionStore, TenantInfo, Versioned, check_messages, rank_entries, tally,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -221,6 +221,16 @@ impl SessionStore for MemoryStore {
                 .then_with(|| a.key.cmp(&b.key))
         });
         Ok(out)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantInfo>, StoreError> {
+        self.with(|sessions| {
+            tally(
+                sessions
+                    .iter()
+                    .map(|(key, s)| (key.tenant(), s.updated_at_ms)),
+            )
+        })
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {

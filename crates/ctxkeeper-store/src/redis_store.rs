@@ -13,8 +13,12 @@
 //! PREFIX:s:{tenant|user|agent|session}:log     list: one JSON entry per message
 //! PREFIX:s:{tenant|user|agent|session}:ctx:G   list: the items of context generation G
 //! PREFIX:idx:tenant                            sorted set of the tenant's sessions by update time
-//! PREFIX:tenants                               set of tenants (for clean-up across tenants)
+//! PREFIX:tenants                               set of tenants (for clean-up and listing across tenants)
 //! ```
+//!
+//! Listing the tenants ([`SessionStore::tenants`]) walks the set of tenants with `SSCAN`, a
+//! page at a time (never `KEYS`), and reads each tenant's count and newest update from its
+//! index (`ZCARD`, the highest score): two commands per tenant, whatever its sessions.
 //!
 //! The state hash holds the head of the state and the shape of its current generation
 //! (`generation`, `context_len`, `trail_len`; see [`crate::generations`]); a hash without them
@@ -33,7 +37,8 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use crate::generations::{ContextWrite, assemble, messages_of, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
-    SessionFilter, SessionInfo, SessionStore, Versioned, check_messages, parse_entry, rank_entries,
+    SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, parse_entry,
+    rank_entries, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -93,6 +98,9 @@ for i = 10 + ni, #ARGV do
 end
 return {1, tostring(new), n + 1, gen}
 "#;
+
+/// Tenants read per `SSCAN` step when listing them.
+const TENANT_SCAN_PAGE: u64 = 256;
 
 #[derive(Clone)]
 pub(crate) enum Conn {
@@ -601,6 +609,60 @@ impl SessionStore for RedisStore {
                 .then_with(|| a.key.cmp(&b.key))
         });
         Ok(out)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantInfo>, StoreError> {
+        let mut conn = self.conn.clone();
+        // SSCAN may return a member twice across pages; the set keeps each once.
+        let mut names = std::collections::BTreeSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Vec<String>) = redis::cmd("SSCAN")
+                .arg(self.tenants_key())
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(TENANT_SCAN_PAGE)
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?;
+            names.extend(page);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        let mut tenants = Vec::with_capacity(names.len());
+        for tenant in names {
+            let index = self.index_key(&tenant);
+            let sessions: u64 = redis::cmd("ZCARD")
+                .arg(&index)
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?;
+            if sessions == 0 {
+                // Every session deleted (the tenant stays in the set for a concurrent writer).
+                continue;
+            }
+            let newest: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(&index)
+                .arg(-1)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await
+                .map_err(err)?;
+            let Some((_, score)) = newest.first() else {
+                continue;
+            };
+            tenants.push(TenantInfo {
+                tenant,
+                sessions,
+                // Scores are the millisecond times the index was written with: exact in f64.
+                updated_at_ms: *score as i64,
+            });
+        }
+        sort_tenants(&mut tenants);
+        Ok(tenants)
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {

@@ -9,7 +9,9 @@
 //!   without gaps even under concurrent appenders.
 //! - **Queries**: [`list`](SessionStore::list), [`history`](SessionStore::history) (last N,
 //!   paged backwards), [`search`](SessionStore::search) (full-text, ranked; every hit names its
-//!   session) — always inside one tenant.
+//!   session) — always inside one tenant. [`tenants`](SessionStore::tenants) is the one view
+//!   across tenants: which hold sessions, how many, and when each was last written (an
+//!   operator's view; the gateway shows it to the admin only).
 //! - **Retention**: [`purge_before`](SessionStore::purge_before) removes sessions untouched since
 //!   a cut-off; [`Retention`] turns an age (default 30 days) into that cut-off.
 //!
@@ -91,6 +93,16 @@ pub struct SessionInfo {
     pub log_len: u64,
     pub created_at_ms: i64,
     /// Last save or append.
+    pub updated_at_ms: i64,
+}
+
+/// What [`SessionStore::tenants`] reports about one tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantInfo {
+    pub tenant: String,
+    /// Its sessions: as many as [`SessionStore::list`] returns for the tenant.
+    pub sessions: u64,
+    /// The newest last save or append among its sessions (ms since the Unix epoch).
     pub updated_at_ms: i64,
 }
 
@@ -362,6 +374,16 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// The sessions passing the filter, most recently updated first.
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError>;
 
+    /// Every tenant holding at least one session, with its number of sessions and the newest
+    /// update among them, most recently updated first (ties by name). The one query across
+    /// tenants: callers that serve several tenants show it to an operator only.
+    async fn tenants(&self) -> Result<Vec<TenantInfo>, StoreError> {
+        Err(StoreError::NotImplemented(format!(
+            "{}: listing tenants",
+            self.backend()
+        )))
+    }
+
     /// Removes a session's state and log; false if there was nothing.
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError>;
 
@@ -385,6 +407,36 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         self.purge_before(tenant, retention.cutoff_ms(crate::time::now_ms()))
             .await
     }
+}
+
+/// Counts sessions per tenant from each session's tenant and last update, in the order
+/// [`SessionStore::tenants`] promises.
+pub(crate) fn tally<'a>(sessions: impl IntoIterator<Item = (&'a str, i64)>) -> Vec<TenantInfo> {
+    let mut by_tenant: std::collections::BTreeMap<&str, (u64, i64)> = Default::default();
+    for (tenant, updated_at_ms) in sessions {
+        let entry = by_tenant.entry(tenant).or_insert((0, i64::MIN));
+        entry.0 += 1;
+        entry.1 = entry.1.max(updated_at_ms);
+    }
+    let mut tenants: Vec<TenantInfo> = by_tenant
+        .into_iter()
+        .map(|(tenant, (sessions, updated_at_ms))| TenantInfo {
+            tenant: tenant.to_string(),
+            sessions,
+            updated_at_ms,
+        })
+        .collect();
+    sort_tenants(&mut tenants);
+    tenants
+}
+
+/// Most recently updated first, ties by name.
+pub(crate) fn sort_tenants(tenants: &mut [TenantInfo]) {
+    tenants.sort_by(|a, b| {
+        b.updated_at_ms
+            .cmp(&a.updated_at_ms)
+            .then_with(|| a.tenant.cmp(&b.tenant))
+    });
 }
 
 /// Validates the optional tenant of a purge.

@@ -35,7 +35,8 @@ use ctxkeeper_gateway::{Gateway, GatewayConfig, Server};
 use ctxkeeper_mock_upstream::MockConfig;
 use ctxkeeper_store::{
     AgentState, AppendOutcome, Committed, ContextWrite, HistoryPage, LogEntry, SearchHit,
-    SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, Versioned,
+    SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, TenantInfo,
+    Versioned,
 };
 use serde_json::{Value, json};
 
@@ -192,6 +193,9 @@ impl SessionStore for Counting {
     }
     async fn list(&self, filter: &SessionFilter) -> Result<Vec<SessionInfo>, StoreError> {
         self.inner.list(filter).await
+    }
+    async fn tenants(&self) -> Result<Vec<TenantInfo>, StoreError> {
+        self.inner.tenants().await
     }
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
         self.inner.delete(key).await

@@ -284,6 +284,39 @@ impl GatewayConfig {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
+/// A listen address from `HOST:PORT`: an IP address as it is, a host name such as
+/// `localhost` resolved to one address (IPv4 preferred: `localhost` clients mostly try
+/// 127.0.0.1 first). One rule for `--listen`, `CTXKEEPER_LISTEN` and a file's `listen`; the
+/// error says what to give instead.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let text = text.trim();
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let expected =
+        "give HOST:PORT, e.g. 127.0.0.1:8787 or localhost:8787 (port 0 picks a free port)";
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} names no port: {expected}"));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{text:?}: {port:?} is not a port number (0 to 65535): {expected}"))?;
+    if host.is_empty() {
+        return Err(format!("{text:?} names no host: {expected}"));
+    }
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve the host name {host:?} ({e}): {expected}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("the host name {host:?} resolves to no address: {expected}"))
+}
+
 /// The share of the trigger a summary is prepared at, from a setting in [0, 1): `None` for
 /// 0 (preparation off). The error completes a sentence naming the setting.
 pub fn prepare_share(share: f64) -> Result<Option<f64>, String> {
@@ -305,6 +338,34 @@ mod tests {
         assert!(err.0.contains("gatway"), "{err}");
         let err = ConfigFile::parse("[gateway]\nlisen = \"127.0.0.1:1\"").unwrap_err();
         assert!(err.0.contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn a_files_listen_address_may_name_a_host() {
+        let listen = |text: &str| {
+            ConfigFile::parse(&format!("[gateway]\nlisten = \"{text}\""))
+                .map(|file| file.gateway.listen)
+        };
+        assert_eq!(
+            listen("localhost:8787").expect("resolves"),
+            Some(SocketAddr::from(([127, 0, 0, 1], 8787)))
+        );
+        assert_eq!(
+            listen("[::1]:9").expect("an address"),
+            Some("[::1]:9".parse().expect("address"))
+        );
+        for (text, says) in [
+            ("localhost", "names no port"),
+            ("localhost:http", "not a port number"),
+            (":8787", "names no host"),
+            ("no-such-host.invalid:8787", "cannot resolve the host name"),
+        ] {
+            let err = listen(text).expect_err(text);
+            assert!(
+                err.0.contains("listen") && err.0.contains(says) && err.0.contains("HOST:PORT"),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use clap::builder::BoolishValueParser;
 use ctxkeeper_core::engine::presets;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::{ConfigError, GatewayConfig, prepare_share};
+use super::{ConfigError, GatewayConfig, listen_address, prepare_share};
 use crate::assembly::ContextProvider;
 use crate::compaction_items::ResponsesCompaction;
 use crate::summarize::SummarizerChoice;
@@ -36,8 +36,10 @@ use crate::summarize::SummarizerChoice;
 #[derive(Debug, Clone, Default, PartialEq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySettings {
-    /// The address to listen on (port 0 picks a free port; default 127.0.0.1:8787).
-    #[arg(long, value_name = "ADDR", env = "CTXKEEPER_LISTEN")]
+    /// The address to listen on, HOST:PORT; a host name such as localhost is resolved (port 0
+    /// picks a free port; default 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR", env = "CTXKEEPER_LISTEN", value_parser = listen_address)]
+    #[serde(default, deserialize_with = "listen_setting")]
     pub listen: Option<SocketAddr>,
 
     /// The OpenAI-compatible upstream, including its /v1 (default https://api.openai.com/v1).
@@ -251,6 +253,15 @@ pub struct GatewaySettings {
     /// compacts the session and returns one compaction item).
     #[arg(long, value_name = "MODE", env = "CTXKEEPER_RESPONSES_COMPACTION")]
     pub responses_compaction: Option<String>,
+}
+
+/// A file's `listen`, a host name resolved as `--listen` resolves it ([`listen_address`]).
+fn listen_setting<'de, D: Deserializer<'de>>(de: D) -> Result<Option<SocketAddr>, D::Error> {
+    Option::<String>::deserialize(de)?
+        .map(|text| {
+            listen_address(&text).map_err(|e| serde::de::Error::custom(format!("listen: {e}")))
+        })
+        .transpose()
 }
 
 /// A file's `tenant_tokens = { TENANT = "TOKEN" }`, as the `TENANT=TOKEN` pairs the flags give.

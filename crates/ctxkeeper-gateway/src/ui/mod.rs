@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `GET /ui` | the login form, or a redirect to the caller's tenant |
 //! | `POST /ui/login`, `POST /ui/logout` | sets / clears the console's cookie |
-//! | `GET /ui/t/{tenant}/sessions?sort=…&q=…` | the tenant's sessions |
+//! | `GET /ui/t/{tenant}/sessions?sort=…&q=…` | the tenant's sessions; for the admin also every tenant holding sessions, with its count and a link |
 //! | `GET /ui/t/{tenant}/sessions/{id}?page=…` | one session: chart, summary, capsule, standing orders, compactions |
 //! | `POST /ui/t/{tenant}/sessions/{id}/orders/{n}` | `action=pin\|unpin\|withdraw\|reinstate` on standing order `n`, then back to the session (inside the gateway only) |
 //! | `GET /ui/t/{tenant}/sessions/{id}/archive?ref=…&offset=…` | an archived item, paged |
@@ -19,9 +19,10 @@
 //! token reaches every tenant, a tenant token only its own. A browser cannot send a bearer
 //! header when following a link, so the login form stores the token in an `HttpOnly`,
 //! `SameSite=Strict` cookie scoped to `/ui`; a request with an `Authorization` header uses that
-//! instead. With no token configured the console is open only when the server listens on a
-//! loopback address and the request names a loopback host (not a DNS name rebound to it), and
-//! refused otherwise. Every form post must also come from the console's own pages
+//! instead. Only the admin (the admin token, or the open loopback console) sees the list of
+//! tenants; a tenant token's pages never name another tenant. With no token configured the
+//! console is open only when the server listens on a loopback address and the request names
+//! a loopback host (not a DNS name rebound to it), and refused otherwise. Every form post must also come from the console's own pages
 //! (its `Origin`, when a browser sends one, names this host): on an open loopback console
 //! there is no cookie that another site's form would lack.
 //!

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use ctxkeeper::snapshot::Snapshot;
 use ctxkeeper_store::archive::ArchiveRef;
-use ctxkeeper_store::{SearchQuery, SessionFilter, SessionInfo, SessionKey};
+use ctxkeeper_store::{SearchQuery, SessionFilter, SessionInfo, SessionKey, TenantInfo};
 use futures_util::StreamExt;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
@@ -30,6 +30,8 @@ pub(super) const READ_ONLY_ORDERS: &str = "Standing orders are read-only in the 
      PATCH /admin/sessions/{id}/orders/{n}.";
 /// Longest search accepted, in characters.
 const MAX_QUERY: usize = 200;
+/// Tenants listed on the admin's sessions page, most recently active first.
+const TENANTS_SHOWN: usize = 200;
 /// Session states read at once for the sessions and totals pages.
 const LOADS_IN_FLIGHT: usize = 8;
 
@@ -163,14 +165,73 @@ async fn rows(console: &Console, tenant: &str) -> Result<Vec<Row>, PageError> {
     rows.into_iter().collect()
 }
 
+/// Every tenant holding sessions, for the admin (the admin token, or an open loopback
+/// console): a session a newcomer's agent wrote sits under its API key's tenant (`key-…`),
+/// not under `default` where the console opens. Never read for a tenant token. A store that
+/// cannot list its tenants leaves the section out rather than fail the page.
+async fn tenant_list(console: &Console, caller: Caller) -> Option<Vec<TenantInfo>> {
+    if !caller.admin {
+        return None;
+    }
+    match console.store().tenants().await {
+        Ok(tenants) => Some(tenants),
+        Err(err) => {
+            tracing::warn!(error = %err, "console: cannot list the store's tenants");
+            None
+        }
+    }
+}
+
+fn tenants_section(current: &str, tenants: &[TenantInfo], empty_here: bool) -> Markup {
+    let elsewhere = tenants.iter().filter(|t| t.tenant != current).count();
+    html! {
+        section #tenants {
+            h2 { "Tenants" }
+            @if empty_here && elsewhere > 0 {
+                p.notice #sessions-elsewhere {
+                    "No sessions in tenant " code { (current) } ". An agent's sessions are filed \
+                     under the tenant of its API key (" code { "key-…" } "); open one below."
+                }
+            }
+            @if tenants.is_empty() {
+                p.muted { "No tenant holds sessions yet." }
+            } @else {
+                table.tenants {
+                    thead { tr { th { "Tenant" } th { "Sessions" } th { "Last activity" } } }
+                    tbody {
+                        @for info in tenants.iter().take(TENANTS_SHOWN) {
+                            tr.tenant {
+                                td {
+                                    a.tenant-link.active[info.tenant == current]
+                                        href={ "/ui/t/" (enc(&info.tenant)) "/sessions" } { (info.tenant) }
+                                }
+                                td.num { (thousands(info.sessions)) }
+                                td { (when(info.updated_at_ms)) }
+                            }
+                        }
+                    }
+                }
+                @if tenants.len() > TENANTS_SHOWN {
+                    p.muted {
+                        "and " (tenants.len() - TENANTS_SHOWN) " less recently active tenants \
+                         (ctxkeeper sessions tenants lists them all)"
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub(super) async fn sessions(
     console: &Console,
-    _caller: Caller,
+    caller: Caller,
     tenant: &str,
     sort: Option<&str>,
     query: Option<&str>,
 ) -> Result<Response, PageError> {
     let mut rows = rows(console, tenant).await?;
+    let tenants = tenant_list(console, caller).await;
+    let empty_here = rows.is_empty();
     let query = query.map(str::trim).filter(|q| !q.is_empty());
     if let Some(q) = query {
         let q = q.to_lowercase();
@@ -217,6 +278,9 @@ pub(super) async fn sessions(
             button type="submit" { "Filter" }
         }
         p.count { (rows.len()) " sessions" }
+        @if let Some(tenants) = &tenants {
+            @if empty_here { (tenants_section(tenant, tenants, true)) }
+        }
         table #sessions {
             thead { tr {
                 (sort_link("id", "Session"))
@@ -243,6 +307,9 @@ pub(super) async fn sessions(
                     }
                 }
             }
+        }
+        @if let Some(tenants) = &tenants {
+            @if !empty_here { (tenants_section(tenant, tenants, false)) }
         }
     };
     Ok(page("Sessions", Some(tenant), None, content).into_response())

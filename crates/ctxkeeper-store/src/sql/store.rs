@@ -10,7 +10,7 @@ use crate::StoreError;
 use crate::generations::{ContextWrite, assemble, messages_of, split};
 use crate::session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SessionFilter,
-    SessionInfo, SessionStore, Versioned, check_messages,
+    SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -206,6 +206,29 @@ impl SessionStore for SqlStore {
                 })
             })
             .collect()
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantInfo>, StoreError> {
+        // One pass over the session rows' primary key (tenant first): no log or state is read.
+        let rows =
+            sqlx::query(self.q(
+                "SELECT tenant, COUNT(*), MAX(updated_at) FROM ctxkeeper_sessions GROUP BY tenant",
+            ))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|err| self.err(err))?;
+        let mut tenants = rows
+            .iter()
+            .map(|row| {
+                Ok(TenantInfo {
+                    tenant: row.try_get(0).map_err(|err| self.err(err))?,
+                    sessions: u64_of(row.try_get(1).map_err(|err| self.err(err))?),
+                    updated_at_ms: row.try_get(2).map_err(|err| self.err(err))?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        sort_tenants(&mut tenants);
+        Ok(tenants)
     }
 
     async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {

@@ -23,6 +23,7 @@ pub async fn run_all(store: Arc<dyn SessionStore>) {
     history_paging(&*store).await;
     tenant_isolation(&*store).await;
     list_and_delete(&*store).await;
+    tenants_listing(&*store).await;
     search_ranking(&*store).await;
     retention(&*store).await;
     unicode_and_large_messages(&*store).await;
@@ -477,6 +478,90 @@ pub async fn list_and_delete(store: &dyn SessionStore) {
     );
     // A deleted session starts over.
     assert_eq!(store.save(&k1, &AgentState::new(), None).await.unwrap(), 1);
+}
+
+/// Every tenant with sessions is listed once, with as many sessions as `list` shows and the
+/// newest update among them; a tenant whose sessions are all gone is not. The store may be
+/// shared with other runs, so only this test's tenants are checked exactly.
+pub async fn tenants_listing(store: &dyn SessionStore) {
+    let (older, newer) = (unique("tenants-older"), unique("tenants-newer"));
+    let older_keys = [
+        SessionKey::new(&older, "alice", "bot", "s1").expect("key"),
+        // Log only, no state: still a session.
+        SessionKey::new(&older, "bob", "other-bot", "s2").expect("key"),
+    ];
+    store
+        .save(&older_keys[0], &AgentState::new(), None)
+        .await
+        .expect("save");
+    store
+        .append(&older_keys[1], &[Message::user("x")])
+        .await
+        .expect("append");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let newer_key = SessionKey::new(&newer, "alice", "bot", "s1").expect("key");
+    store
+        .save(&newer_key, &AgentState::new(), None)
+        .await
+        .expect("save");
+    // The default tenant too (a backend may store it apart, as the file store does).
+    let default_key = SessionKey::simple(unique("tenants-default")).expect("key");
+    store
+        .append(&default_key, &[Message::user("y")])
+        .await
+        .expect("append");
+
+    let listed = store.tenants().await.expect("tenants");
+    let position = |tenant: &str| {
+        let at: Vec<usize> = listed
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.tenant == tenant)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(at.len(), 1, "{tenant} listed once: {listed:?}");
+        at[0]
+    };
+    for tenant in [&older, &newer] {
+        let info = &listed[position(tenant)];
+        let sessions = store
+            .list(&SessionFilter::tenant(tenant.as_str()))
+            .await
+            .expect("list");
+        assert_eq!(info.sessions, sessions.len() as u64, "{info:?}");
+        let newest = sessions.iter().map(|s| s.updated_at_ms).max();
+        assert_eq!(Some(info.updated_at_ms), newest, "{info:?}");
+    }
+    assert_eq!(listed[position(&older)].sessions, 2);
+    assert_eq!(listed[position(&newer)].sessions, 1);
+    assert!(
+        position(&newer) < position(&older),
+        "most recently updated first: {listed:?}"
+    );
+    assert!(listed[position(SessionKey::DEFAULT)].sessions >= 1);
+    assert!(
+        listed
+            .windows(2)
+            .all(|pair| pair[0].updated_at_ms >= pair[1].updated_at_ms),
+        "{listed:?}"
+    );
+
+    // A tenant whose last session goes is no longer listed; the others stay as they were.
+    assert!(store.delete(&newer_key).await.expect("delete"));
+    assert!(store.delete(&default_key).await.expect("delete"));
+    let listed = store.tenants().await.expect("tenants");
+    assert!(listed.iter().all(|t| t.tenant != newer), "{listed:?}");
+    let older_info = listed.iter().find(|t| t.tenant == older);
+    assert_eq!(older_info.map(|t| t.sessions), Some(2), "{listed:?}");
+    assert_eq!(
+        store
+            .purge_before(Some(&older), i64::MAX)
+            .await
+            .expect("purge"),
+        2
+    );
+    let listed = store.tenants().await.expect("tenants");
+    assert!(listed.iter().all(|t| t.tenant != older), "{listed:?}");
 }
 
 pub async fn search_ranking(store: &dyn SessionStore) {
