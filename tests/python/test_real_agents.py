@@ -15,7 +15,8 @@ checked for:
 - every step's output can be found again with ``ctxkeeper sessions search``;
 
 and the same run straight against the mock fails. Claude Code also runs 50 steps at a 200k
-window with its default ``max_tokens`` (32,000), where the mock must see no overflow at all;
+window with its default ``max_tokens`` (32,000), where the mock must see no overflow at all,
+and with its default model and the 1M beta past 200k tokens, where nothing may be compacted;
 Codex also runs with its own auto-compaction on, which must continue its session.
 
 Agents that are not installed are skipped with a message (and fail under ``CI=true``).
@@ -500,6 +501,37 @@ def test_codex_compacting_itself_stays_one_session(tmp_path: Path):
     assert counter(result.metrics, "ctxkeeper_client_compactions_total") >= 1
     found = sessions(result.store, agent.key)
     assert len(found) == 1, json.dumps(found, indent=1)[:2000]
+
+
+def test_claude_codes_default_model_keeps_its_1m_window(tmp_path: Path):
+    """Claude Code's default model (no `--model`) is a newer Opus than the model table lists,
+    asked for with the `context-1m` beta header: the gateway must give it the 1M window the
+    request asks for, not the 200k of the nearest listed name. 14 steps of ~15 KB outputs
+    (about 14k tokens each) take the session past 200k tokens (below the 30 % of 1M where `default`'s cost rule may find a
+    compaction worth it), and nothing may be compacted."""
+    agent = dataclasses.replace(
+        CLAUDE,
+        # No `[models]` entry may name the model Claude Code picks: the window comes from the
+        # request (its beta header), or from the table's nearest name when that is ignored.
+        model="no-such-model",
+        args=lambda work: ["-p", PROMPT, "--output-format", "json", "--allowedTools", "Bash"],
+        env=lambda work: {
+            k: v for k, v in CLAUDE.env(work).items() if k != "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
+        },
+    )
+    agent.binary()
+    result = through_gateway(agent, tmp_path, window=1_000_000, steps=14, output_bytes=15_000, timeout=280)
+    run = result.run
+    assert run.code == 0 and agent.finished(run), run.output()
+    loop = [r for r in result.requests if "tools" in r["body"]]
+    models = {r["body"].get("model") for r in loop}
+    assert not any(m == "claude-sonnet-4-5" for m in models), models
+    betas = {value for r in loop for name, value in r.get("headers", []) if name == "anthropic-beta"}
+    assert any("context-1m" in beta for beta in betas), f"Claude Code did not ask for the 1M window: {betas}"
+    largest = max(r["input_tokens"] for r in loop)
+    assert largest > 200_000, f"the session never outgrew a 200k window ({largest} tokens): the run tests nothing"
+    assert counter(result.metrics, "ctxkeeper_compactions_total") == 0, (models, betas, largest)
+    assert [r for r in result.requests if overflowed(r, 1_000_000)] == []
 
 
 def test_wrap_passes_the_exit_code_through(tmp_path: Path):
