@@ -507,8 +507,8 @@ def test_claude_codes_default_model_keeps_its_1m_window(tmp_path: Path):
     """Claude Code's default model (no `--model`) is a newer Opus than the model table lists,
     asked for with the `context-1m` beta header: the gateway must give it the 1M window the
     request asks for, not the 200k of the nearest listed name. 14 steps of ~15 KB outputs
-    (about 14k tokens each) take the session past 200k tokens (below the 30 % of 1M where `default`'s cost rule may find a
-    compaction worth it), and nothing may be compacted."""
+    (about 14k tokens each) take the session past 200k tokens, below the 30 % of 1M where
+    `default`'s cost rule may find a compaction worth it, and nothing may be compacted."""
     agent = dataclasses.replace(
         CLAUDE,
         # No `[models]` entry may name the model Claude Code picks: the window comes from the
