@@ -534,6 +534,28 @@ def test_claude_codes_default_model_keeps_its_1m_window(tmp_path: Path):
     assert [r for r in result.requests if overflowed(r, 1_000_000)] == []
 
 
+SUMMARY_MARK = "[ctxkeeper summary request]"
+
+
+def test_claude_code_in_a_window_its_fixed_prompt_nearly_fills(tmp_path: Path):
+    """Claude Code's system prompt and tools are ~32k tokens of every request; in a 38k window
+    with 4,096 output tokens that leaves ~2k for the conversation, less than one 12 KB output.
+    Each output is cut at ingest to what that room holds (whole in the archive), a recovery
+    cuts the newest one further when the provider still refuses, and compactions there do not
+    pay a model summary each: the agent finishes, no error reaches it, and the upstream sees
+    well under two calls per agent call."""
+    agent = CLAUDE
+    agent.binary()
+    result = through_gateway(agent, tmp_path, window=38_000, steps=8, output_bytes=12_000)
+    run = result.run
+    assert run.code == 0 and agent.finished(run), run.output()
+    statuses = client_statuses(result.metrics)
+    assert {s: n for s, n in statuses.items() if s != "200"} == {}, statuses
+    summaries = [r for r in result.requests if SUMMARY_MARK in json.dumps(r["body"])]
+    agent_calls = len(result.requests) - len(summaries)
+    assert len(result.requests) / agent_calls < 1.5, (len(result.requests), agent_calls, len(summaries))
+
+
 def test_wrap_passes_the_exit_code_through(tmp_path: Path):
     for code in (0, 3, 42):
         done = ctxkeeper("wrap", "--gateway", "http://127.0.0.1:9", "sh", "--", "-c", f"exit {code}")

@@ -65,8 +65,8 @@ pub use ctxkeeper_store as store;
 pub use prepared::{Preparations, PreparedSummary, SummaryPreparation};
 
 use ctxkeeper_core::engine::{
-    ArchiveItem, Budget, CompactionReason, ContextState, Engine, Event, Ingest, Plan, PlanOutcome,
-    PlanRequest, PolicyConfig,
+    ArchiveItem, Budget, CompactionReason, ContextState, Engine, Entry, Event, Ingest, Plan,
+    PlanOutcome, PlanRequest, PolicyConfig,
 };
 use ctxkeeper_core::model::Message;
 use ctxkeeper_core::tokens::TokenModel;
@@ -465,13 +465,31 @@ impl ContextManager {
         let started = Instant::now();
         let plan = self.engine.plan(&mut self.state, &budget, &request);
         self.clock.engine += started.elapsed();
-        let compacted = match plan {
+        let mut compacted = match plan {
             Some(plan) => {
                 self.execute(plan, summarizer).await?;
                 true
             }
             None => false,
         };
+        // A request known not to fit the window is not sent as it is: what a provider's
+        // overflow error would make the caller do (the recovery's deeper compaction, the
+        // newest output cut to a preview) is done now, so a window the fixed prompt nearly
+        // fills does not cost an error and a retry on every step. When even that cannot fit,
+        // the request goes as it is and the provider has the last word.
+        if budget.window > 0 && self.engine.config().overflow.max_attempts > 0 {
+            let tokens = self.engine.request_tokens(&mut self.state, &budget);
+            if tokens > budget.window {
+                match self
+                    .handle_overflow_with(summarizer, 1, tokens + 1, Some(budget.window))
+                    .await
+                {
+                    Ok(_) => compacted = true,
+                    Err(Error::Archive(err)) => return Err(Error::Archive(err)),
+                    Err(_) => {}
+                }
+            }
+        }
         Ok(self.counted(compacted))
     }
 
@@ -607,47 +625,71 @@ impl ContextManager {
             .min(failed_tokens.saturating_sub(1))
             .max(1);
         let target = ((ceiling as f64) * shrink) as u64;
-        let mut request = PlanRequest {
-            force: Some(CompactionReason::Overflow),
-            target_tokens: Some(target),
-            attempt,
-            ..PlanRequest::default()
-        };
-        let started = Instant::now();
-        let mut plan = self.engine.plan(&mut self.state, &budget, &request);
-        // Before the attempt that may clear, what the other stages leave is kept when it fits;
-        // when it does not, clearing now beats sending a request known to fail.
-        let clear_from = self.engine.config().overflow.clear_from_attempt;
-        if attempt < clear_from
-            && plan
-                .as_ref()
-                .is_none_or(|plan| plan.estimated_tokens_after > ceiling)
-        {
-            request.attempt = clear_from;
-            plan = self.engine.plan(&mut self.state, &budget, &request);
-        }
-        self.clock.engine += started.elapsed();
-        let Some(plan) = plan else {
-            // Nothing left to compact: what remains is what must stay.
-            return Err(if tokens_before > ceiling {
-                Error::NoRoom {
-                    needed: tokens_before,
-                    limit: ceiling,
-                }
+        let mut uncut: Option<Entry> = None;
+        let plan = loop {
+            let cut_newest = uncut.is_some();
+            let current = if cut_newest {
+                self.engine.request_tokens(&mut self.state, &budget)
             } else {
-                Error::Unrecoverable {
-                    attempts: attempt,
-                    tokens: tokens_before,
+                tokens_before
+            };
+            let mut request = PlanRequest {
+                force: Some(CompactionReason::Overflow),
+                target_tokens: Some(target),
+                attempt,
+                ..PlanRequest::default()
+            };
+            let started = Instant::now();
+            let mut plan = self.engine.plan(&mut self.state, &budget, &request);
+            // Before the attempt that may clear, what the other stages leave is kept when it
+            // fits; when it does not, clearing now beats sending a request known to fail.
+            let clear_from = self.engine.config().overflow.clear_from_attempt;
+            if attempt < clear_from
+                && plan
+                    .as_ref()
+                    .is_none_or(|plan| plan.estimated_tokens_after > ceiling)
+            {
+                request.attempt = clear_from;
+                plan = self.engine.plan(&mut self.state, &budget, &request);
+            }
+            self.clock.engine += started.elapsed();
+            let needed = match &plan {
+                Some(plan) if plan.estimated_tokens_after > ceiling => plan.estimated_tokens_after,
+                Some(_) => break plan,
+                // Nothing left to compact: what remains is what must stay.
+                None if current > ceiling => current,
+                None if cut_newest => break None,
+                None => {
+                    return Err(Error::Unrecoverable {
+                        attempts: attempt,
+                        tokens: tokens_before,
+                    });
                 }
-            });
+            };
+            // What must stay does not fit: the newest round's tool output is cut to a preview
+            // (whole in the archive) rather than nothing being sent, once.
+            let cut = if cut_newest {
+                None
+            } else {
+                self.cut_newest_results(needed - ceiling).await?
+            };
+            let Some(original) = cut else {
+                // Nothing is removed: the newest round goes back as it was.
+                if let Some(original) = uncut {
+                    self.state.entries.pop();
+                    self.state.entries.push(original);
+                    self.state.invalidate_totals();
+                }
+                return Err(Error::NoRoom {
+                    needed,
+                    limit: ceiling,
+                });
+            };
+            uncut = Some(original);
         };
-        if plan.estimated_tokens_after > ceiling {
-            return Err(Error::NoRoom {
-                needed: plan.estimated_tokens_after,
-                limit: ceiling,
-            });
+        if let Some(plan) = plan {
+            self.execute(plan, summarizer).await?;
         }
-        self.execute(plan, summarizer).await?;
         let tokens_after = self.engine.request_tokens(&mut self.state, &budget);
         self.emit(vec![Event::OverflowRecovered {
             attempt,
@@ -751,6 +793,60 @@ impl ContextManager {
         self.engine
             .steps_between_compactions(&self.state, &budget)
             .filter(|steps| *steps < TIGHT_WINDOW_STEPS)
+    }
+
+    /// Cuts the tool results of the newest message, when it is one carrying them, so the
+    /// context loses at least `excess` tokens: each result becomes a preview (the policy's
+    /// shape) naming where its whole text is archived. A recovery's last resort, when the
+    /// newest round alone does not fit beside the instructions and tool schemas. False when
+    /// there is nothing to cut; else the entry as it was, for a recovery that still fails to
+    /// put back.
+    async fn cut_newest_results(&mut self, excess: u64) -> Result<Option<Entry>, Error> {
+        let Some(last) = self.state.entries.last() else {
+            return Ok(None);
+        };
+        if last.meta.synthetic || !last.message.has_tool_results() {
+            return Ok(None);
+        }
+        let results = last
+            .message
+            .parts
+            .iter()
+            .filter(|p| matches!(p, ctxkeeper_core::model::Part::ToolResult { .. }))
+            .count() as u64;
+        let size = self.state.estimate_entry(last);
+        // Each result gets an equal share of what is left, less room for the note.
+        let limit = size.saturating_sub(excess + 64) / results.max(1);
+        let Some(entry) = self.state.entries.pop() else {
+            return Ok(None);
+        };
+        let plan =
+            match self
+                .engine
+                .plan_result_cut(&self.state, entry.message.clone(), limit.max(32))
+            {
+                Ingest::Cap(plan) => plan,
+                Ingest::Ready(_) => {
+                    self.state.entries.push(entry);
+                    return Ok(None);
+                }
+            };
+        let refs = match self.archive(&plan.archive).await {
+            Ok(refs) => refs,
+            Err(err) => {
+                self.state.entries.push(entry);
+                return Err(err);
+            }
+        };
+        let events = self.engine.apply_ingest(&mut self.state, plan, &refs);
+        // The same message of the log, cut: its place in the log does not move.
+        self.state.appended -= 1;
+        if let Some(cut) = self.state.entries.last_mut() {
+            cut.meta.log_index = entry.meta.log_index;
+        }
+        self.state.invalidate_totals();
+        self.emit(events);
+        Ok(Some(entry))
     }
 
     async fn execute(&mut self, plan: Plan, summarizer: &dyn Summarizer) -> Result<(), Error> {

@@ -172,10 +172,37 @@ async fn a_recovery_keeps_the_newest_round_and_the_latest_request() {
     );
 }
 
-/// When what must stay does not fit the limit, the recovery says so instead of sending a
-/// conversation without the task or the output just produced.
+/// When the newest round alone does not fit beside what every request carries (a tight window,
+/// a huge output), the recovery cuts that round's output to a preview naming where the whole
+/// output is archived, and keeps the user's request: the agent goes on. Where even that cannot
+/// fit, the recovery says so instead of sending a conversation without the task or the output
+/// just produced.
 #[tokio::test]
-async fn a_recovery_that_cannot_fit_is_an_error_not_an_empty_conversation() {
+async fn a_recovery_cuts_the_newest_output_to_a_preview_or_says_it_cannot_fit() {
+    let mut context = manager(200_000, 0);
+    context
+        .ingest(Message::user("Summarize the log."))
+        .await
+        .unwrap();
+    let (call, result) = round(1, 6_000);
+    context.ingest(call).await.unwrap();
+    context.ingest(result).await.unwrap();
+    let failed = context.prepare().await.unwrap().input_tokens;
+    let recovered = context
+        .handle_overflow(1, failed, Some(2_000))
+        .await
+        .expect("the newest output is cut to fit");
+    assert!(
+        recovered.input_tokens <= 2_000,
+        "{}",
+        recovered.input_tokens
+    );
+    let texts: Vec<String> = recovered.messages.iter().map(Message::text).collect();
+    assert!(texts.iter().any(|t| t == "Summarize the log."), "{texts:?}");
+    let cut = texts.last().expect("the newest round stays");
+    assert!(cut.starts_with("output of step 1"), "{cut}");
+    assert!(cut.contains("the whole output is archived at"), "{cut}");
+
     let mut context = manager(200_000, 0);
     context
         .ingest(Message::user("Summarize the log."))
@@ -186,9 +213,9 @@ async fn a_recovery_that_cannot_fit_is_an_error_not_an_empty_conversation() {
     context.ingest(result).await.unwrap();
     let before = context.state().to_messages();
     let failed = context.prepare().await.unwrap().input_tokens;
-    match context.handle_overflow(1, failed, Some(2_000)).await {
+    match context.handle_overflow(1, failed, Some(60)).await {
         Err(Error::NoRoom { needed, limit }) => {
-            assert_eq!(limit, 2_000);
+            assert_eq!(limit, 60);
             assert!(needed > limit);
         }
         other => panic!("expected NoRoom, got {other:?}"),

@@ -605,7 +605,9 @@ pub struct ToolResultCap {
     pub max_tokens: Option<u64>,
     /// Results above this many characters are capped (HarnessAgent: 80,000).
     pub max_chars: Option<usize>,
-    /// Results above this share of the context window are capped, whatever the window.
+    /// Results above this share of the context window are capped, whatever the window (of
+    /// the room left beside the tool schemas and leading instructions, when those take more
+    /// than half of the window).
     pub max_window_share: Option<f64>,
     /// The preview is the longest prefix that fits the token limit (`max_tokens`, or the
     /// window share when smaller) together with its marker, instead of `head_chars` +

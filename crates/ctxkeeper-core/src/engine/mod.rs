@@ -789,6 +789,34 @@ impl Engine {
         if cap.historical_only || !message.has_tool_results() {
             return Ingest::Ready(message);
         }
+        self.cap_results(state, cap, ingest_room(state, budget), message)
+    }
+
+    /// Cuts the tool results of `message` (the newest round's, removed from `state` by the
+    /// caller) to previews of at most `limit` tokens each, their whole text to be archived: a
+    /// recovery's last resort when the round alone does not fit beside what every request
+    /// carries. The preview is shaped as the policy's ingest cap shapes it (every tool
+    /// included); `Ready` when nothing is over the limit.
+    pub fn plan_result_cut(&self, state: &ContextState, message: Message, limit: u64) -> Ingest {
+        let configured = self.config.ingest.tool_result.clone().unwrap_or_default();
+        let cap = ToolResultCap {
+            max_tokens: Some(limit.max(1)),
+            max_chars: None,
+            max_window_share: None,
+            exclude_tools: Vec::new(),
+            historical_only: false,
+            ..configured
+        };
+        self.cap_results(state, &cap, limit, message)
+    }
+
+    fn cap_results(
+        &self,
+        state: &ContextState,
+        cap: &ToolResultCap,
+        room: u64,
+        message: Message,
+    ) -> Ingest {
         let mut message = message;
         let mut archive = Vec::new();
         let original = message.clone();
@@ -807,16 +835,16 @@ impl Engine {
                 continue;
             }
             let full = join_text(content);
-            if !self.exceeds_cap(cap, &full, budget.window) {
+            if !self.exceeds_cap(cap, &full, room) {
                 continue;
             }
             let marker = ref_marker(archive.len());
-            let preview = match self.token_limit(cap, budget.window) {
+            let limit = self.token_limit(cap, room);
+            let (head, tail) = preview_chars(cap, limit, || self.chars_per_token(&full));
+            let preview = match limit {
                 Some(limit) if cap.fit_prefix => self.prefix_preview(&full, limit, &marker),
-                _ if cap.ranked_middle => {
-                    stages::ranked_preview(&full, cap.head_chars, cap.tail_chars, &marker)
-                }
-                _ => stages::head_tail_preview(&full, cap.head_chars, cap.tail_chars, &marker),
+                _ if cap.ranked_middle => stages::ranked_preview(&full, head, tail, &marker),
+                _ => stages::head_tail_preview(&full, head, tail, &marker),
             };
             archive.push(ArchiveItem::ToolResult {
                 call_id: call_id.clone(),
@@ -930,6 +958,18 @@ impl Engine {
         format!("{}{}", &text[..fits], note(fits))
     }
 
+    /// Characters per token of `text`, measured on its first 8 KiB (dense output such as
+    /// numbers one per line runs under two; prose near four).
+    fn chars_per_token(&self, text: &str) -> f64 {
+        let mut end = text.len().min(8 * 1024);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let sample = &text[..end];
+        let tokens = self.model.text_tokens(sample).max(1);
+        sample.chars().count() as f64 / f64::from(tokens)
+    }
+
     fn exceeds_cap(&self, cap: &ToolResultCap, text: &str, window: u64) -> bool {
         if cap.max_chars.is_some_and(|max| text.chars().count() > max) {
             return true;
@@ -985,6 +1025,44 @@ impl Engine {
             tool_name_for(state, call_id)
         })
     }
+}
+
+/// What a window share of the ingest cap is a share of: the window, or, when what every
+/// request carries anyway (tool schemas, the leading instructions) takes more than half of
+/// it, the room left beside that (never under a twentieth of the window). A share of the whole
+/// window would let one tool output fill a request the fixed prompt already nearly fills,
+/// and no compaction could then make it fit: the output stays whole in the archive, its
+/// preview in the context.
+fn ingest_room(state: &ContextState, budget: &Budget) -> u64 {
+    let carried = budget.fixed_tokens + state.leading_system_tokens();
+    let room = budget.window.saturating_sub(carried);
+    if room >= budget.window / 2 {
+        budget.window
+    } else {
+        room.max(budget.window / 20)
+    }
+}
+
+/// The head and tail characters of a capped result's preview: the configured ones, shrunk in
+/// proportion when they would exceed the cap's token limit at the output's own density
+/// (`chars_per_token`, asked only then), so the preview itself fits where the output did not.
+fn preview_chars(
+    cap: &ToolResultCap,
+    limit: Option<u64>,
+    chars_per_token: impl FnOnce() -> f64,
+) -> (usize, usize) {
+    let (head, tail) = (cap.head_chars, cap.tail_chars);
+    let wanted = head + tail;
+    // Three characters a token at most: a preview within it never needs measuring.
+    let Some(limit) = limit.filter(|limit| wanted > 0 && (wanted as u64) > limit * 3) else {
+        return (head, tail);
+    };
+    // A tenth spare for the marker and the estimate's error.
+    let most = (limit as f64 * chars_per_token() * 0.9) as usize;
+    if wanted <= most {
+        return (head, tail);
+    }
+    (head * most / wanted, tail * most / wanted)
 }
 
 /// The fewest steps of growth an economic trigger leaves between two compactions.

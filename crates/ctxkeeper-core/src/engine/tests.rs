@@ -1422,3 +1422,44 @@ fn a_ranked_preview_keeps_the_middle_lines_that_name_errors() {
         stages::head_tail_preview(&noise, 1_000, 500, "archive://y")
     );
 }
+
+/// When the tool schemas and the leading instructions nearly fill the window, a tool output
+/// that would fit 40 % of the whole window cannot fit beside them: it is capped against the
+/// room they leave, with a preview small enough to fit that room. Where they leave most of
+/// the window, the cap is the usual 40 % of it.
+#[test]
+fn an_output_is_capped_to_the_room_a_nearly_full_fixed_prompt_leaves() {
+    let engine = engine("default");
+    let mut state = ContextState::default();
+    state.push(Message::system("You are an agent. ".repeat(300)));
+    state.push(Message::user("Run the tests."));
+    state.push(Message::assistant_with_calls(
+        "",
+        vec![Part::tool_call("t1", "shell", "{}")],
+    ));
+    // Numbers one per line: about 3,000 tokens, under 40 % of a 10,000-token window.
+    let output: String = (0..1_500).map(|n| format!("{n}\n")).collect();
+    let tight = Budget {
+        window: 10_000,
+        fixed_tokens: 6_000,
+    };
+    let Ingest::Cap(plan) =
+        engine.plan_ingest(&state, &tight, Message::tool_result("t1", output.clone()))
+    else {
+        panic!("a 3,000-token output beside a fixed prompt of about 7,000 tokens must be capped")
+    };
+    let room = tight.window - tight.fixed_tokens - state.leading_system_tokens();
+    assert!(
+        plan.tokens_after <= room / 2,
+        "the preview fits the room: {} tokens of {room}",
+        plan.tokens_after
+    );
+    let roomy = Budget {
+        window: 10_000,
+        fixed_tokens: 0,
+    };
+    assert!(matches!(
+        engine.plan_ingest(&state, &roomy, Message::tool_result("t1", output)),
+        Ingest::Ready(_)
+    ));
+}
