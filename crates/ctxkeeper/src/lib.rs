@@ -477,7 +477,12 @@ impl ContextManager {
         // newest output cut to a preview) is done now, so a window the fixed prompt nearly
         // fills does not cost an error and a retry on every step. When even that cannot fit,
         // the request goes as it is and the provider has the last word.
-        if budget.window > 0 && self.engine.config().overflow.max_attempts > 0 {
+        // The estimate decides first: the exact count (a tokenizer pass over what is not
+        // counted yet) is only paid when the estimate is over the window.
+        if budget.window > 0
+            && self.engine.config().overflow.max_attempts > 0
+            && self.engine.approx_request_tokens(&mut self.state, &budget) > budget.window
+        {
             let tokens = self.engine.request_tokens(&mut self.state, &budget);
             if tokens > budget.window {
                 match self
