@@ -84,3 +84,71 @@ async fn the_1m_beta_gives_claude_code_s_default_model_its_real_window() {
         "without the beta the 200k window (64k of it for output) must compact: {kept} of {sent} bytes"
     );
 }
+
+/// A model the table does not know, on an OpenAI-compatible server whose model list states
+/// each model's window (vLLM's `max_model_len`): once a client listed the models through the
+/// gateway, the session gets the listed window and is compacted before it overflows; without
+/// the list, the table's default window lets the same request reach the server and be refused.
+#[tokio::test]
+async fn the_window_a_providers_model_list_states_is_used_for_an_unknown_model() {
+    let key = "sk-windows-listed-0123456789";
+    let body = json!({
+        "model": "local-model",
+        "messages": [
+            {"role": "system", "content": "You are a careful agent."},
+            {"role": "user", "content": format!("Summarize these notes. {}", filler(1, 16_000))},
+            {"role": "assistant", "content": filler(2, 12_000)},
+            {"role": "user", "content": "Now list what is still open."},
+        ],
+    });
+    let mut refused = Vec::new();
+    for list_first in [false, true] {
+        let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+            window: 5_000,
+            list_windows: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+        if list_first {
+            let listed = client()
+                .get(gw.url("/v1/models"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(listed.status(), 200);
+            let listed: Value = listed.json().await.unwrap();
+            assert!(
+                listed["data"].to_string().contains("max_model_len"),
+                "{listed}"
+            );
+        }
+        let answer = client()
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .header("x-ctxkeeper-session", "listed")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{}", answer.text().await.unwrap());
+        refused.push(
+            upstream
+                .requests()
+                .iter()
+                .filter(|r| r.path.ends_with("/chat/completions") && r.status == 400)
+                .count(),
+        );
+    }
+    assert!(
+        refused[0] > 0,
+        "without the list the request overflows first: {refused:?}"
+    );
+    assert_eq!(
+        refused[1], 0,
+        "with the listed window it is compacted before it is sent"
+    );
+}

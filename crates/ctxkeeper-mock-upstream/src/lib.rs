@@ -88,6 +88,9 @@ pub struct MockConfig {
     /// Answer every summary request with this error status (401, 500, 529…) in the
     /// provider's words: a summarizer outage while the agent's own requests succeed.
     pub summary_status: Option<u16>,
+    /// The OpenAI-shaped model list states each model's window (`max_model_len`, as vLLM
+    /// does), and lists a local model the model table does not know (`local-model`).
+    pub list_windows: bool,
 }
 
 impl Default for MockConfig {
@@ -101,6 +104,7 @@ impl Default for MockConfig {
             summary_delay: Duration::ZERO,
             native_compaction: false,
             summary_status: None,
+            list_windows: false,
         }
     }
 }

@@ -41,6 +41,10 @@ struct Args {
     /// Answer every summary request with this error status (401, 500, 529…).
     #[arg(long, value_name = "STATUS")]
     summary_status: Option<u16>,
+    /// State each model's window in the OpenAI model list (`max_model_len`, as vLLM does),
+    /// with a `local-model` the model table does not know.
+    #[arg(long)]
+    list_windows: bool,
     /// Output budget reserved in the window when a request states none.
     #[arg(long, default_value_t = 64)]
     max_output_tokens: u64,
@@ -80,6 +84,7 @@ async fn main() -> anyhow::Result<()> {
         summary_delay: Duration::from_millis(args.summary_delay_ms),
         native_compaction: args.native_compaction,
         summary_status: args.summary_status,
+        list_windows: args.list_windows,
         script: args.script_steps.filter(|steps| *steps > 0).map(|steps| {
             ctxkeeper_mock_upstream::Script {
                 steps,

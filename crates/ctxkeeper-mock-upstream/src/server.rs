@@ -459,9 +459,29 @@ async fn models(State(handle): State<MockHandle>, headers: HeaderMap) -> Respons
     let request_id = format!("req_mock{number}");
     let body = match flavor {
         Flavor::OpenAi => {
-            let data: Vec<Value> = ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3"]
+            let listed = handle.shared.list_windows();
+            let ids: &[&str] = if listed {
+                &[
+                    "gpt-4o",
+                    "gpt-4o-mini",
+                    "gpt-4.1",
+                    "gpt-5",
+                    "o3",
+                    "local-model",
+                ]
+            } else {
+                &["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3"]
+            };
+            let window = handle.shared.window();
+            let data: Vec<Value> = ids
                 .iter()
-                .map(|id| json!({"id": id, "object": "model", "created": 1_715_367_049, "owned_by": "system"}))
+                .map(|id| {
+                    let mut model = json!({"id": id, "object": "model", "created": 1_715_367_049, "owned_by": "system"});
+                    if listed {
+                        model["max_model_len"] = json!(window);
+                    }
+                    model
+                })
                 .collect();
             json!({"object": "list", "data": data})
         }

@@ -168,6 +168,7 @@ pub(crate) struct Shared {
     counts: Mutex<HashMap<u64, u32>>,
     models: Mutex<HashMap<String, Arc<TokenModel>>>,
     profiles: Profiles,
+    list_windows: bool,
 }
 
 impl Shared {
@@ -190,6 +191,7 @@ impl Shared {
             counts: Mutex::new(HashMap::new()),
             models: Mutex::new(HashMap::new()),
             profiles: Profiles::builtin(),
+            list_windows: config.list_windows,
         }
     }
 
@@ -208,6 +210,11 @@ impl Shared {
     /// The status summary requests fail with, if they do.
     pub fn summary_status(&self) -> Option<u16> {
         Some(self.summary_status.load(Ordering::Relaxed)).filter(|s| *s != 0)
+    }
+
+    /// Whether the model list states windows ([`crate::MockConfig::list_windows`]).
+    pub fn list_windows(&self) -> bool {
+        self.list_windows
     }
 
     pub fn native_compaction(&self) -> bool {

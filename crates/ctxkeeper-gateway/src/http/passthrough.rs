@@ -1,7 +1,8 @@
 //! Pass-through: the endpoints that manage nothing. `GET /v1/models` goes to the Anthropic
 //! upstream for a client that speaks Anthropic, else to the OpenAI one;
 //! `POST /v1/messages/count_tokens` goes to the Anthropic upstream (the client asks about the
-//! request it would send, so nothing is managed). The client's headers go as for a model call
+//! request it would send, so nothing is managed). A model list that states windows teaches
+//! them to the sessions ([`crate::sessions::Sessions::learn_model_list`]). The client's headers go as for a model call
 //! ([`super::upstream::forward_headers`]); the answer comes back as the upstream sent it.
 
 use axum::body::Body;
@@ -31,7 +32,23 @@ pub(super) async fn models(
     let url = with_query(url, uri.query());
     let headers = forward_headers(headers);
     let response = gw.client.get(&url).headers(headers).send().await?;
-    whole(response).await
+    let status = response.status();
+    let headers = response_headers(response.headers());
+    let body = response.bytes().await?;
+    // A list that states model windows (vLLM, OpenRouter, …) teaches the gateway the
+    // windows of models its table does not know.
+    if status.is_success()
+        && let Ok(list) = serde_json::from_slice::<serde_json::Value>(&body)
+    {
+        let learned = gw.sessions.learn_model_list(&list);
+        if learned > 0 {
+            tracing::info!(
+                models = learned,
+                "learned model windows from the provider's model list"
+            );
+        }
+    }
+    Ok(deliver::whole(status, headers, body, None))
 }
 
 /// Counts a Messages request's tokens on the Anthropic upstream.

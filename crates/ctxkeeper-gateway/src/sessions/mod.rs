@@ -344,6 +344,9 @@ pub struct Sessions {
     prepare_at: Option<f64>,
     /// How long a request waits for a model's summary ([`Sessions::with_summary_wait`]).
     summary_wait: Duration,
+    /// Model windows stated by a provider's model list ([`Sessions::learn_model_list`]),
+    /// by lowercase model id.
+    listed_windows: StdMutex<HashMap<String, u64>>,
 }
 
 impl Sessions {
@@ -375,6 +378,7 @@ impl Sessions {
             upstream_summaries: None,
             prepare_at: Some(prepare::DEFAULT_PREPARE_AT),
             summary_wait: wait::DEFAULT_SUMMARY_WAIT,
+            listed_windows: StdMutex::new(HashMap::new()),
         }
     }
 
@@ -756,6 +760,38 @@ impl Sessions {
         Ok(outcome?)
     }
 
+    /// Learns the context windows a provider's model list states (`GET /v1/models` on its
+    /// way to a client; see [`LISTED_WINDOW_FIELDS`]): a model the table knows only by a
+    /// prefix, or not at all (a local vLLM model), is then given the window its provider
+    /// states. Returns how many models the list taught.
+    pub fn learn_model_list(&self, list: &serde_json::Value) -> usize {
+        let Some(entries) = list.get("data").and_then(serde_json::Value::as_array) else {
+            return 0;
+        };
+        let mut listed = self
+            .listed_windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut learned = 0;
+        for (id, window) in entries.iter().filter_map(listed_window) {
+            if listed.len() >= MAX_LISTED_MODELS && !listed.contains_key(&id) {
+                break;
+            }
+            listed.insert(id, window);
+            learned += 1;
+        }
+        learned
+    }
+
+    /// The window a provider's model list stated for `model`, if it did.
+    pub(super) fn listed_window(&self, model: &str) -> Option<u64> {
+        self.listed_windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&model.trim().to_ascii_lowercase())
+            .copied()
+    }
+
     /// Feeds the input tokens the upstream reported for the session's last request.
     pub async fn observe_usage(&self, key: &SessionKey, input_tokens: u64) {
         let answered = Answered {
@@ -807,6 +843,37 @@ pub struct Answered {
     pub ends_turn: bool,
     /// How the request reached its upstream (a summary prepared now goes the same way).
     pub route: Option<Arc<UpstreamRoute>>,
+}
+
+/// Most model windows a provider's model list may teach: a real list is far shorter, and a
+/// hostile upstream cannot make the gateway hold more.
+const MAX_LISTED_MODELS: usize = 4_096;
+
+/// The fields a model list entry states its window in: OpenRouter's and Together's
+/// `context_length`, vLLM's `max_model_len`, LM Studio's `max_context_length`, and the
+/// `context_window` / `max_input_tokens` some providers use.
+const LISTED_WINDOW_FIELDS: [&str; 5] = [
+    "context_length",
+    "max_model_len",
+    "max_context_length",
+    "context_window",
+    "max_input_tokens",
+];
+
+/// The window one model list entry states (its own field, or OpenRouter's
+/// `top_provider.context_length`), with its id.
+fn listed_window(entry: &serde_json::Value) -> Option<(String, u64)> {
+    let id = entry.get("id")?.as_str()?.trim().to_ascii_lowercase();
+    let window = LISTED_WINDOW_FIELDS
+        .iter()
+        .find_map(|field| entry.get(*field).and_then(serde_json::Value::as_u64))
+        .or_else(|| {
+            entry
+                .pointer("/top_provider/context_length")
+                .and_then(serde_json::Value::as_u64)
+        })
+        .filter(|window| (256..=100_000_000).contains(window))?;
+    (!id.is_empty()).then_some((id, window))
 }
 
 /// The tokens the context may take in a window of `window` when the request asks for

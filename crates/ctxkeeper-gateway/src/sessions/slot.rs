@@ -349,12 +349,16 @@ impl Sessions {
         tools: &[ToolSpec],
     ) -> Result<(), SessionError> {
         let model = incoming.model.clone().unwrap_or_default();
-        // The table is the fallback: a request that asks for a larger window gets it.
-        let profile_window = self
-            .profiles
-            .resolve(&model)
-            .0
-            .context_window
+        // The table's own entry for the model first, then the window the provider's model
+        // list states, then the table's nearest name or default; a request that asks for a
+        // larger window gets it.
+        let (profile, matched) = self.profiles.resolve(&model);
+        let known = match matched {
+            ctxkeeper_core::tokens::MatchKind::Exact => None,
+            _ => self.listed_window(&model),
+        };
+        let profile_window = known
+            .unwrap_or(profile.context_window)
             .max(incoming.requested_window.unwrap_or(0));
         let window = input_window(
             slot.client
