@@ -299,6 +299,21 @@ impl Standalone {
         Standalone { addr, stop, server }
     }
 
+    /// The open loopback console (no token) over a running gateway's store and archive,
+    /// as `ctxkeeper ui` serves it beside a gateway.
+    async fn loopback_over(gw: &common::Running) -> Standalone {
+        let bus = ctxkeeper_store::open_event_bus("memory://")
+            .await
+            .expect("bus");
+        let console = Console::standalone(
+            gw.gateway.sessions.store().clone(),
+            gw.gateway.sessions.archive().clone(),
+            bus,
+            Access::new(None, TenantRule::default(), [127, 0, 0, 1].into()),
+        );
+        Standalone::serve(console).await
+    }
+
     async fn stop(self) {
         let _ = self.stop.send(());
         self.server.await.expect("join").expect("served");
@@ -486,16 +501,7 @@ async fn standing_orders_are_edited_from_the_session_page() {
     assert_eq!(order_zero(&gw, ID).await, settled);
 
     // The standalone console over the same store: the orders read-only, the edit refused.
-    let bus = ctxkeeper_store::open_event_bus("memory://")
-        .await
-        .expect("bus");
-    let console = Console::standalone(
-        gw.gateway.sessions.store().clone(),
-        gw.gateway.sessions.archive().clone(),
-        bus,
-        Access::new(None, TenantRule::default(), [127, 0, 0, 1].into()),
-    );
-    let served = Standalone::serve(console).await;
+    let served = Standalone::loopback_over(&gw).await;
     let addr = served.addr;
     let standalone = client()
         .get(format!("http://{addr}/ui/t/acme/sessions/orders-1"))
@@ -651,16 +657,7 @@ async fn the_admin_sees_every_tenant_with_sessions_and_a_link_to_it() {
     assert!(!there.contains(r#"id="sessions-elsewhere""#));
 
     // The open loopback console (no token configured) is the admin's too.
-    let bus = ctxkeeper_store::open_event_bus("memory://")
-        .await
-        .expect("bus");
-    let console = Console::standalone(
-        gw.gateway.sessions.store().clone(),
-        gw.gateway.sessions.archive().clone(),
-        bus,
-        Access::new(None, TenantRule::default(), [127, 0, 0, 1].into()),
-    );
-    let served = Standalone::serve(console).await;
+    let served = Standalone::loopback_over(&gw).await;
     let open = client()
         .get(format!("http://{}/ui/t/default/sessions", served.addr))
         .send()

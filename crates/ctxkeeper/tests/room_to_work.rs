@@ -172,13 +172,8 @@ async fn a_recovery_keeps_the_newest_round_and_the_latest_request() {
     );
 }
 
-/// When the newest round alone does not fit beside what every request carries (a tight window,
-/// a huge output), the recovery cuts that round's output to a preview naming where the whole
-/// output is archived, and keeps the user's request: the agent goes on. Where even that cannot
-/// fit, the recovery says so instead of sending a conversation without the task or the output
-/// just produced.
-#[tokio::test]
-async fn a_recovery_cuts_the_newest_output_to_a_preview_or_says_it_cannot_fit() {
+/// A task and one round whose output is about 6,000 tokens; returns the size that failed.
+async fn task_with_a_large_output() -> (ContextManager, u64) {
     let mut context = manager(200_000, 0);
     context
         .ingest(Message::user("Summarize the log."))
@@ -188,6 +183,17 @@ async fn a_recovery_cuts_the_newest_output_to_a_preview_or_says_it_cannot_fit() 
     context.ingest(call).await.unwrap();
     context.ingest(result).await.unwrap();
     let failed = context.prepare().await.unwrap().input_tokens;
+    (context, failed)
+}
+
+/// When the newest round alone does not fit beside what every request carries (a tight window,
+/// a huge output), the recovery cuts that round's output to a preview naming where the whole
+/// output is archived, and keeps the user's request: the agent goes on. Where even that cannot
+/// fit, the recovery says so instead of sending a conversation without the task or the output
+/// just produced.
+#[tokio::test]
+async fn a_recovery_cuts_the_newest_output_to_a_preview_or_says_it_cannot_fit() {
+    let (mut context, failed) = task_with_a_large_output().await;
     let recovered = context
         .handle_overflow(1, failed, Some(2_000))
         .await
@@ -203,16 +209,8 @@ async fn a_recovery_cuts_the_newest_output_to_a_preview_or_says_it_cannot_fit() 
     assert!(cut.starts_with("output of step 1"), "{cut}");
     assert!(cut.contains("the whole output is archived at"), "{cut}");
 
-    let mut context = manager(200_000, 0);
-    context
-        .ingest(Message::user("Summarize the log."))
-        .await
-        .unwrap();
-    let (call, result) = round(1, 6_000);
-    context.ingest(call).await.unwrap();
-    context.ingest(result).await.unwrap();
+    let (mut context, failed) = task_with_a_large_output().await;
     let before = context.state().to_messages();
-    let failed = context.prepare().await.unwrap().input_tokens;
     match context.handle_overflow(1, failed, Some(60)).await {
         Err(Error::NoRoom { needed, limit }) => {
             assert_eq!(limit, 60);
