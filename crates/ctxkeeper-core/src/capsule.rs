@@ -825,6 +825,7 @@ impl Capsule {
             .orders
             .orders
             .iter()
+            .map(|o| o.as_ref())
             .filter(|o| !o.is_current())
             .filter(left)
             .collect();

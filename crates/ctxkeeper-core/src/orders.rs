@@ -31,6 +31,8 @@
 //! assert_eq!(orders.orders[1].superseded_by, Some(9));
 //! ```
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::model::Role;
@@ -106,7 +108,9 @@ pub const MAX_ORDERS: usize = 512;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StandingOrders {
-    pub orders: Vec<StandingOrder>,
+    /// Shared, so a copy of the capsule (every compaction plans on one) copies no text; an
+    /// edit copies only the order it changes.
+    pub orders: Vec<Arc<StandingOrder>>,
 }
 
 impl StandingOrders {
@@ -116,7 +120,10 @@ impl StandingOrders {
 
     /// The orders still current, oldest first.
     pub fn current(&self) -> impl Iterator<Item = &StandingOrder> {
-        self.orders.iter().filter(|o| o.is_current())
+        self.orders
+            .iter()
+            .map(|o| o.as_ref())
+            .filter(|o| o.is_current())
     }
 
     /// Reads the statements of one message. `role` decides whether it counts at all: only
@@ -151,12 +158,13 @@ impl StandingOrders {
     }
 
     fn add(&mut self, kind: OrderKind, sentence: &str, source: &str, log_index: u64) {
-        let folded = fold(sentence);
-        // The same statement again: the earlier one stands (it still holds).
+        // The same statement again: the earlier one stands (it still holds). Compared word by
+        // word without folding either text: most orders differ in their first word, and a
+        // session's orders are read on every compaction.
         if self
             .orders
             .iter()
-            .any(|o| o.is_current() && fold(&o.text) == folded)
+            .any(|o| o.is_current() && same_words(&o.text, sentence))
         {
             return;
         }
@@ -184,9 +192,9 @@ impl StandingOrders {
             }
         }
         if let Some((at, _)) = best {
-            self.orders[at].superseded_by = Some(log_index);
+            Arc::make_mut(&mut self.orders[at]).superseded_by = Some(log_index);
         }
-        self.orders.push(StandingOrder {
+        self.orders.push(Arc::new(StandingOrder {
             kind,
             text: sentence.to_string(),
             source: source.to_string(),
@@ -196,11 +204,13 @@ impl StandingOrders {
             pinned: false,
             withdrawn: false,
             subject,
-        });
+        }));
         if self.orders.len() > MAX_ORDERS {
             let unpinned = |o: &&StandingOrder| !o.pinned;
             let oldest = |pick: &dyn Fn(&StandingOrder) -> bool| {
-                self.orders.iter().position(|o| unpinned(&o) && pick(o))
+                self.orders
+                    .iter()
+                    .position(|o| unpinned(&o.as_ref()) && pick(o))
             };
             if let Some(at) = oldest(&|o| !o.is_current())
                 .or_else(|| oldest(&|o| o.kind == OrderKind::Fact))
@@ -224,6 +234,7 @@ impl StandingOrders {
         let order = self.orders.get_mut(index).ok_or_else(|| {
             format!("no standing order {index}: the session has {count} (numbered from 0)")
         })?;
+        let order = Arc::make_mut(order);
         if let Some(pinned) = pinned {
             order.pinned = pinned;
         }
@@ -240,10 +251,12 @@ impl StandingOrders {
 
     /// Records where the message at `log_index` was archived.
     pub fn note_archived(&mut self, log_index: u64, reference: &str) {
-        for order in self.orders.iter_mut().filter(|o| o.log_index == log_index) {
-            if order.reference.is_none() {
-                order.reference = Some(reference.to_string());
-            }
+        for order in self
+            .orders
+            .iter_mut()
+            .filter(|o| o.log_index == log_index && o.reference.is_none())
+        {
+            Arc::make_mut(order).reference = Some(reference.to_string());
         }
     }
 
@@ -254,8 +267,8 @@ impl StandingOrders {
         fill: &impl Fn(&str) -> String,
     ) {
         for order in &mut self.orders {
-            if let Some(reference) = &mut order.reference
-                && pending(reference)
+            if order.reference.as_deref().is_some_and(pending)
+                && let Some(reference) = &mut Arc::make_mut(order).reference
             {
                 *reference = fill(reference);
             }
@@ -1026,6 +1039,23 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Lowercase with whitespace collapsed: two statements are the same when this is.
+/// Whether two texts are the same words, case and spacing aside (what [`fold`] makes equal),
+/// without building either folded text.
+fn same_words(a: &str, b: &str) -> bool {
+    let mut a = a.split_whitespace();
+    let mut b = b.split_whitespace();
+    loop {
+        match (a.next(), b.next()) {
+            (None, None) => return true,
+            (Some(x), Some(y))
+                if x.chars()
+                    .flat_map(char::to_lowercase)
+                    .eq(y.chars().flat_map(char::to_lowercase)) => {}
+            _ => return false,
+        }
+    }
+}
+
 fn fold(text: &str) -> String {
     text.split_whitespace()
         .map(str::to_lowercase)
@@ -1036,6 +1066,20 @@ fn fold(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_words_are_the_same_statement_whatever_their_case_and_spacing() {
+        for (a, b, same) in [
+            ("Never push to main.", "never  push to\nMAIN.", true),
+            ("Never push to main.", "Never push to main", false),
+            ("Never push", "Never push to main.", false),
+            ("ÉTÉ est là", "été EST là", true),
+            ("", "  ", true),
+        ] {
+            assert_eq!(same_words(a, b), same, "{a:?} {b:?}");
+            assert_eq!(same_words(a, b), fold(a) == fold(b), "{a:?} {b:?}");
+        }
+    }
 
     #[test]
     fn a_named_person_is_a_fact() {
