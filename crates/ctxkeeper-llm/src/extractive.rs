@@ -26,8 +26,10 @@
 //! what does not fit is dropped from the middle (task overview keeps its oldest lines, current
 //! state and next steps their newest), except the middle lines that carry most (directives,
 //! then errors, paths and identifiers) within a share of the room, each gap counted. The first field starts
-//! with a label saying that this is an extractive summary made without a model. Custom schema
-//! fields it does not know keep the previous summary's text.
+//! with a label saying that this is an extractive summary made without a model. A custom schema
+//! field gets the facts its name, title or description asks for (`goal`: the user's requests,
+//! `blockers`: error lines, `decisions`, `files`, `constraints`, …); one no keyword names keeps
+//! the previous summary's text.
 //!
 //! ```
 //! use ctxkeeper_core::model::{Message, Part};
@@ -65,7 +67,7 @@ use ctxkeeper_core::capsule::strip_boilerplate;
 use ctxkeeper_core::engine::CLEARED_PREFIX;
 use ctxkeeper_core::model::{Message, Part, Role};
 use ctxkeeper_core::salience::{is_error_line, line_rank, score_line};
-use ctxkeeper_core::summary::{Summary, SummaryRequest};
+use ctxkeeper_core::summary::{Summary, SummaryField, SummaryRequest};
 use serde_json::Value;
 
 use crate::error::LlmError;
@@ -218,7 +220,10 @@ impl ExtractiveSummarizer {
                 .as_ref()
                 .map(|p| p.get(&field.name))
                 .unwrap_or("");
-            let new_lines = facts.lines_for(&field.name);
+            let new_lines = match rule {
+                Some(_) => facts.lines_for(&field.name),
+                None => facts.lines_for_custom(field),
+            };
             let merged = merge(previous, &new_lines);
             let mut text = fit_lines(&merged, field_budget, head_fraction);
             if label {
@@ -309,6 +314,99 @@ impl Facts {
             // Files, commands, identifiers and other artifacts.
             "artifacts" => join(&[&self.files, &self.commands, &self.references]),
             _ => Vec::new(),
+        }
+    }
+
+    /// The lines of a field of an operator's own schema (`[policy.summary]` fields such as
+    /// `goal` or `blockers`): the facts its name, title and description ask for, by the first
+    /// keyword they hold; nothing for a field no keyword names (it keeps the previous summary's
+    /// text).
+    fn lines_for_custom(&self, field: &SummaryField) -> Vec<String> {
+        let asked = format!("{} {} {}", field.name, field.title, field.description)
+            .to_lowercase()
+            .replace(['_', '-'], " ");
+        // A word's start is enough (`file` names `files_touched`, `rule` names `house_rules`).
+        let names = |words: &[&str]| words.iter().any(|w| contains_word(&asked, w));
+        let join = |parts: &[&[String]]| parts.concat();
+        if names(&[
+            "blocker", "blockers", "error", "errors", "problem", "problems", "issue", "issues",
+            "failure", "failures", "bug", "bugs", "risk", "risks",
+        ]) {
+            self.errors.clone()
+        } else if names(&[
+            "goal",
+            "goals",
+            "intent",
+            "task",
+            "objective",
+            "objectives",
+            "request",
+            "requests",
+            "purpose",
+            "ask",
+        ]) {
+            self.task.clone()
+        } else if names(&[
+            "next",
+            "todo",
+            "todos",
+            "remaining",
+            "plan",
+            "pending",
+            "follow",
+        ]) {
+            self.next.clone()
+        } else if names(&[
+            "decision",
+            "decisions",
+            "decided",
+            "conclusion",
+            "conclusions",
+        ]) {
+            self.decisions.clone()
+        } else if names(&[
+            "file",
+            "files",
+            "artifact",
+            "artifacts",
+            "path",
+            "paths",
+            "changes",
+        ]) {
+            join(&[&self.files, &self.references])
+        } else if names(&["command", "commands", "tool", "tools", "action", "actions"]) {
+            join(&[&self.commands, &self.state])
+        } else if names(&[
+            "constraint",
+            "constraints",
+            "rule",
+            "rules",
+            "preference",
+            "preferences",
+            "requirement",
+            "requirements",
+            "policy",
+        ]) {
+            join(&[&self.constraints, &self.preserve])
+        } else if names(&["state", "status", "progress", "done", "history", "summary"]) {
+            self.state.clone()
+        } else if names(&[
+            "knowledge",
+            "discoveries",
+            "finding",
+            "findings",
+            "fact",
+            "facts",
+            "learned",
+            "insight",
+            "insights",
+            "details",
+        ]) {
+            self.discoveries.clone()
+        } else if names(&["reference", "references", "archive", "archived", "sources"]) {
+            self.references.clone()
+        } else {
+            Vec::new()
         }
     }
 
@@ -1165,6 +1263,54 @@ mod tests {
                 "The return type is wrong.\nNext: change total() to return u64.\nThen rerun the tests.",
             ),
         ]
+    }
+
+    /// An operator's own schema: each field gets the facts its name asks for.
+    #[test]
+    fn custom_schema_fields_get_the_facts_their_names_ask_for() {
+        let field = |name: &str, description: &str| SummaryField {
+            name: name.into(),
+            title: name.replace('_', " "),
+            description: description.into(),
+        };
+        let mut custom = request(session(), None);
+        custom.schema = SummarySchema {
+            fields: vec![
+                field("goal", "What the user wants."),
+                field("blockers", "What stands in the way."),
+                field("files_touched", ""),
+                field("house_rules", "What must hold."),
+                field("mood", "The weather in the room."),
+            ],
+        };
+        let summary = ExtractiveSummarizer::new().summarize_now(&custom);
+        assert!(
+            summary.get("goal").contains("Fix the failing build"),
+            "{}",
+            summary.get("goal")
+        );
+        assert!(
+            summary.get("blockers").contains("error[E0308]"),
+            "{}",
+            summary.get("blockers")
+        );
+        assert!(
+            summary.get("files_touched").contains("src/lib.rs"),
+            "{}",
+            summary.get("files_touched")
+        );
+        assert!(
+            summary
+                .get("house_rules")
+                .contains("must not change the public API"),
+            "{}",
+            summary.get("house_rules")
+        );
+        assert!(
+            summary.get("mood").trim().is_empty(),
+            "{}",
+            summary.get("mood")
+        );
     }
 
     /// The memory flush: durable facts, one per line, from the extractive rules alone.
