@@ -86,10 +86,9 @@ fn serve_names_an_address_in_use_and_what_to_do() {
     assert!(stderr.contains("--listen"), "{stderr}");
 }
 
-#[test]
-fn serve_accepts_a_host_name_to_listen_on() {
-    let home = tempfile::tempdir().expect("temp dir");
-    let (child, listening) = start(serve(home.path(), &["--listen", "localhost:0"]));
+/// Starts `serve`, checks it listened on 127.0.0.1 (a host name resolved), and stops it.
+fn listens_on_loopback(command: Command) {
+    let (child, listening) = start(command);
     let output = stop(child);
     let listening = listening.unwrap_or_else(|| {
         panic!(
@@ -98,6 +97,12 @@ fn serve_accepts_a_host_name_to_listen_on() {
         )
     });
     assert!(listening.starts_with("http://127.0.0.1:"), "{listening}");
+}
+
+#[test]
+fn serve_accepts_a_host_name_to_listen_on() {
+    let home = tempfile::tempdir().expect("temp dir");
+    listens_on_loopback(serve(home.path(), &["--listen", "localhost:0"]));
 }
 
 #[test]
@@ -347,15 +352,7 @@ fn serve_resolves_a_host_name_in_the_config_files_listen() {
         .arg(&config)
         .arg("--workspace")
         .arg(home.path().join("workspace"));
-    let (child, listening) = start(command);
-    let output = stop(child);
-    let listening = listening.unwrap_or_else(|| {
-        panic!(
-            "serve did not start: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    assert!(listening.starts_with("http://127.0.0.1:"), "{listening}");
+    listens_on_loopback(command);
 
     // A name that does not resolve is refused, naming the setting and what to give.
     std::fs::write(

@@ -18,17 +18,21 @@ use serde_json::{Value, json};
 const KEY: &str = "Bearer sk-console-test";
 const HOSTILE: &str = "<script>alert(\"pwned\")</script><img src=x onerror=alert(2)>";
 
+/// A tenant rule with a `NAME-token-1` token for each tenant named.
+fn tenant_tokens(names: &[&str]) -> TenantRule {
+    names.iter().fold(TenantRule::default(), |rule, name| {
+        rule.with_token(name, &format!("{name}-token-1"))
+            .expect("token")
+    })
+}
+
 #[tokio::test]
 async fn pages_escape_content_carry_the_policy_and_stay_in_their_tenant() {
     let upstream = mock(128_000).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.admin_token = Some("admin-secret-1".into());
-    cfg.tenants = TenantRule::default()
-        .with_token("acme", "acme-token-1")
-        .expect("token")
-        .with_token("globex", "globex-token-1")
-        .expect("token");
+    cfg.tenants = tenant_tokens(&["acme", "globex"]);
     let gw = start(cfg).await;
     let mut messages = chat_history(2, 200);
     messages.push(
@@ -361,11 +365,7 @@ async fn standing_orders_are_edited_from_the_session_page() {
         "[models.\"cc-model\"]\ncontext_window = 20000\ntokenizer = \"o200k_base\"\n",
     )
     .expect("profiles");
-    cfg.tenants = TenantRule::default()
-        .with_token("acme", "acme-token-1")
-        .expect("token")
-        .with_token("globex", "globex-token-1")
-        .expect("token");
+    cfg.tenants = tenant_tokens(&["acme", "globex"]);
     let gw = start(cfg).await;
 
     // The capsule reads the orders at the session's first compaction.
@@ -584,9 +584,7 @@ async fn the_admin_sees_every_tenant_with_sessions_and_a_link_to_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.admin_token = Some("admin-secret-1".into());
-    cfg.tenants = TenantRule::default()
-        .with_token("acme", "acme-token-1")
-        .expect("token");
+    cfg.tenants = tenant_tokens(&["acme"]);
     let gw = start(cfg).await;
     chat_as(&gw, &[], "first-run").await;
     chat_as(&gw, &[], "second-run").await;
@@ -682,13 +680,7 @@ async fn a_tenant_token_does_not_see_other_tenants() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.admin_token = Some("admin-secret-1".into());
-    cfg.tenants = TenantRule::default()
-        .with_token("acme", "acme-token-1")
-        .expect("token")
-        .with_token("globex", "globex-token-1")
-        .expect("token")
-        .with_token("initech", "initech-token-1")
-        .expect("token");
+    cfg.tenants = tenant_tokens(&["acme", "globex", "initech"]);
     let gw = start(cfg).await;
     chat_as(
         &gw,
