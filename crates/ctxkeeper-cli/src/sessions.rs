@@ -541,8 +541,7 @@ async fn elsewhere(args: &SessionsArgs, store: &dyn SessionStore, out: &mut Stri
     if held.is_empty() {
         writeln!(
             out,
-            "no tenant of this store holds sessions yet: run an agent through the gateway \
-             (`ctxkeeper wrap AGENT`) or keep a replay (`ctxkeeper replay TRACE --store URL --session ID`)"
+            "no tenant of this store holds sessions yet: {FIRST_SESSION}"
         )?;
         return Ok(());
     }
@@ -577,6 +576,10 @@ async fn elsewhere(args: &SessionsArgs, store: &dyn SessionStore, out: &mut Stri
     Ok(())
 }
 
+/// How a store gets its first session, for the messages about an empty one.
+const FIRST_SESSION: &str = "run an agent through the gateway (`ctxkeeper wrap AGENT`) or keep \
+     a replay (`ctxkeeper replay TRACE --store URL --session ID`)";
+
 /// ` --store URL` (password redacted) when the store was given, for commands to copy.
 fn store_option(args: &SessionsArgs) -> String {
     args.store
@@ -599,11 +602,7 @@ async fn tenants(args: &SessionsArgs, store: &dyn SessionStore, out: &mut String
         return Ok(());
     }
     if tenants.is_empty() {
-        writeln!(
-            out,
-            "no sessions in this store: run an agent through the gateway (`ctxkeeper wrap AGENT`) \
-             or keep a replay (`ctxkeeper replay TRACE --store URL --session ID`)"
-        )?;
+        writeln!(out, "no sessions in this store: {FIRST_SESSION}")?;
         return Ok(());
     }
     let yours = crate::wrap::candidate_tenants();

@@ -155,10 +155,9 @@ const CLIENT_CALL_ITEMS: [&str; 6] = [
 /// assert!(!calls_tools(&json!({"choices": [{"message": {"content": "Done."}, "finish_reason": "stop"}]})));
 /// ```
 pub fn calls_tools(value: &Value) -> bool {
-    let kind = |v: &Value| v.get("type").and_then(Value::as_str).map(str::to_owned);
-    let is_tool_use = |block: &Value| kind(block).as_deref() == Some("tool_use");
+    let is_tool_use = |block: &Value| type_of(block) == Some("tool_use");
     let is_call_item =
-        |item: &Value| kind(item).is_some_and(|kind| CLIENT_CALL_ITEMS.contains(&kind.as_str()));
+        |item: &Value| type_of(item).is_some_and(|kind| CLIENT_CALL_ITEMS.contains(&kind));
     let any_in = |array: Option<&Value>, test: &dyn Fn(&Value) -> bool| {
         array
             .and_then(Value::as_array)
@@ -192,6 +191,11 @@ pub fn calls_tools(value: &Value) -> bool {
         || any_in(value.pointer("/response/output"), &is_call_item)
         || value.get("item").is_some_and(is_call_item);
     anthropic || chat || responses
+}
+
+/// An object's `type`.
+fn type_of(value: &Value) -> Option<&str> {
+    value.get("type").and_then(Value::as_str)
 }
 
 /// Whether one raw streamed event calls a client tool ([`calls_tools`]).

@@ -43,11 +43,22 @@ impl Summarizer for Counting {
 }
 
 fn manager(summarizer: Arc<Counting>, dir: &tempfile::TempDir) -> ContextManager {
+    let policy = presets::preset("default").expect("preset");
+    manager_with(summarizer, dir, policy, 0)
+}
+
+/// A manager at a 4,000-token window under `policy`, with `fixed_tokens` of tool schemas.
+fn manager_with(
+    summarizer: Arc<Counting>,
+    dir: &tempfile::TempDir,
+    policy: ctxkeeper::core::engine::PolicyConfig,
+    fixed_tokens: u64,
+) -> ContextManager {
     let settings = Settings {
-        policy: presets::preset("default").expect("preset"),
+        policy,
         model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
         window: 4_000,
-        fixed_tokens: 0,
+        fixed_tokens,
     };
     let archive = Arc::new(LocalWorkspace::new(dir.path()).expect("workspace"));
     ContextManager::new(settings, "s1", archive, summarizer)
@@ -209,17 +220,11 @@ async fn a_tight_window_does_not_pay_a_model_summary_on_every_step() {
     for (fixed_tokens, tight) in [(2_400, true), (0, false)] {
         let dir = tempfile::tempdir().expect("dir");
         let summarizer = Arc::new(Counting::default());
-        let settings = Settings {
-            policy: presets::preset("default")
-                .expect("preset")
-                .with_overrides("stages = [{ kind = \"summarize\" }]")
-                .expect("overrides"),
-            model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
-            window: 4_000,
-            fixed_tokens,
-        };
-        let archive = Arc::new(LocalWorkspace::new(dir.path()).expect("workspace"));
-        let mut context = ContextManager::new(settings, "s1", archive, summarizer.clone());
+        let policy = presets::preset("default")
+            .expect("preset")
+            .with_overrides("stages = [{ kind = \"summarize\" }]")
+            .expect("overrides");
+        let mut context = manager_with(summarizer.clone(), &dir, policy, fixed_tokens);
         let mut events = context.subscribe();
         let (mut compactions, mut downgraded, mut prepared) = (0, 0, 0);
         for i in 0..40 {
