@@ -1231,7 +1231,7 @@ fn render_planned(
 /// The distinct references, with line ranges of one archive file (`FILE#La-Lb`, in the
 /// order the archive wrote them) merged into one range that covers them all: a long session
 /// archives its spans one after another into the same file.
-fn merge_line_ranges<'a>(references: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn merge_line_ranges<'a>(references: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut ranges: Vec<(&str, u64, u64)> = Vec::new();
     for reference in references {

@@ -637,6 +637,9 @@ impl Engine {
             {
                 *reference = fill_text(reference, &refs, &rendered, false);
             }
+            if entry.meta.summarized > 0 && entry.meta.archived.len() > 1 {
+                name_every_summarized_range(entry);
+            }
             if let Some(capsule) = &mut entry.meta.capsule {
                 capsule.fill_references(
                     |reference| reference.contains(FILL_OPEN),
@@ -1113,6 +1116,47 @@ fn session_user_texts<'a>(state: &'a ContextState, draft: &'a [Entry]) -> Vec<&'
 }
 
 /// All text of a list of parts, joined by newlines.
+/// How many archive references other than line ranges a merged summary's header names (the
+/// newest); older ones are counted there and stay findable through the archive's search.
+const HEADER_REFERENCES: usize = 4;
+
+/// How many such references a summary keeps in its bookkeeping.
+const KEPT_REFERENCES: usize = 64;
+
+/// A summary that merged earlier summaries names every archived range it stands for, not only
+/// the newest: line ranges of one archive file become one range (`…/context.jsonl#L1-L195`),
+/// other references (one file per compaction) are listed oldest first, the newest
+/// [`HEADER_REFERENCES`] of them, with a count of the rest.
+fn name_every_summarized_range(entry: &mut Entry) {
+    let Some(newest) = entry.meta.archived.last().cloned() else {
+        return;
+    };
+    let (ranges, mut others): (Vec<String>, Vec<String>) =
+        crate::capsule::merge_line_ranges(entry.meta.archived.iter().map(String::as_str))
+            .into_iter()
+            .partition(|reference| reference.contains("#L"));
+    others.drain(..others.len().saturating_sub(KEPT_REFERENCES));
+    let unnamed = others.len().saturating_sub(HEADER_REFERENCES);
+    let mut shown: Vec<&str> = ranges.iter().map(String::as_str).collect();
+    shown.extend(others[unnamed..].iter().map(String::as_str));
+    let mut named = shown.join(", ");
+    if unnamed > 0 {
+        named.push_str(&format!(" (and {unnamed} earlier archives)"));
+    }
+    entry.meta.archived = ranges.into_iter().chain(others).collect();
+    if named == newest {
+        return;
+    }
+    for part in &mut entry.message.parts {
+        if let Part::Text { text, .. } = part
+            && text.contains(&newest)
+        {
+            *text = text.replacen(&newest, &named, 1);
+            return;
+        }
+    }
+}
+
 fn join_text(parts: &[Part]) -> String {
     Message::new(Role::Tool, parts.to_vec()).text()
 }

@@ -885,9 +885,17 @@ impl<'a> Draft<'a> {
         let span = prefix.split_off(start);
         let mut kept: Vec<Entry> = Vec::new();
         let mut compacted: Vec<Entry> = Vec::new();
+        // What the previous summary stood for carries over to the one that merges it: its
+        // archive references and its message count, so the header keeps naming every range.
+        let mut earlier_refs: Vec<String> = Vec::new();
+        let mut earlier_count = 0u64;
         for (offset, entry) in span.into_iter().enumerate() {
             if entry.meta.summary {
-                continue; // the previous summary is merged, not archived again
+                // The previous summary is merged (its text goes to the summarizer), not
+                // archived again.
+                earlier_refs.extend(entry.meta.archived);
+                earlier_count += entry.meta.summarized;
+                continue;
             }
             if stays(start + offset, &entry) {
                 kept.push(entry);
@@ -962,12 +970,23 @@ impl<'a> Draft<'a> {
             if placement == SummaryPlacement::Memory {
                 continue;
             }
+            // The first group's summary receives the previous summary's text, so it also
+            // stands for what that one did.
+            let (stands_for, mut archived) = if group_index == 0 {
+                (
+                    count as u64 + std::mem::take(&mut earlier_count),
+                    std::mem::take(&mut earlier_refs),
+                )
+            } else {
+                (count as u64, Vec::new())
+            };
+            archived.push(marker.clone());
             let mut text = self
                 .engine
                 .config
                 .summary
                 .summary_template
-                .replace("{count}", &count.to_string())
+                .replace("{count}", &stands_for.to_string())
                 .replace("{reference}", &marker)
                 .replace("{summary}", &summary_marker(summary_index));
             if total_groups > 1 {
@@ -976,7 +995,8 @@ impl<'a> Draft<'a> {
             let mut entry = Entry::new(Message::user(text));
             entry.meta.synthetic = true;
             entry.meta.summary = group_index + 1 == total_groups;
-            entry.meta.archived.push(marker);
+            entry.meta.archived = archived;
+            entry.meta.summarized = stands_for;
             entry.meta.pending_fill = true;
             let estimate = self.model().message_tokens(&entry.message)
                 + self

@@ -28,6 +28,10 @@ pub struct EntryMeta {
     /// True for the message that carries the running summary.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub summary: bool,
+    /// On a summary message: how many original messages it stands for, those of the earlier
+    /// summaries it merged included (0 where unknown, e.g. a context saved before it was kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub summarized: u64,
     /// Set on the session capsule's message: the data it was rendered from, which travels
     /// with it through every store (see [`crate::capsule`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -573,4 +577,8 @@ mod tests {
         );
         assert!(exact < exact_all);
     }
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }

@@ -1463,3 +1463,106 @@ fn an_output_is_capped_to_the_room_a_nearly_full_fixed_prompt_leaves() {
         Ingest::Ready(_)
     ));
 }
+
+/// Runs plans as a store would archive them: messages append to one context file, each item
+/// named by the lines it took (`context.jsonl#La-Lb`), whole outputs get a file of their own.
+struct LineArchive {
+    lines: usize,
+    files: usize,
+}
+
+impl LineArchive {
+    fn execute(&mut self, engine: &Engine, state: &mut ContextState, plan: Plan) {
+        let refs = plan
+            .archive
+            .iter()
+            .map(|item| match item.messages() {
+                Some(messages) => {
+                    let first = self.lines + 1;
+                    self.lines += messages.len();
+                    format!("sessions/s/context.jsonl#L{first}-L{}", self.lines)
+                }
+                None => {
+                    self.files += 1;
+                    format!("sessions/s/tool_result-{}.txt", self.files)
+                }
+            })
+            .collect();
+        let summaries = plan
+            .summaries
+            .iter()
+            .map(|r| Summary::empty(&r.schema, "test"))
+            .collect();
+        engine.apply(state, plan, PlanOutcome { refs, summaries });
+    }
+}
+
+#[test]
+fn a_summary_that_merges_earlier_ones_names_every_range_it_stands_for() {
+    let engine = engine("agentscope");
+    let budget = Budget {
+        window: 16_000,
+        fixed_tokens: 0,
+    };
+    let mut state = agent_session(0, 0);
+    let mut archive = LineArchive { lines: 0, files: 0 };
+    let mut merges = 0;
+    for batch in 0..40 {
+        for i in 0..6 {
+            round(
+                &mut state,
+                &format!("call_{batch}_{i}"),
+                "shell",
+                &format!("output {batch}.{i}: {}", "word ".repeat(300)),
+            );
+        }
+        let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
+            continue;
+        };
+        let merging = state.entries.iter().any(|e| e.meta.summary);
+        archive.execute(&engine, &mut state, plan);
+        let Some(summary) = state.entries.iter().find(|e| e.meta.summary) else {
+            continue;
+        };
+        merges += usize::from(merging);
+        let text = summary.message.text();
+        // Every summarized message went to the archive, so the summary's range starts at
+        // its first line however many summaries it has merged.
+        assert!(
+            text.contains(&format!(
+                "{} messages were offloaded to sessions/s/context.jsonl#L1-L",
+                summary.meta.summarized
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            summary.meta.archived,
+            [format!("sessions/s/context.jsonl#L1-L{}", archive.lines)],
+            "{text}"
+        );
+    }
+    assert!(
+        merges >= 3,
+        "only {merges} compactions merged an earlier summary"
+    );
+}
+
+#[test]
+fn a_merged_summary_lists_the_newest_archive_files_and_counts_the_rest() {
+    let mut entry = Entry::new(Message::user(
+        "[Summary of 9 earlier messages; the originals are archived at c/6.jsonl]",
+    ));
+    entry.meta.summarized = 9;
+    entry.meta.archived = (1..=6).map(|i| format!("c/{i}.jsonl")).collect();
+    name_every_summarized_range(&mut entry);
+    assert_eq!(
+        entry.message.text(),
+        "[Summary of 9 earlier messages; the originals are archived at c/3.jsonl, c/4.jsonl, \
+         c/5.jsonl, c/6.jsonl (and 2 earlier archives)]"
+    );
+    assert_eq!(
+        entry.meta.archived.len(),
+        6,
+        "every reference is kept in the entry"
+    );
+}
