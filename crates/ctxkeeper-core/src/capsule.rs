@@ -58,6 +58,7 @@ use crate::engine::Entry;
 use crate::fidelity::PLAN_TOOLS;
 use crate::model::{Message, Part, Role};
 use crate::orders::{self, OrderKind, StandingOrder, StandingOrders};
+use crate::salience::salient_strings;
 use crate::untrusted::{is_heading_like, one_line, push_fenced};
 use crate::working_set::WorkingSet;
 
@@ -162,7 +163,7 @@ impl Default for CapsuleConfig {
             max_plan_chars: 4_000,
             standing_orders: true,
             orders_budget_ratio: 0.40,
-            working_set_budget_ratio: 0.02,
+            working_set_budget_ratio: 0.03,
         }
     }
 }
@@ -637,18 +638,22 @@ impl Capsule {
             window,
             live,
             config.working_set_budget_chars(window),
+            &|_| false,
         )
     }
 
     /// [`Capsule::render`] with the working set held to `working_set_chars`: it is the one
     /// elastic section, given only the room the context has left, so it never pushes the
-    /// recent rounds out.
+    /// recent rounds out. `in_context` says which salient strings the rest of the request
+    /// already shows (the messages left in the context): the working set spends its room on
+    /// the names the model could not read anywhere else.
     pub fn render_within(
         &self,
         config: &CapsuleConfig,
         window: u64,
         live: &[u64],
         working_set_chars: usize,
+        in_context: &dyn Fn(&str) -> bool,
     ) -> String {
         let live = Live(live);
         if !self.anything_left(live) {
@@ -750,7 +755,8 @@ impl Capsule {
             out.push_str("\n\n## Files (last action)\n");
             self.render_files(config.max_files, &mut out);
         }
-        // The file list shows its paths (and their file names): not repeated there.
+        // What the capsule shows so far (the user's words, the orders, the file list with its
+        // paths and file names) is not repeated there, nor what the context shows.
         let listed: std::collections::HashSet<&str> = self
             .files
             .iter()
@@ -759,10 +765,16 @@ impl Capsule {
                 [f.path.as_str(), name]
             })
             .collect();
+        let mut shown: std::collections::HashSet<String> = std::collections::HashSet::new();
+        salient_strings(&out, &mut |piece, _| {
+            if !shown.contains(piece) {
+                shown.insert(piece.to_string());
+            }
+        });
         self.working_set.render(
             working_set_chars.min(config.working_set_budget_chars(window)),
             &|index| live.contains(index),
-            &|name| listed.contains(name),
+            &|name| listed.contains(name) || shown.contains(name) || in_context(name),
             &mut out,
         );
         if let Some(plan) = &self.plan

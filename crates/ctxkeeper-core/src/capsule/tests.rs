@@ -362,3 +362,58 @@ fn the_oldest_archived_words_fold_into_a_count_past_the_bound() {
     assert_eq!(unarchived.folded_words.count, 0);
     assert_eq!(unarchived.instructions.len(), MAX_WORDS + 10);
 }
+
+#[test]
+fn the_working_set_spends_its_room_on_names_the_request_does_not_show_elsewhere() {
+    let capsule = absorbed(vec![
+        Message::user("Please make parse_config_file accept a path."),
+        Message::assistant_with_calls(
+            "",
+            vec![
+                Part::tool_call(
+                    "c1",
+                    "shell",
+                    r#"{"command":"grep -n parse_config_file app.py"}"#,
+                ),
+                Part::tool_call(
+                    "c2",
+                    "shell",
+                    r#"{"command":"grep -n legacy_loader_v2 app.py"}"#,
+                ),
+                Part::tool_call(
+                    "c3",
+                    "shell",
+                    r#"{"command":"grep -n ReportBuilder.render_table app.py"}"#,
+                ),
+            ],
+        ),
+    ]);
+    let section = |text: &str| {
+        let start = text.find(crate::working_set::WORKING_SET_HEADING);
+        start.map(|at| text[at..].to_string()).unwrap_or_default()
+    };
+    let config = CapsuleConfig::default();
+    let budget = config.working_set_budget_chars(32_000);
+    let alone = section(&capsule.render_within(&config, 32_000, &[], budget, &|_| false));
+    assert!(alone.contains("legacy_loader_v2"), "{alone}");
+    assert!(alone.contains("ReportBuilder.render_table"), "{alone}");
+    // A name the context shows (a message still there) or the capsule's own user's words show
+    // is not spent room on again; the others still are.
+    let mut shown_in_context = std::collections::HashSet::new();
+    crate::salience::salient_strings(
+        "rows = ReportBuilder.render_table(rows)",
+        &mut |piece, _| {
+            shown_in_context.insert(piece.to_string());
+        },
+    );
+    let in_context = |name: &str| shown_in_context.contains(name);
+    let text = capsule.render_within(&config, 32_000, &[], budget, &in_context);
+    let listed = section(&text);
+    assert!(listed.contains("legacy_loader_v2"), "{listed}");
+    assert!(!listed.contains("ReportBuilder.render_table"), "{listed}");
+    assert!(!listed.contains("parse_config_file"), "{listed}");
+    assert!(
+        text.contains("Please make parse_config_file accept a path."),
+        "{text}"
+    );
+}

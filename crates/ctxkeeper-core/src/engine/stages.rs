@@ -17,7 +17,7 @@ use super::{
 };
 use crate::capsule::{CAPSULE_TITLE, Capsule};
 use crate::model::{Message, Part, Role, api_rounds, is_safe_split, turns};
-use crate::salience::line_rank;
+use crate::salience::{line_rank, salient_strings};
 use crate::summary::Summary;
 use crate::tokens::TokenModel;
 
@@ -412,7 +412,21 @@ impl<'a> Draft<'a> {
         };
         let room = ceiling.saturating_sub(self.total());
         let working_set_chars = (room as f64 / 4.0 * 3.5) as usize;
-        let text = capsule.render_within(config, self.window, &live, working_set_chars);
+        // The salient strings the model can read in the context itself: the working set
+        // does not spend its room repeating them.
+        let mut visible: HashSet<String> = HashSet::new();
+        for entry in self.entries.iter().filter(|e| !is_capsule_entry(e)) {
+            visit_readable_text(&entry.message, &mut |text| {
+                salient_strings(text, &mut |piece, _| {
+                    if !visible.contains(piece) {
+                        visible.insert(piece.to_string());
+                    }
+                });
+            });
+        }
+        let text = capsule.render_within(config, self.window, &live, working_set_chars, &|name| {
+            visible.contains(name)
+        });
         let old = self
             .entries
             .iter()
@@ -1351,5 +1365,28 @@ fn truncate_value(value: &mut Value, budget: usize, notice: &str) {
             .values_mut()
             .for_each(|v| truncate_value(v, budget, notice)),
         _ => {}
+    }
+}
+
+/// Calls `visit` with every piece of text the model reads in `message`: text, readable
+/// reasoning, tool-call arguments and tool results.
+fn visit_readable_text(message: &Message, visit: &mut dyn FnMut(&str)) {
+    fn visit_part(part: &Part, visit: &mut dyn FnMut(&str)) {
+        match part {
+            Part::Text { text, .. }
+            | Part::Reasoning {
+                text: Some(text), ..
+            } => visit(text),
+            Part::ToolCall { arguments, .. } => visit(arguments),
+            Part::ToolResult { content, .. } => {
+                for inner in content {
+                    visit_part(inner, visit);
+                }
+            }
+            _ => {}
+        }
+    }
+    for each in &message.parts {
+        visit_part(each, visit);
     }
 }
