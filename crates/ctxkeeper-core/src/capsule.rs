@@ -163,7 +163,7 @@ impl Default for CapsuleConfig {
             max_plan_chars: 4_000,
             standing_orders: true,
             orders_budget_ratio: 0.40,
-            working_set_budget_ratio: 0.03,
+            working_set_budget_ratio: 0.02,
         }
     }
 }
