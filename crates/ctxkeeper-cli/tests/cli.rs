@@ -701,3 +701,55 @@ fn one_config_file_serves_replay_and_serve() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("lisen"));
 }
+
+/// Issue 33, item 9: README promises that the extractive summary stands in when a model
+/// summarizer fails; the context got `[summary unavailable: …]` with raw lines instead. With
+/// an unreachable summarizer the requests carry the extractive summary, and the report counts
+/// the degraded summaries.
+#[test]
+fn a_failing_model_summarizer_is_replaced_by_the_extractive_summary() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let requests = scratch.path().join("req");
+    let output = bin()
+        .args([
+            "replay",
+            demo.to_str().expect("utf-8"),
+            "--policy",
+            "default",
+            "--window",
+            "16000",
+            "--json",
+            "--summarizer",
+            "openai",
+            // Nothing listens on the discard port: every call fails at once.
+            "--summarizer-url",
+            "http://127.0.0.1:9/v1",
+            "--emit-requests",
+            requests.to_str().expect("utf-8"),
+        ])
+        .env("CTXKEEPER_SUMMARIZER_API_KEY", "sk-test")
+        .output()
+        .expect("the binary runs");
+    let report = json_of(&output);
+    assert!(report["compactions"].as_u64() > Some(0), "{report}");
+    let mut bodies = Vec::new();
+    for entry in std::fs::read_dir(&requests)
+        .expect("emitted requests")
+        .flatten()
+    {
+        bodies.push(std::fs::read_to_string(entry.path()).expect("read request"));
+    }
+    let all = bodies.join("\n");
+    assert!(
+        !all.contains("summary unavailable"),
+        "the truncation fallback was used"
+    );
+    assert!(
+        all.contains("[Extractive summary:"),
+        "no extractive summary stood in"
+    );
+    assert_eq!(report["summary_lines_unverified"], 0, "{report}");
+    // The fallback is counted: every stand-in summary is marked degraded.
+    assert!(report["degraded_summaries"].as_u64() > Some(0), "{report}");
+}
