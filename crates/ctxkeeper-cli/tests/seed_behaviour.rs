@@ -189,3 +189,33 @@ fn the_memory_flush_files_only_failures_as_errors() {
         "a passing run is no error: {memory}"
     );
 }
+
+/// Issue 33, item 9: CowAgent's trimmed-turn summary went into the daily file as one long
+/// bullet, its section headings flattened into it. It keeps its structure: a heading per
+/// section, its lines as a list.
+#[test]
+fn cowagent_memory_keeps_the_trimmed_turns_summary_structured() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let memory = cowagent_memory_after_trimming(scratch.path());
+    let at = memory
+        .find("summary of turns compacted")
+        .unwrap_or_else(|| panic!("no summary entry: {memory}"));
+    let entry = &memory[at..];
+    let entry = &entry[..entry[1..].find("\n## ").map_or(entry.len(), |end| end + 1)];
+    let titles = ["Task overview", "Current state", "Next steps"];
+    for title in titles {
+        assert!(
+            entry.lines().any(|l| l == format!("### {title}")),
+            "{title:?} is a heading of its own: {entry}"
+        );
+    }
+    for line in entry.lines().skip(1) {
+        assert!(
+            line.is_empty() || line.starts_with("### ") || line.starts_with("- "),
+            "a line that is neither heading nor list item: {line:?}"
+        );
+        let named = titles.iter().filter(|t| line.contains(*t)).count();
+        assert!(named <= 1, "headings flattened into one line: {line:?}");
+    }
+    assert!(entry.contains("Fix the failing invoice test"), "{entry}");
+}
