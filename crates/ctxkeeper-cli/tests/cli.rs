@@ -702,6 +702,118 @@ fn one_config_file_serves_replay_and_serve() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("lisen"));
 }
 
+/// `1234567` as the text report writes it: `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One tau-bench task run: a lookup whose `rounds` tool outputs of `output_bytes` each fill
+/// the window, then a final reply.
+fn tau_task(task_id: u32, rounds: usize, output_bytes: usize) -> serde_json::Value {
+    use serde_json::json;
+    let mut traj = vec![
+        json!({"role": "system", "content": "You are a retail support agent."}),
+        json!({"role": "user", "content": format!("Task {task_id}: find my late orders.")}),
+    ];
+    for round in 0..rounds {
+        let id = format!("call_{task_id}_{round}");
+        traj.push(json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": id, "type": "function",
+            "function": {"name": "get_order_details", "arguments": format!("{{\"order_id\": \"#W{round}\"}}")},
+        }]}));
+        let output: String = (0..)
+            .map(|line| {
+                format!(
+                    "order #W{round} line {line}: item {} shipped late\n",
+                    line * 7
+                )
+            })
+            .take_while({
+                let mut total = 0;
+                move |l: &String| {
+                    total += l.len();
+                    total <= output_bytes
+                }
+            })
+            .collect();
+        traj.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+    }
+    traj.push(json!({"role": "assistant", "content": format!("Task {task_id}: done.")}));
+    json!({"task_id": task_id, "trial": 0, "reward": 1.0, "info": {}, "traj": traj})
+}
+
+/// Issue 33, item 9: a multi-session replay (tau-bench without --concat) reported the last
+/// session's archived bytes (0 here) while the workspace held the others'. It reports the sum
+/// over its sessions, in JSON and in text.
+#[test]
+fn a_multi_session_replay_reports_the_bytes_every_session_archived() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, tasks: Vec<serde_json::Value>| {
+        let path = scratch.path().join(name);
+        std::fs::write(&path, serde_json::Value::Array(tasks).to_string()).expect("write trace");
+        path
+    };
+    let busy = tau_task(1, 8, 12_000);
+    let quiet = tau_task(2, 0, 0);
+    let both = write("both.json", vec![busy.clone(), quiet.clone()]);
+    let busy_only = write("busy.json", vec![busy]);
+    let quiet_only = write("quiet.json", vec![quiet]);
+    let archived = |trace: &Path, json: bool| {
+        let workspace = tempfile::tempdir().expect("temp dir");
+        let mut args = vec![
+            "replay",
+            trace.to_str().expect("utf-8"),
+            "--format",
+            "tau-bench",
+            "--policy",
+            "default",
+            "--window",
+            "8000",
+            "--workspace",
+            workspace.path().to_str().expect("utf-8"),
+        ];
+        if json {
+            args.push("--json");
+        }
+        run(&args)
+    };
+    let bytes = |trace: &Path| {
+        json_of(&archived(trace, true))["archived_bytes"]
+            .as_u64()
+            .expect("archived_bytes")
+    };
+    let (busy_bytes, quiet_bytes) = (bytes(&busy_only), bytes(&quiet_only));
+    assert!(busy_bytes > 0, "the busy task archives");
+    assert_eq!(quiet_bytes, 0, "the quiet task archives nothing");
+    let report = json_of(&archived(&both, true));
+    assert_eq!(report["sessions"], 2, "{report}");
+    assert_eq!(
+        report["archived_bytes"],
+        busy_bytes + quiet_bytes,
+        "{report}"
+    );
+
+    let text = archived(&both, false);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("archived "))
+        .unwrap_or_else(|| panic!("no archived line: {text}"));
+    assert!(
+        line.ends_with(&format!(" {} bytes", thousands(busy_bytes))),
+        "{line}"
+    );
+}
+
 /// Issue 33, item 9: README promises that the extractive summary stands in when a model
 /// summarizer fails; the context got `[summary unavailable: …]` with raw lines instead. With
 /// an unreachable summarizer the requests carry the extractive summary, and the report counts

@@ -59,7 +59,9 @@ pub struct PolicyReplay {
     /// Sessions started so far.
     started: usize,
     compactions: usize,
-    archived_bytes: u64,
+    /// Bytes the sessions already closed wrote to the archive (the open session's own count
+    /// is its manager's): a multi-session replay reports the sum over all its sessions.
+    closed_archived_bytes: u64,
     /// References that did not resolve plus removed content not found in the archive.
     pub unrecoverable_items: usize,
     /// Summaries that fell back to lossy truncation.
@@ -116,7 +118,7 @@ impl PolicyReplay {
             scopes: Vec::new(),
             started: 0,
             compactions: 0,
-            archived_bytes: 0,
+            closed_archived_bytes: 0,
             unrecoverable_items: 0,
             degraded_summaries: 0,
             summary_lines_dropped: 0,
@@ -208,7 +210,6 @@ impl PolicyReplay {
             .iter()
             .map(|m| self.report_cache.message_tokens(m, &model))
             .collect();
-        self.archived_bytes = active.manager.archived_bytes();
         Ok(StepRequest {
             messages: Cow::Owned(messages),
             message_tokens,
@@ -225,6 +226,7 @@ impl PolicyReplay {
         let Some(active) = self.session.take() else {
             return Ok(());
         };
+        self.closed_archived_bytes += active.manager.archived_bytes();
         let runtime = &self.runtime;
         let offloader = &self.offloader;
         let mut archived_messages: HashSet<String> = HashSet::new();
@@ -452,7 +454,11 @@ impl StepPolicy for PolicyReplay {
     }
 
     fn archived_bytes(&self) -> u64 {
-        self.archived_bytes
+        let open = self
+            .session
+            .as_ref()
+            .map_or(0, |active| active.manager.archived_bytes());
+        self.closed_archived_bytes + open
     }
 
     fn resolve_reference(&mut self, reference: &str) -> Option<bool> {
