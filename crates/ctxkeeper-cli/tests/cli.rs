@@ -814,6 +814,42 @@ fn a_multi_session_replay_reports_the_bytes_every_session_archived() {
     );
 }
 
+/// Issue 33, item 9: `replay --store` stored the last request's messages, not the engine's
+/// context, so the session had no summary; `serve` stores it. Reopened with `sessions show`,
+/// a replayed session that was summarized has its summary.
+#[test]
+fn a_stored_replay_keeps_its_summary() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let report = json_of(&run(&[
+        "replay",
+        demo.to_str().expect("utf-8"),
+        "--policy",
+        "default",
+        "--window",
+        "16000",
+        "--json",
+        "--store",
+        &store,
+        "--session",
+        "demo",
+    ]));
+    assert!(report["compactions"].as_u64() > Some(0), "{report}");
+    let shown = stored_session(&store, "demo");
+    assert_eq!(shown["summary_present"], true, "{shown}");
+    let fields = shown["summary"]["fields"]
+        .as_object()
+        .or_else(|| shown["summary"].as_object())
+        .expect("summary fields");
+    assert!(
+        fields
+            .values()
+            .any(|v| v.as_str().is_some_and(|t| !t.is_empty())),
+        "{shown}"
+    );
+}
+
 /// Issue 33, item 9: README promises that the extractive summary stands in when a model
 /// summarizer fails; the context got `[summary unavailable: …]` with raw lines instead. With
 /// an unreachable summarizer the requests carry the extractive summary, and the report counts
