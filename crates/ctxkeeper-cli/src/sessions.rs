@@ -365,7 +365,14 @@ async fn restore(
         None => RestoreStrategy::Full,
     };
     let before = loaded.context.entries.len();
-    let messages = restore(&loaded.context.to_messages(), strategy);
+    // CowAgent restores from its message store, what the user and the agent really said (the
+    // last final reply included), not from a compacted context; a policy that restores all
+    // brings back the saved context (HarnessAgent).
+    let source = match policy.session.restored_turns() {
+        Some(keep) => log_for_recent_turns(store, &key, keep).await?,
+        None => loaded.context.to_messages(),
+    };
+    let messages = restore(&source, strategy);
     let turns = ctxkeeper_core::model::turns(&messages).len();
     let mut saved = None;
     if save {
@@ -417,6 +424,55 @@ async fn restore(
         )?;
     }
     Ok(())
+}
+
+/// Enough of the session's log for its last `keep` turns: its tail, read backwards in pages
+/// until it holds more than `keep` turn starts (the oldest may be cut) or reaches the log's
+/// start, behind the instructions the log opens with.
+async fn log_for_recent_turns(
+    store: &dyn SessionStore,
+    key: &SessionKey,
+    keep: usize,
+) -> Result<Vec<ctxkeeper_core::model::Message>> {
+    const PAGE: usize = 500;
+    let mut tail: Vec<ctxkeeper_core::model::Message> = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .history(
+                key,
+                HistoryPage {
+                    last: PAGE,
+                    before_seq: before,
+                },
+            )
+            .await
+            .with_context(|| format!("cannot read the log of {key}"))?;
+        let Some(first) = page.first() else {
+            return Ok(tail);
+        };
+        let reached_start = first.seq <= 1 || page.len() < PAGE;
+        before = Some(first.seq);
+        tail.splice(0..0, page.into_iter().map(|entry| entry.message));
+        if reached_start {
+            return Ok(tail);
+        }
+        if ctxkeeper_core::model::turns(&tail).len() > keep {
+            break;
+        }
+    }
+    // The instructions (system or developer messages) the log opens with.
+    let head = store
+        .history(key, HistoryPage::before(PAGE, PAGE as u64 + 1))
+        .await
+        .with_context(|| format!("cannot read the log of {key}"))?;
+    let mut messages: Vec<ctxkeeper_core::model::Message> = head
+        .into_iter()
+        .map(|entry| entry.message)
+        .take_while(|message| message.role.is_instruction())
+        .collect();
+    messages.extend(tail);
+    Ok(messages)
 }
 
 fn is_sql(url: &str) -> bool {

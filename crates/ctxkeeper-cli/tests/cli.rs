@@ -850,6 +850,56 @@ fn a_stored_replay_keeps_its_summary() {
     );
 }
 
+/// Issue 33, item 9: `sessions restore` (CowAgent's resume after a restart) took its turns
+/// from the saved context, which never holds the last final reply. It reads the session's
+/// log: the last three turns, each the user's text and the final reply, the last one
+/// included.
+#[test]
+fn sessions_restore_takes_the_turns_from_the_log() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let mut turns: Vec<(String, String)> = Vec::new();
+    for turn in 1..=5 {
+        turns.push((
+            "user".into(),
+            format!("question {turn}: where is parcel P{turn}?"),
+        ));
+        turns.push((
+            "assistant".into(),
+            format!("final reply {turn}: P{turn} is in Lyon."),
+        ));
+    }
+    let turns: Vec<(&str, &str)> = turns
+        .iter()
+        .map(|(role, text)| (role.as_str(), text.as_str()))
+        .collect();
+    let trace = chat_trace(scratch.path(), "parcels.json", &turns);
+    json_of(&run(&[
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        "cowagent",
+        "--json",
+        "--store",
+        &store,
+        "--session",
+        "parcels",
+    ]));
+    let restored = json_of(&run(&[
+        "sessions", "restore", "parcels", "--policy", "cowagent", "--store", &store, "--json",
+    ]));
+    let texts: Vec<String> = restored["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(texts.len(), 6, "three turns of two messages: {restored}");
+    assert!(texts[0].contains("question 3"), "{}", texts[0]);
+    assert!(texts[5].contains("final reply 5"), "{}", texts[5]);
+    assert_eq!(restored["turns"], 3);
+}
+
 /// Issue 33, item 9: README promises that the extractive summary stands in when a model
 /// summarizer fails; the context got `[summary unavailable: …]` with raw lines instead. With
 /// an unreachable summarizer the requests carry the extractive summary, and the report counts
