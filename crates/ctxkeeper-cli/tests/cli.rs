@@ -900,6 +900,72 @@ fn sessions_restore_takes_the_turns_from_the_log() {
     assert_eq!(restored["turns"], 3);
 }
 
+/// Issue 33, item 9: `sessions gc` left each removed session's folder in the workspace (and
+/// took no `--workspace`). It removes the folder of every session it removes, and nothing
+/// else: not another tenant's folder, not what a link planted inside points to.
+#[test]
+fn sessions_gc_removes_the_workspace_folders_of_the_sessions_it_removes() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let workspace = scratch.path().join("workspace");
+    let trace = scratch.path().join("busy.json");
+    std::fs::write(
+        &trace,
+        serde_json::json!({"model": "gpt-4o", "messages": tau_task(1, 8, 12_000)["traj"]})
+            .to_string(),
+    )
+    .expect("write trace");
+    for tenant in ["default", "acme"] {
+        json_of(&run(&[
+            "replay",
+            trace.to_str().expect("utf-8"),
+            "--policy",
+            "default",
+            "--window",
+            "8000",
+            "--json",
+            "--store",
+            &store,
+            "--tenant",
+            tenant,
+            "--session",
+            "s1",
+            "--workspace",
+            workspace.to_str().expect("utf-8"),
+        ]));
+    }
+    let ours = workspace.join("sessions/s1");
+    let theirs = workspace.join("tenants/acme/sessions/s1");
+    assert!(ours.is_dir() && theirs.is_dir());
+    // A link planted in the session's folder: removed as a link, its target untouched.
+    let outside = scratch.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    std::fs::write(outside.join("keep.txt"), "not the store's").expect("write");
+    std::os::unix::fs::symlink(&outside, ours.join("planted")).expect("symlink");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    let gc = json_of(&run(&[
+        "sessions",
+        "gc",
+        "--older-than",
+        "0s",
+        "--store",
+        &store,
+        "--workspace",
+        workspace.to_str().expect("utf-8"),
+        "--json",
+    ]));
+    assert_eq!(gc["removed"], 1, "{gc}");
+    assert_eq!(gc["archives_removed"], 1, "{gc}");
+    assert!(!ours.exists(), "the removed session's folder is gone");
+    assert!(theirs.is_dir(), "another tenant's session and folder stay");
+    assert!(
+        outside.join("keep.txt").is_file(),
+        "a link's target is never removed"
+    );
+    assert!(workspace.join("sessions").is_dir());
+}
+
 /// Issue 33, item 9: README promises that the extractive summary stands in when a model
 /// summarizer fails; the context got `[summary unavailable: …]` with raw lines instead. With
 /// an unreachable summarizer the requests carry the extractive summary, and the report counts
