@@ -129,6 +129,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         Ok(())
     };
 
+    // What each managed session ended with (its summary included): what a stored session
+    // resumes from, as `serve` stores it.
+    let mut final_states = Vec::new();
     let (report, extra) = if policy.name == "none" && policy.stages.is_empty() {
         let report = replay(
             &loaded.sessions,
@@ -163,7 +166,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             ctxkeeper::replay::PolicyReplay::new(policy, window, offloader, summarizer)?
                 .with_memory(memory);
         if let Some(keys) = &stored_keys {
-            engine = engine.archive_under(keys.iter().map(|k| k.archive_scope()).collect());
+            engine = engine
+                .archive_under(keys.iter().map(|k| k.archive_scope()).collect())
+                .keep_final_states();
         }
         let report = replay(
             &loaded.sessions,
@@ -174,6 +179,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         )
         .map_err(anyhow::Error::msg)?;
         engine.finish().map_err(anyhow::Error::msg)?;
+        final_states = engine.take_final_states();
         let baseline = replay(
             &loaded.sessions,
             &loaded.tokens,
@@ -195,7 +201,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     progress.finish_and_clear();
     if let (Some(url), Some(keys)) = (&args.store, &stored_keys) {
-        persist(url, keys, &loaded, &final_contexts)?;
+        persist(url, keys, &loaded, &final_contexts, final_states)?;
     }
 
     if args.trace.json {
@@ -236,7 +242,10 @@ fn stored_keys(
 }
 
 /// Stores every replayed session: its whole log (append-only) and the final context as the
-/// saved state, so `ctxkeeper sessions …` and a later run can pick it up.
+/// saved state, so `ctxkeeper sessions …` and a later run can pick it up. Under a managed
+/// policy the state is the engine's own context (`final_states`, one per session in trace
+/// order), so its running summary and its entries' bookkeeping are stored as `serve` stores
+/// them; unmanaged, it is the last request sent (`final_contexts`).
 ///
 /// Atomic per session: the state and all its log entries go in one
 /// [`save_and_append`](ctxkeeper::store::SessionStore::save_and_append), which every backend
@@ -250,6 +259,7 @@ fn persist(
     keys: &[ctxkeeper::store::SessionKey],
     loaded: &LoadedTrace,
     final_contexts: &std::collections::HashMap<String, Vec<ctxkeeper::core::model::Message>>,
+    final_states: Vec<ctxkeeper::core::engine::ContextState>,
 ) -> Result<()> {
     use ctxkeeper::core::engine::ContextState;
     use ctxkeeper::snapshot::{ClientRecord, Snapshot};
@@ -269,7 +279,9 @@ fn persist(
         }
         // Every session is checked before any is written, so a refused run writes nothing.
         let mut writes = Vec::new();
+        let mut final_states = final_states.into_iter();
         for (session, key) in loaded.sessions.iter().zip(keys) {
+            let final_state = final_states.next();
             let name = key.session();
             let logged = stored_log(store.as_ref(), key)
                 .await
@@ -288,13 +300,14 @@ fn persist(
             // Stored through the shared codec, with the fingerprints of the conversation's
             // messages, so a gateway (or any face) continuing the session ingests only what
             // is new.
-            let context = final_contexts
-                .get(&session.id)
-                .cloned()
-                .unwrap_or_else(|| session.messages.clone());
+            // A session without a model call was never prepared: its messages are its context.
+            let mut managed = match (final_contexts.get(&session.id), final_state) {
+                (Some(_), Some(state)) => state,
+                (Some(context), None) => ContextState::from_messages(context.clone()),
+                (None, _) => ContextState::from_messages(session.messages.clone()),
+            };
             let mut client = ClientRecord::of_messages(&session.messages);
-            client.verbatim = context == session.messages;
-            let mut managed = ContextState::from_messages(context);
+            client.verbatim = managed.to_messages() == session.messages;
             managed.appended = session.messages.len() as u64;
             let state = Snapshot::new(managed).with_client(client).encode();
             let current = store.load(key).await?;

@@ -246,7 +246,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             .await
             .map_err(|err| explain_bind_error(err, listen))?;
         if let Some(days) = retention_days {
-            sweep_retention(server.gateway().sessions.store().clone(), days);
+            let gateway = server.gateway();
+            sweep_retention(
+                gateway.sessions.store().clone(),
+                local_workspace(&gateway.config.workspace),
+                days,
+            );
         }
         let mcp = match mcp_options {
             Some(options) => mcp_endpoint(args, options, &server).await?,
@@ -336,10 +341,32 @@ fn explain_bind_error(err: GatewayError, listen: std::net::SocketAddr) -> anyhow
     }
 }
 
-/// Removes sessions of every tenant not updated for `days` days, at start and then hourly:
-/// the policy's `[session] retention_days` (cowagent: "sessions older than 30 days are
-/// automatically cleaned up"). A failed sweep is logged and retried at the next hour.
-fn sweep_retention(store: std::sync::Arc<dyn ctxkeeper::store::SessionStore>, days: u32) {
+/// The gateway's workspace as a local directory (a path or `file://` URL), for the retention
+/// sweep to remove the folders of the sessions it removes; `None` for any other archive.
+fn local_workspace(workspace: &str) -> Option<ctxkeeper::store::LocalWorkspace> {
+    let path = match workspace.split_once("://") {
+        None => workspace,
+        Some((scheme, path)) if scheme.eq_ignore_ascii_case("file") => path,
+        Some(_) => return None,
+    };
+    match ctxkeeper::store::LocalWorkspace::new(path) {
+        Ok(workspace) => Some(workspace),
+        Err(e) => {
+            tracing::warn!("the retention sweep leaves archive folders in {path}: {e}");
+            None
+        }
+    }
+}
+
+/// Removes sessions of every tenant not updated for `days` days, with their folders in the
+/// workspace, at start and then hourly: the policy's `[session] retention_days` (cowagent:
+/// "sessions older than 30 days are automatically cleaned up"). A failed sweep is logged and
+/// retried at the next hour.
+fn sweep_retention(
+    store: std::sync::Arc<dyn ctxkeeper::store::SessionStore>,
+    workspace: Option<ctxkeeper::store::LocalWorkspace>,
+    days: u32,
+) {
     let retention = ctxkeeper::store::Retention {
         max_age: std::time::Duration::from_secs(u64::from(days) * 86_400),
     };
@@ -347,8 +374,20 @@ fn sweep_retention(store: std::sync::Arc<dyn ctxkeeper::store::SessionStore>, da
         let mut every = tokio::time::interval(std::time::Duration::from_secs(3_600));
         loop {
             every.tick().await;
-            match store.cleanup(None, retention).await {
-                Ok(removed) => tracing::info!(removed, days, "retention sweep"),
+            let swept = ctxkeeper::store::retention::expire_sessions(
+                store.as_ref(),
+                None,
+                retention,
+                workspace.as_ref(),
+            )
+            .await;
+            match swept {
+                Ok(expired) => tracing::info!(
+                    removed = expired.sessions,
+                    archives_removed = expired.archives,
+                    days,
+                    "retention sweep"
+                ),
                 Err(e) => tracing::warn!("retention sweep failed: {e}"),
             }
         }

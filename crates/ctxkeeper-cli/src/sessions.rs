@@ -144,6 +144,11 @@ pub enum SessionsCommand {
         /// Clean every tenant, not only --tenant.
         #[arg(long)]
         all_tenants: bool,
+        /// The workspace the sessions archived into: each removed session's folder there
+        /// (`sessions/<id>/`) goes too (default: the workspace `serve` and `wrap` archive
+        /// into, when the store is the default one too).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
     },
 }
 
@@ -302,6 +307,7 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
             older_than,
             policy,
             all_tenants,
+            workspace,
         } => {
             let older_than = match (older_than, policy) {
                 (Some(age), _) => age.clone(),
@@ -318,12 +324,31 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
                 max_age: parse_age(older_than)?,
             };
             let tenant = (!all_tenants).then_some(args.tenant.as_str());
-            let removed = store.cleanup(tenant, retention).await?;
+            let workspace = match gc_workspace(workspace.as_deref(), args.store.is_none()) {
+                Some(dir) => Some(
+                    ctxkeeper_store::LocalWorkspace::new(&dir)
+                        .with_context(|| format!("cannot open the workspace {}", dir.display()))?,
+                ),
+                None => None,
+            };
+            let expired = ctxkeeper_store::retention::expire_sessions(
+                &*store,
+                tenant,
+                retention,
+                workspace.as_ref(),
+            )
+            .await?;
+            let removed = expired.sessions;
             if args.json {
                 writeln!(
                     out,
                     "{}",
-                    json!({"removed": removed, "older_than_secs": retention.max_age.as_secs()})
+                    json!({
+                        "removed": removed,
+                        "archives_removed": expired.archives,
+                        "workspace": workspace.as_ref().map(|w| w.root().display().to_string()),
+                        "older_than_secs": retention.max_age.as_secs(),
+                    })
                 )?;
             } else {
                 let scope = tenant.map_or("all tenants".to_string(), |t| format!("tenant {t}"));
@@ -331,10 +356,35 @@ async fn execute(args: &SessionsArgs, out: &mut String) -> Result<()> {
                     out,
                     "removed {removed} session(s) of {scope} not updated for {older_than}"
                 )?;
+                if let Some(workspace) = &workspace {
+                    writeln!(
+                        out,
+                        "removed {} archive folder(s) from {}",
+                        expired.archives,
+                        workspace.root().display()
+                    )?;
+                }
             }
             Ok(())
         }
     }
+}
+
+/// The workspace `sessions gc` cleans: the one given, else, for the default store, the
+/// default workspace `serve` and `wrap` archive into beside it (when it exists). A store named
+/// on the command line may have archived anywhere, so nothing is guessed for it.
+fn gc_workspace(given: Option<&std::path::Path>, default_store: bool) -> Option<PathBuf> {
+    if let Some(dir) = given {
+        return Some(dir.to_path_buf());
+    }
+    if !default_store {
+        return None;
+    }
+    let config = ctxkeeper_gateway::config::GatewayConfig::new(
+        ctxkeeper_gateway::config::GatewayConfig::default_data_dir(),
+    );
+    let dir = PathBuf::from(config.workspace);
+    dir.is_dir().then_some(dir)
 }
 
 /// A preset by name, with the list of names when it is unknown.
@@ -365,7 +415,14 @@ async fn restore(
         None => RestoreStrategy::Full,
     };
     let before = loaded.context.entries.len();
-    let messages = restore(&loaded.context.to_messages(), strategy);
+    // CowAgent restores from its message store, what the user and the agent really said (the
+    // last final reply included), not from a compacted context; a policy that restores all
+    // brings back the saved context (HarnessAgent).
+    let source = match policy.session.restored_turns() {
+        Some(keep) => log_for_recent_turns(store, &key, keep).await?,
+        None => loaded.context.to_messages(),
+    };
+    let messages = restore(&source, strategy);
     let turns = ctxkeeper_core::model::turns(&messages).len();
     let mut saved = None;
     if save {
@@ -417,6 +474,55 @@ async fn restore(
         )?;
     }
     Ok(())
+}
+
+/// Enough of the session's log for its last `keep` turns: its tail, read backwards in pages
+/// until it holds more than `keep` turn starts (the oldest may be cut) or reaches the log's
+/// start, behind the instructions the log opens with.
+async fn log_for_recent_turns(
+    store: &dyn SessionStore,
+    key: &SessionKey,
+    keep: usize,
+) -> Result<Vec<ctxkeeper_core::model::Message>> {
+    const PAGE: usize = 500;
+    let mut tail: Vec<ctxkeeper_core::model::Message> = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .history(
+                key,
+                HistoryPage {
+                    last: PAGE,
+                    before_seq: before,
+                },
+            )
+            .await
+            .with_context(|| format!("cannot read the log of {key}"))?;
+        let Some(first) = page.first() else {
+            return Ok(tail);
+        };
+        let reached_start = first.seq <= 1 || page.len() < PAGE;
+        before = Some(first.seq);
+        tail.splice(0..0, page.into_iter().map(|entry| entry.message));
+        if reached_start {
+            return Ok(tail);
+        }
+        if ctxkeeper_core::model::turns(&tail).len() > keep {
+            break;
+        }
+    }
+    // The instructions (system or developer messages) the log opens with.
+    let head = store
+        .history(key, HistoryPage::before(PAGE, PAGE as u64 + 1))
+        .await
+        .with_context(|| format!("cannot read the log of {key}"))?;
+    let mut messages: Vec<ctxkeeper_core::model::Message> = head
+        .into_iter()
+        .map(|entry| entry.message)
+        .take_while(|message| message.role.is_instruction())
+        .collect();
+    messages.extend(tail);
+    Ok(messages)
 }
 
 fn is_sql(url: &str) -> bool {
@@ -988,6 +1094,7 @@ mod tests {
                 older_than: Some("30d".into()),
                 policy: None,
                 all_tenants: false,
+                workspace: None,
             },
         ))
         .await?;

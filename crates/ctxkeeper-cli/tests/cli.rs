@@ -701,3 +701,319 @@ fn one_config_file_serves_replay_and_serve() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("lisen"));
 }
+
+/// `1234567` as the text report writes it: `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One tau-bench task run: a lookup whose `rounds` tool outputs of `output_bytes` each fill
+/// the window, then a final reply.
+fn tau_task(task_id: u32, rounds: usize, output_bytes: usize) -> serde_json::Value {
+    use serde_json::json;
+    let mut traj = vec![
+        json!({"role": "system", "content": "You are a retail support agent."}),
+        json!({"role": "user", "content": format!("Task {task_id}: find my late orders.")}),
+    ];
+    for round in 0..rounds {
+        let id = format!("call_{task_id}_{round}");
+        traj.push(json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": id, "type": "function",
+            "function": {"name": "get_order_details", "arguments": format!("{{\"order_id\": \"#W{round}\"}}")},
+        }]}));
+        let output: String = (0..)
+            .map(|line| {
+                format!(
+                    "order #W{round} line {line}: item {} shipped late\n",
+                    line * 7
+                )
+            })
+            .take_while({
+                let mut total = 0;
+                move |l: &String| {
+                    total += l.len();
+                    total <= output_bytes
+                }
+            })
+            .collect();
+        traj.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+    }
+    traj.push(json!({"role": "assistant", "content": format!("Task {task_id}: done.")}));
+    json!({"task_id": task_id, "trial": 0, "reward": 1.0, "info": {}, "traj": traj})
+}
+
+/// Issue 33, item 9: a multi-session replay (tau-bench without --concat) reported the last
+/// session's archived bytes (0 here) while the workspace held the others'. It reports the sum
+/// over its sessions, in JSON and in text.
+#[test]
+fn a_multi_session_replay_reports_the_bytes_every_session_archived() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, tasks: Vec<serde_json::Value>| {
+        let path = scratch.path().join(name);
+        std::fs::write(&path, serde_json::Value::Array(tasks).to_string()).expect("write trace");
+        path
+    };
+    let busy = tau_task(1, 8, 12_000);
+    let quiet = tau_task(2, 0, 0);
+    let both = write("both.json", vec![busy.clone(), quiet.clone()]);
+    let busy_only = write("busy.json", vec![busy]);
+    let quiet_only = write("quiet.json", vec![quiet]);
+    let archived = |trace: &Path, json: bool| {
+        let workspace = tempfile::tempdir().expect("temp dir");
+        let mut args = vec![
+            "replay",
+            trace.to_str().expect("utf-8"),
+            "--format",
+            "tau-bench",
+            "--policy",
+            "default",
+            "--window",
+            "8000",
+            "--workspace",
+            workspace.path().to_str().expect("utf-8"),
+        ];
+        if json {
+            args.push("--json");
+        }
+        run(&args)
+    };
+    let bytes = |trace: &Path| {
+        json_of(&archived(trace, true))["archived_bytes"]
+            .as_u64()
+            .expect("archived_bytes")
+    };
+    let (busy_bytes, quiet_bytes) = (bytes(&busy_only), bytes(&quiet_only));
+    assert!(busy_bytes > 0, "the busy task archives");
+    assert_eq!(quiet_bytes, 0, "the quiet task archives nothing");
+    let report = json_of(&archived(&both, true));
+    assert_eq!(report["sessions"], 2, "{report}");
+    assert_eq!(
+        report["archived_bytes"],
+        busy_bytes + quiet_bytes,
+        "{report}"
+    );
+
+    let text = archived(&both, false);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("archived "))
+        .unwrap_or_else(|| panic!("no archived line: {text}"));
+    assert!(
+        line.ends_with(&format!(" {} bytes", thousands(busy_bytes))),
+        "{line}"
+    );
+}
+
+/// Issue 33, item 9: `replay --store` stored the last request's messages, not the engine's
+/// context, so the session had no summary; `serve` stores it. Reopened with `sessions show`,
+/// a replayed session that was summarized has its summary.
+#[test]
+fn a_stored_replay_keeps_its_summary() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let report = json_of(&run(&[
+        "replay",
+        demo.to_str().expect("utf-8"),
+        "--policy",
+        "default",
+        "--window",
+        "16000",
+        "--json",
+        "--store",
+        &store,
+        "--session",
+        "demo",
+    ]));
+    assert!(report["compactions"].as_u64() > Some(0), "{report}");
+    let shown = stored_session(&store, "demo");
+    assert_eq!(shown["summary_present"], true, "{shown}");
+    let fields = shown["summary"]["fields"]
+        .as_object()
+        .or_else(|| shown["summary"].as_object())
+        .expect("summary fields");
+    assert!(
+        fields
+            .values()
+            .any(|v| v.as_str().is_some_and(|t| !t.is_empty())),
+        "{shown}"
+    );
+}
+
+/// Issue 33, item 9: `sessions restore` (CowAgent's resume after a restart) took its turns
+/// from the saved context, which never holds the last final reply. It reads the session's
+/// log: the last three turns, each the user's text and the final reply, the last one
+/// included.
+#[test]
+fn sessions_restore_takes_the_turns_from_the_log() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let mut turns: Vec<(String, String)> = Vec::new();
+    for turn in 1..=5 {
+        turns.push((
+            "user".into(),
+            format!("question {turn}: where is parcel P{turn}?"),
+        ));
+        turns.push((
+            "assistant".into(),
+            format!("final reply {turn}: P{turn} is in Lyon."),
+        ));
+    }
+    let turns: Vec<(&str, &str)> = turns
+        .iter()
+        .map(|(role, text)| (role.as_str(), text.as_str()))
+        .collect();
+    let trace = chat_trace(scratch.path(), "parcels.json", &turns);
+    json_of(&run(&[
+        "replay",
+        trace.to_str().expect("utf-8"),
+        "--policy",
+        "cowagent",
+        "--json",
+        "--store",
+        &store,
+        "--session",
+        "parcels",
+    ]));
+    let restored = json_of(&run(&[
+        "sessions", "restore", "parcels", "--policy", "cowagent", "--store", &store, "--json",
+    ]));
+    let texts: Vec<String> = restored["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    assert_eq!(texts.len(), 6, "three turns of two messages: {restored}");
+    assert!(texts[0].contains("question 3"), "{}", texts[0]);
+    assert!(texts[5].contains("final reply 5"), "{}", texts[5]);
+    assert_eq!(restored["turns"], 3);
+}
+
+/// Issue 33, item 9: `sessions gc` left each removed session's folder in the workspace (and
+/// took no `--workspace`). It removes the folder of every session it removes, and nothing
+/// else: not another tenant's folder, not what a link planted inside points to.
+#[test]
+fn sessions_gc_removes_the_workspace_folders_of_the_sessions_it_removes() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let workspace = scratch.path().join("workspace");
+    let trace = scratch.path().join("busy.json");
+    std::fs::write(
+        &trace,
+        serde_json::json!({"model": "gpt-4o", "messages": tau_task(1, 8, 12_000)["traj"]})
+            .to_string(),
+    )
+    .expect("write trace");
+    for tenant in ["default", "acme"] {
+        json_of(&run(&[
+            "replay",
+            trace.to_str().expect("utf-8"),
+            "--policy",
+            "default",
+            "--window",
+            "8000",
+            "--json",
+            "--store",
+            &store,
+            "--tenant",
+            tenant,
+            "--session",
+            "s1",
+            "--workspace",
+            workspace.to_str().expect("utf-8"),
+        ]));
+    }
+    let ours = workspace.join("sessions/s1");
+    let theirs = workspace.join("tenants/acme/sessions/s1");
+    assert!(ours.is_dir() && theirs.is_dir());
+    // A link planted in the session's folder: removed as a link, its target untouched.
+    let outside = scratch.path().join("outside");
+    std::fs::create_dir(&outside).expect("mkdir");
+    std::fs::write(outside.join("keep.txt"), "not the store's").expect("write");
+    std::os::unix::fs::symlink(&outside, ours.join("planted")).expect("symlink");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    let gc = json_of(&run(&[
+        "sessions",
+        "gc",
+        "--older-than",
+        "0s",
+        "--store",
+        &store,
+        "--workspace",
+        workspace.to_str().expect("utf-8"),
+        "--json",
+    ]));
+    assert_eq!(gc["removed"], 1, "{gc}");
+    assert_eq!(gc["archives_removed"], 1, "{gc}");
+    assert!(!ours.exists(), "the removed session's folder is gone");
+    assert!(theirs.is_dir(), "another tenant's session and folder stay");
+    assert!(
+        outside.join("keep.txt").is_file(),
+        "a link's target is never removed"
+    );
+    assert!(workspace.join("sessions").is_dir());
+}
+
+/// Issue 33, item 9: README promises that the extractive summary stands in when a model
+/// summarizer fails; the context got `[summary unavailable: …]` with raw lines instead. With
+/// an unreachable summarizer the requests carry the extractive summary, and the report counts
+/// the degraded summaries.
+#[test]
+fn a_failing_model_summarizer_is_replaced_by_the_extractive_summary() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let requests = scratch.path().join("req");
+    let output = bin()
+        .args([
+            "replay",
+            demo.to_str().expect("utf-8"),
+            "--policy",
+            "default",
+            "--window",
+            "16000",
+            "--json",
+            "--summarizer",
+            "openai",
+            // Nothing listens on the discard port: every call fails at once.
+            "--summarizer-url",
+            "http://127.0.0.1:9/v1",
+            "--emit-requests",
+            requests.to_str().expect("utf-8"),
+        ])
+        .env("CTXKEEPER_SUMMARIZER_API_KEY", "sk-test")
+        .output()
+        .expect("the binary runs");
+    let report = json_of(&output);
+    assert!(report["compactions"].as_u64() > Some(0), "{report}");
+    let mut bodies = Vec::new();
+    for entry in std::fs::read_dir(&requests)
+        .expect("emitted requests")
+        .flatten()
+    {
+        bodies.push(std::fs::read_to_string(entry.path()).expect("read request"));
+    }
+    let all = bodies.join("\n");
+    assert!(
+        !all.contains("summary unavailable"),
+        "the truncation fallback was used"
+    );
+    assert!(
+        all.contains("[Extractive summary:"),
+        "no extractive summary stood in"
+    );
+    assert_eq!(report["summary_lines_unverified"], 0, "{report}");
+    // The fallback is counted: every stand-in summary is marked degraded.
+    assert!(report["degraded_summaries"].as_u64() > Some(0), "{report}");
+}

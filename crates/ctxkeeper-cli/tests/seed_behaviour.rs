@@ -126,3 +126,96 @@ fn agentscope_cuts_tool_results_at_50000_tokens() {
         );
     }
 }
+
+/// A CowAgent session of 22 turns: the first runs the tests and finds a failure, the second
+/// runs them again and they pass, the rest are small talk. Past 20 turns the oldest half is
+/// trimmed, summarized to the daily memory file, and its facts flushed there first. Returns
+/// today's memory file.
+fn cowagent_memory_after_trimming(scratch: &Path) -> String {
+    let call = |id: &str| {
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": "run_tests", "arguments": "{\"path\": \"tests/\"}"}}]})
+    };
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Fix the failing invoice test."}),
+        call("call_1"),
+        json!({"role": "tool", "tool_call_id": "call_1", "content":
+            "FAILED tests/test_invoice.py::test_round - AssertionError: 3 != 4\n1 failed, 211 passed"}),
+        json!({"role": "assistant", "content": "The rounding in invoice.py is off by one cent."}),
+        json!({"role": "user", "content": "Run the tests again after the fix."}),
+        call("call_2"),
+        json!({"role": "tool", "tool_call_id": "call_2", "content": "0 failed, 212 passed"}),
+        json!({"role": "assistant", "content": "All 212 tests pass now."}),
+    ];
+    for turn in 3..=22 {
+        messages.push(
+            json!({"role": "user", "content": format!("Note {turn}: keep the changelog current.")}),
+        );
+        messages.push(json!({"role": "assistant", "content": format!("Noted ({turn}).")}));
+    }
+    let file = trace(scratch, "cowagent.json", messages);
+    let report = replay(&file, "cowagent", 128_000, scratch, &[]);
+    assert!(report["compactions"].as_u64() > Some(0), "{report}");
+    let dir = scratch.join("ws/memory");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("no memory directory {}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let today = files.pop().expect("a daily memory file");
+    std::fs::read_to_string(today).expect("read memory")
+}
+
+/// Issue 33, item 9: the memory flush filed a passing test run as an error ("Error:
+/// [run_tests] 0 failed, 212 passed"). Only the run that failed is an error now.
+#[test]
+fn the_memory_flush_files_only_failures_as_errors() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let memory = cowagent_memory_after_trimming(scratch.path());
+    let errors: Vec<&str> = memory
+        .lines()
+        .filter(|l| l.starts_with("- Error: "))
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|l| l.contains("FAILED tests/test_invoice.py::test_round")),
+        "the real failure is an error: {memory}"
+    );
+    assert!(
+        !errors.iter().any(|l| l.contains("0 failed, 212 passed")),
+        "a passing run is no error: {memory}"
+    );
+}
+
+/// Issue 33, item 9: CowAgent's trimmed-turn summary went into the daily file as one long
+/// bullet, its section headings flattened into it. It keeps its structure: a heading per
+/// section, its lines as a list.
+#[test]
+fn cowagent_memory_keeps_the_trimmed_turns_summary_structured() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let memory = cowagent_memory_after_trimming(scratch.path());
+    let at = memory
+        .find("summary of turns compacted")
+        .unwrap_or_else(|| panic!("no summary entry: {memory}"));
+    let entry = &memory[at..];
+    let entry = &entry[..entry[1..].find("\n## ").map_or(entry.len(), |end| end + 1)];
+    let titles = ["Task overview", "Current state", "Next steps"];
+    for title in titles {
+        assert!(
+            entry.lines().any(|l| l == format!("### {title}")),
+            "{title:?} is a heading of its own: {entry}"
+        );
+    }
+    for line in entry.lines().skip(1) {
+        assert!(
+            line.is_empty() || line.starts_with("### ") || line.starts_with("- "),
+            "a line that is neither heading nor list item: {line:?}"
+        );
+        let named = titles.iter().filter(|t| line.contains(*t)).count();
+        assert!(named <= 1, "headings flattened into one line: {line:?}");
+    }
+    assert!(entry.contains("Fix the failing invoice test"), "{entry}");
+}

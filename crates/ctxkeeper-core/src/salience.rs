@@ -273,7 +273,9 @@ pub fn stands_alone(haystack: &[u8], start: usize, end: usize) -> bool {
 pub fn score_line(line: &str) -> u8 {
     // One lowercase copy per line, then substring searches (std's, fast even unoptimised).
     let lower = line.to_ascii_lowercase();
-    if is_error_line(&lower) {
+    // A test run's tally ranks with the errors even when it counts none: where the tests
+    // stand is as telling as what failed.
+    if speaks_of_failure(&lower) {
         return 3;
     }
     let bytes = line.as_bytes();
@@ -331,22 +333,66 @@ pub fn score_line(line: &str) -> u8 {
     }
 }
 
+/// The words of a failure report.
+const FAILURE_MARKERS: [&str; 10] = [
+    "error",
+    "exception",
+    "failed",
+    "failure",
+    "traceback",
+    "panic",
+    "denied",
+    "not found",
+    "fatal",
+    "invalid",
+];
+
+/// Whether a line names a failure word at all, a count of none included.
+fn speaks_of_failure(lower: &str) -> bool {
+    FAILURE_MARKERS.iter().any(|m| lower.contains(m))
+}
+
 /// Whether a line reports a failure (`error`, `exception`, `traceback`, `not found`, …);
-/// `lower` is the line in ASCII lowercase.
+/// `lower` is the line in ASCII lowercase. A failure word that counts none is no failure: a
+/// passing test summary (`0 failed, 212 passed`, `test result: ok. 3 passed; 0 failed`,
+/// `no errors`, `errors=0`, `failures: 0`) is not an error line, `1 failed, 211 passed` is.
 pub fn is_error_line(lower: &str) -> bool {
-    const MARKERS: [&str; 10] = [
-        "error",
-        "exception",
-        "failed",
-        "failure",
-        "traceback",
-        "panic",
-        "denied",
-        "not found",
-        "fatal",
-        "invalid",
-    ];
-    MARKERS.iter().any(|m| lower.contains(m))
+    FAILURE_MARKERS.iter().any(|marker| {
+        lower
+            .match_indices(marker)
+            .any(|(at, _)| !counts_none(lower, at, marker.len()))
+    })
+}
+
+/// Whether the failure word at `at..at + len` of `lower` is counted as none: preceded by `0`,
+/// `no` or `zero` (a word such as `tests` may stand between: `0 tests failed`), or followed by
+/// `= 0` or `: 0` (`errors=0`, `failures: 0`).
+fn counts_none(lower: &str, at: usize, len: usize) -> bool {
+    let mut before = lower[..at].trim_end();
+    // One plain word may stand between the count and the failure word.
+    for _ in 0..2 {
+        let word_start = before
+            .rfind(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(0, |i| i + 1);
+        let word = &before[word_start..];
+        let stands_alone = word_start == 0 || !before[..word_start].ends_with(['.', '-', '_']);
+        if stands_alone && matches!(word, "0" | "no" | "zero") {
+            return true;
+        }
+        if word.is_empty() || !word.bytes().all(|b| b.is_ascii_alphabetic()) {
+            break;
+        }
+        before = before[..word_start].trim_end();
+    }
+    // `errors=0`, `failures: 0`, `error_count: 0`.
+    let after = lower[at + len..].trim_start_matches(|c: char| c.is_ascii_alphabetic() || c == '_');
+    let after = after.trim_start();
+    let Some(rest) = after.strip_prefix(['=', ':']) else {
+        return false;
+    };
+    let rest = rest.trim_start();
+    rest.strip_prefix('0')
+        .is_some_and(|tail| !tail.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
 }
 
 /// How much a line carries, for the places that keep some lines of a text and drop the
@@ -363,6 +409,36 @@ pub fn line_rank(line: &str) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_passing_tally_is_no_error_but_a_failing_one_is() {
+        let passing = [
+            "[run_tests] 0 failed, 212 passed",
+            "test result: ok. 12 passed; 0 failed; 0 ignored",
+            "All tests passed, no errors",
+            "Ran 40 tests: errors=0 failures=0",
+            "failures: 0, error_count: 0",
+            "0 tests failed",
+            "OK",
+        ];
+        for line in passing {
+            assert!(!is_error_line(&line.to_ascii_lowercase()), "{line}");
+        }
+        let failing = [
+            "[run_tests] 1 failed, 211 passed",
+            "0 errors, 3 failed",
+            "FAILED tests/test_invoice.py::test_round - AssertionError: 3 != 4",
+            "error[E0308]: mismatched types",
+            "errors=10",
+            "v1.0 failed to start",
+            "Permission denied",
+        ];
+        for line in failing {
+            assert!(is_error_line(&line.to_ascii_lowercase()), "{line}");
+        }
+        // Still ranked with the errors: where the tests stand is telling.
+        assert_eq!(score_line("0 failed, 212 passed"), 3);
+    }
 
     fn salient(text: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -11,9 +11,12 @@
 //!   text, falling back when the server refuses one;
 //! - [`AnthropicSummarizer`]: the Messages API, structured output by forced tool use, falling
 //!   back to `tool_choice: auto` and to JSON in text;
-//! - [`Resilient`]: wraps any of them so that summarizing never fails the turn: bounded
-//!   retries of transient errors, then [`fallback_truncation`], a lossy summary marked
-//!   `degraded` that keeps the previous summary and says that the messages are archived.
+//! - [`Resilient`]: wraps any of them with bounded retries of transient errors; once they
+//!   are spent the error reaches the host, which puts the extractive summary (marked
+//!   `degraded`) in its place ([`Resilient::summarize_reported`] does so itself). A turn never
+//!   fails for a summary: [`fallback_truncation`], a lossy summary that keeps the previous
+//!   summary and says that the messages are archived, is the last resort if even the
+//!   extractive summary cannot be made.
 //!
 //! Model-backed summarizers validate every answer against the schema and ask again (at most
 //! `max_retries` times) saying what was wrong; they make the summarization request fit the

@@ -1,9 +1,13 @@
-//! [`Resilient`]: a summarizer that never fails the turn.
+//! [`Resilient`]: a model summarizer with bounded retries.
 //!
 //! It retries transient failures (timeouts, connection errors, 429 and 5xx answers) a bounded
-//! number of times with exponential backoff (honouring `Retry-After` up to a cap), then falls
-//! back to [`fallback_truncation`]. Schema failures are not retried again here: the wrapped
-//! summarizer has already spent its own bounded repair attempts on them.
+//! number of times with exponential backoff (honouring `Retry-After` up to a cap). Schema
+//! failures are not retried again here: the wrapped summarizer has already spent its own
+//! bounded repair attempts on them. When every attempt failed, [`Summarizer::summarize`]
+//! returns the last error, so the host knows: the context manager puts the extractive summary
+//! in its place (marked degraded) and reports a `summary_failed` event naming the cause.
+//! [`Resilient::summarize_reported`] never fails: it stands the degraded extractive summary
+//! in itself and reports the failure beside it.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -36,6 +40,7 @@ use async_trait::async_trait;
 use ctxkeeper_core::summary::{Summary, SummaryRequest};
 
 use crate::error::LlmError;
+use crate::extractive::ExtractiveSummarizer;
 use crate::fallback::fallback_truncation;
 use crate::summarizer::Summarizer;
 
@@ -60,8 +65,8 @@ impl Default for RetryPolicy {
     }
 }
 
-/// What happened while summarizing: the summary (a fallback when every attempt failed), how
-/// many calls were made, and the last failure.
+/// What happened while summarizing: the summary (the degraded extractive summary when every
+/// attempt failed), how many calls were made, and the last failure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SummaryOutcome {
     pub summary: Summary,
@@ -71,8 +76,8 @@ pub struct SummaryOutcome {
     pub failure: Option<LlmError>,
 }
 
-/// Wraps a summarizer so that summarizing never fails: bounded retries, then the lossy
-/// fallback. This is the form the engine uses.
+/// Wraps a summarizer with bounded retries of transient failures. This is the form the
+/// engine uses.
 #[derive(Debug, Clone)]
 pub struct Resilient<S> {
     inner: S,
@@ -103,29 +108,38 @@ impl<S: Summarizer> Resilient<S> {
         &self.policy
     }
 
-    /// Summarizes, retrying transient failures, and reports what happened. Never fails.
+    /// Summarizes, retrying transient failures, and reports what happened. Never fails: when
+    /// every attempt failed, the extractive summary of the request stands in, marked degraded.
     pub async fn summarize_reported(&self, request: &SummaryRequest) -> SummaryOutcome {
+        let (result, attempts) = self.attempt(request).await;
+        match result {
+            Ok(summary) => SummaryOutcome {
+                summary,
+                attempts,
+                failure: None,
+            },
+            Err(error) => SummaryOutcome {
+                summary: extractive_stand_in(request).await,
+                attempts,
+                failure: Some(error),
+            },
+        }
+    }
+
+    /// Calls the wrapped summarizer until it succeeds, fails for good, or the attempts run
+    /// out; returns the outcome and the number of calls made.
+    async fn attempt(&self, request: &SummaryRequest) -> (Result<Summary, LlmError>, u32) {
         let max_attempts = self.policy.max_attempts.max(1);
         let mut backoff = self.policy.initial_backoff;
         let mut attempts = 0;
         loop {
             attempts += 1;
             let error = match self.inner.summarize(request).await {
-                Ok(summary) => {
-                    return SummaryOutcome {
-                        summary,
-                        attempts,
-                        failure: None,
-                    };
-                }
+                Ok(summary) => return (Ok(summary), attempts),
                 Err(error) => error,
             };
             if !error.is_transient() || attempts >= max_attempts {
-                return SummaryOutcome {
-                    summary: fallback_truncation(request),
-                    attempts,
-                    failure: Some(error),
-                };
+                return (Err(error), attempts);
             }
             let wait = error
                 .retry_after()
@@ -139,11 +153,24 @@ impl<S: Summarizer> Resilient<S> {
     }
 }
 
+/// The extractive summary of `request`, marked degraded: what stands in for a model summary
+/// that could not be had (the truncation fallback only if even that fails).
+async fn extractive_stand_in(request: &SummaryRequest) -> Summary {
+    let mut summary = match ExtractiveSummarizer::default().summarize(request).await {
+        Ok(summary) => summary,
+        Err(_) => fallback_truncation(request),
+    };
+    summary.degraded = true;
+    summary
+}
+
 #[async_trait]
 impl<S: Summarizer> Summarizer for Resilient<S> {
-    /// Always `Ok`: a summary from the wrapped summarizer, or the degraded fallback.
+    /// A summary from the wrapped summarizer, or its last error once the retries are spent:
+    /// the caller decides what stands in (the context manager: the extractive summary, with
+    /// a `summary_failed` event).
     async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
-        Ok(self.summarize_reported(request).await.summary)
+        self.attempt(request).await.0
     }
 
     fn name(&self) -> &str {
@@ -262,7 +289,28 @@ mod tests {
         assert_eq!(outcome.attempts, 2);
         assert!(outcome.failure.is_none());
         assert!(!outcome.summary.degraded);
-        assert!(resilient.summarize(&request()).await.is_ok());
+    }
+
+    /// Once the retries are spent the host gets the error (and stands in the extractive
+    /// summary itself, reporting the failure); `summarize_reported` stands it in directly.
+    #[tokio::test]
+    async fn spent_retries_reach_the_host_as_the_last_error() {
+        let inner = Failing {
+            calls: AtomicU32::new(0),
+            error: LlmError::Timeout,
+            succeed_on: None,
+        };
+        let resilient = Resilient::with_policy(inner, quick());
+        assert_eq!(
+            resilient.summarize(&request()).await,
+            Err(LlmError::Timeout)
+        );
+        assert_eq!(resilient.inner().calls.load(Ordering::SeqCst), 3);
+        let outcome = resilient.summarize_reported(&request()).await;
+        assert_eq!(outcome.summary.produced_by, "extractive");
+        assert!(outcome.summary.degraded);
+        let rendered = outcome.summary.render(&SummarySchema::default());
+        assert!(rendered.contains("hello"), "{rendered}");
     }
 
     #[tokio::test(start_paused = true)]

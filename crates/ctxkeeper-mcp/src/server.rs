@@ -197,10 +197,12 @@ impl ContextServer {
 
     #[tool(
         name = "compact",
-        description = "Compact the stored session's context now, to free room in the window: \
+        description = "Compact the stored session's context, to free room in the window: \
         old tool outputs are archived behind placeholders and older turns summarized (nothing \
-        is lost; it stays readable with `context_read`). `focus` tells the summarizer what to \
-        keep. Reports tokens before and after.",
+        is lost; it stays readable with `context_read`). Below the policy's trigger nothing is \
+        done unless `force` is true, so it is safe to call between turns. `focus` tells the \
+        summarizer what to keep; `config` overrides policy settings for this compaction only. \
+        Reports tokens before and after, or why nothing was compacted.",
         input_schema = input_schema::<tools::CompactArgs>(),
         annotations(
             read_only_hint = false,

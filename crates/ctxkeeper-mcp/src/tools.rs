@@ -19,8 +19,10 @@
 use std::collections::BTreeMap;
 
 use ctxkeeper::ContextManager;
-use ctxkeeper::core::engine::{ContextState, Event, PolicyConfig, Stage};
-use ctxkeeper::core::model::{Message, Part, Role, api_rounds};
+use ctxkeeper::core::engine::{
+    Budget, ContextState, Engine, Event, PolicyConfig, PolicyOverlay, Stage,
+};
+use ctxkeeper::core::model::{Message, Part, Role, api_rounds, turns};
 use ctxkeeper::snapshot::Snapshot;
 use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope};
 use ctxkeeper::store::memory::MemoryScope;
@@ -46,6 +48,8 @@ pub const MAX_GLOB_BYTES: usize = 512;
 pub const MAX_REFERENCE_BYTES: usize = 1_024;
 /// Longest accepted focus instruction for `compact` (bytes).
 pub const MAX_FOCUS_BYTES: usize = 8_192;
+/// Longest accepted one-off policy `config` for `compact` (bytes): a policy admin PATCH's limit.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024;
 /// Default and largest page of `context_read` (bytes).
 pub const DEFAULT_READ_LIMIT: u64 = 16_000;
 pub const MAX_READ_LIMIT: u64 = 200_000;
@@ -373,6 +377,17 @@ pub struct CompactArgs {
     /// What the summary must preserve, e.g. "keep the failing test names and the fix plan".
     #[serde(default)]
     pub focus: Option<String>,
+    /// Compact even when the context is below the policy's trigger. Without it a context
+    /// below the trigger is left as it is and the answer says so (AgentScope's
+    /// `compress_context()`), so calling `compact` between turns is always safe.
+    #[serde(default)]
+    pub force: bool,
+    /// Policy settings for this compaction only, laid over the server's policy key by key as
+    /// a `--config` file's `[policy]` table is: an object such as
+    /// `{"trigger_ratio": 0.5, "keep_recent_rounds": 2}` or the same as a TOML fragment
+    /// (`"trigger_ratio = 0.5"`). The trigger checked is the one this gives.
+    #[serde(default)]
+    pub config: Option<Value>,
 }
 
 // ----- session log -------------------------------------------------------------------------
@@ -836,12 +851,32 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
     let mut snapshot = Snapshot::decode(loaded.state).map_err(|err| {
         ToolError::unavailable(format!("session {key} (version {}): {err}", loaded.version))
     })?;
+    let policy = match &args.config {
+        Some(config) => one_off_policy(&backend.options.policy, config)?,
+        None => backend.options.policy.clone(),
+    };
     let model = backend.options.model.clone();
     let before = snapshot.context.to_messages();
     let tokens_before = model.messages_tokens(&before);
     let messages_before = before.len();
+    if !args.force
+        && let Some(below) = below_trigger(&policy, &model, backend.options.window, &snapshot)
+    {
+        return Ok(json!({
+            "session": session,
+            "compacted": false,
+            "reason_not_compacted": below,
+            "tokens_before": tokens_before,
+            "tokens_after": tokens_before,
+            "messages_before": messages_before,
+            "messages_after": messages_before,
+            "stages": [],
+            "archived": [],
+            "state_version": loaded.version,
+        }));
+    }
     let settings = ctxkeeper::Settings {
-        policy: backend.options.policy.clone(),
+        policy: policy.clone(),
         model: model.clone(),
         window: backend.options.window,
         fixed_tokens: 0,
@@ -896,7 +931,7 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
     Ok(json!({
         "session": session,
         "compacted": changed,
-        "reason_not_compacted": if changed { None } else { Some(skipped.unwrap_or_else(|| nothing_to_compact(&backend.options.policy, &after, tokens_after))) },
+        "reason_not_compacted": if changed { None } else { Some(skipped.unwrap_or_else(|| nothing_to_compact(&policy, &after, tokens_after))) },
         "tokens_before": tokens_before,
         "tokens_after": tokens_after,
         "messages_before": messages_before,
@@ -905,6 +940,82 @@ async fn compact(backend: &Backend, args: Result<CompactArgs, ToolError>) -> Too
         "archived": archived,
         "state_version": version,
     }))
+}
+
+/// The server's policy with a one-off `config` laid over it (an object, or a TOML fragment as
+/// a string), merged key by key as `--config` is; a mistake is a tool error naming the field.
+fn one_off_policy(base: &PolicyConfig, config: &Value) -> Result<PolicyConfig, ToolError> {
+    let invalid = |message: String| ToolError::invalid(format!("config: {message}"));
+    let overlay = match config {
+        Value::String(fragment) => {
+            check_len("config", fragment, MAX_CONFIG_BYTES)?;
+            PolicyOverlay::parse(fragment).map_err(|e| invalid(e.0))?
+        }
+        Value::Object(_) => {
+            check_len("config", &config.to_string(), MAX_CONFIG_BYTES)?;
+            let table = toml::Table::try_from(config)
+                .map_err(|e| invalid(format!("not a policy fragment (no nulls): {e}")))?;
+            PolicyOverlay::from_table(table).map_err(|e| invalid(e.0))?
+        }
+        other => {
+            return Err(invalid(format!(
+                "expected an object or a TOML string, got {}",
+                kind_of(other)
+            )));
+        }
+    };
+    overlay.apply(base).map_err(|e| invalid(e.0))
+}
+
+/// Why a compaction that was not forced does nothing, or `None` when a trigger of `policy`
+/// fires on the stored context: its token level (the one active now, which a cost rule may
+/// place below the configured one), its message count or its turn count.
+fn below_trigger(
+    policy: &PolicyConfig,
+    model: &ctxkeeper::core::tokens::TokenModel,
+    window: u64,
+    snapshot: &Snapshot,
+) -> Option<String> {
+    let engine = Engine::new(policy.clone(), model.clone());
+    let budget = Budget {
+        window,
+        fixed_tokens: 0,
+    };
+    let mut context = snapshot.context.clone();
+    let messages = context.entries.len();
+    let tokens = engine.request_tokens(&mut context, &budget);
+    let token_trigger = engine
+        .active_trigger(&context, &budget)
+        .map(|(trigger, _)| trigger);
+    if messages >= policy.min_messages {
+        let turns = turns(&context.entries).len();
+        let fires = token_trigger.is_some_and(|trigger| tokens >= trigger)
+            || policy.trigger_messages.is_some_and(|max| messages > max)
+            || policy.trigger_turns.is_some_and(|max| turns > max);
+        if fires {
+            return None;
+        }
+    }
+    let mut levels = Vec::new();
+    if let Some(trigger) = token_trigger {
+        levels.push(format!("{trigger} tokens"));
+    }
+    if let Some(max) = policy.trigger_messages {
+        levels.push(format!("more than {max} messages"));
+    }
+    if let Some(max) = policy.trigger_turns {
+        levels.push(format!("more than {max} turns"));
+    }
+    let triggers = if levels.is_empty() {
+        "it has no trigger".to_string()
+    } else {
+        format!("it compacts at {}", levels.join(" or "))
+    };
+    Some(format!(
+        "below the trigger: the context is {tokens} tokens in {messages} messages and \
+         policy `{}` {triggers}; pass `force: true` to compact anyway",
+        policy.name
+    ))
 }
 
 /// Why a requested compaction changed nothing, in words the caller can act on: which part of

@@ -661,7 +661,7 @@ async fn compact_shrinks_the_stored_context_and_archives_what_left() {
     let report = ok(server
         .call(
             "compact",
-            json!({"focus": "keep the marker search and the plan"}),
+            json!({"focus": "keep the marker search and the plan", "force": true}),
         )
         .await);
     assert_eq!(report["compacted"], true, "{report}");
@@ -718,7 +718,7 @@ async fn compact_under_seed_presets_writes_their_archive_files() {
     let f = fixture().await;
     let untouched = ok(
         server_with(&f, "default", Some("s1"), 8_000, "reme-compress")
-            .call("compact", json!({}))
+            .call("compact", json!({"force": true}))
             .await,
     );
     assert_eq!(untouched["compacted"], false, "{untouched}");
@@ -742,7 +742,7 @@ async fn compact_under_seed_presets_writes_their_archive_files() {
             }
         }
         let server = server_with_policy(&f, "default", Some("s1"), 8_000, config);
-        let report = ok(server.call("compact", json!({})).await);
+        let report = ok(server.call("compact", json!({"force": true})).await);
         assert_eq!(report["compacted"], true, "{policy}: {report}");
         let archived: Vec<String> = report["archived"]
             .as_array()
@@ -781,6 +781,71 @@ async fn compact_under_seed_presets_writes_their_archive_files() {
         let listed = ok(server.call("context_list", json!({})).await).to_string();
         assert!(listed.contains(seed_file.as_str()), "{policy}: {listed}");
     }
+}
+
+/// Issue 33, item 9: as AgentScope's `compress_context()`, `compact` below the policy's
+/// trigger leaves the context alone and says so; `force: true` compacts anyway.
+#[tokio::test]
+async fn compact_below_the_trigger_does_nothing_unless_forced() {
+    let f = fixture().await;
+    // The fixture's context (under 1,000 tokens) is below the default policy's trigger at
+    // 2,000 tokens of window, and forced, that policy does compact it.
+    let server = server(&f, "default", Some("s1"), 2_000);
+    let before = ok(server.call("context_stats", json!({})).await);
+    let report = ok(server.call("compact", json!({})).await);
+    assert_eq!(report["compacted"], false, "{report}");
+    let reason = report["reason_not_compacted"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("below the trigger"), "{reason}");
+    assert!(reason.contains("force: true"), "{reason}");
+    assert_eq!(report["tokens_after"], report["tokens_before"]);
+    let unchanged = ok(server.call("context_stats", json!({})).await);
+    assert_eq!(unchanged["state_version"], before["state_version"]);
+
+    let forced = ok(server.call("compact", json!({"force": true})).await);
+    assert_eq!(forced["compacted"], true, "{forced}");
+    assert!(forced["tokens_after"].as_u64() < forced["tokens_before"].as_u64());
+    let after = ok(server.call("context_stats", json!({})).await);
+    assert_eq!(
+        after["state_version"].as_u64(),
+        before["state_version"].as_u64().map(|v| v + 1)
+    );
+}
+
+/// `compact` takes a one-off policy override, as an object or a TOML string, merged into the
+/// server's policy for that compaction only (its trigger included); a bad one is a tool
+/// error naming the field.
+#[tokio::test]
+async fn compact_takes_a_one_off_config_for_that_compaction_only() {
+    for config in [
+        json!({"trigger_tokens": 200}),
+        json!("trigger_tokens = 200"),
+    ] {
+        let f = fixture().await;
+        let server = server(&f, "default", Some("s1"), 2_000);
+        let report = ok(server.call("compact", json!({"config": config})).await);
+        assert_eq!(report["compacted"], true, "{config}: {report}");
+        assert!(report["tokens_after"].as_u64() < report["tokens_before"].as_u64());
+        // The override was for that call only: the server's own trigger is far away again.
+        let next = ok(server.call("compact", json!({})).await);
+        assert_eq!(next["compacted"], false, "{next}");
+        let reason = next["reason_not_compacted"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("below the trigger"), "{reason}");
+    }
+    let f = fixture().await;
+    let server = server(&f, "default", Some("s1"), 128_000);
+    let out_of_range = err(server
+        .call("compact", json!({"config": {"trigger_ratio": 1.5}}))
+        .await);
+    assert!(out_of_range.contains("trigger_ratio"), "{out_of_range}");
+    let unknown = err(server
+        .call(
+            "compact",
+            json!({"config": {"overflow": {"max_atempts": 3}}}),
+        )
+        .await);
+    assert!(unknown.contains("max_atempts"), "{unknown}");
+    let not_a_policy = err(server.call("compact", json!({"config": 7})).await);
+    assert!(not_a_policy.contains("config"), "{not_a_policy}");
 }
 
 #[tokio::test]

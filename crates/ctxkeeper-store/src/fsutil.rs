@@ -524,6 +524,39 @@ impl Dir {
         }
     }
 
+    /// Removes the directory `name` and everything in it; false if there was none. Nothing is
+    /// followed: a link inside is removed as the link it is (never what it points to), and
+    /// `name` itself being a link is refused, as everywhere in the store.
+    pub(crate) fn remove_tree(&self, name: &str) -> Result<bool, StoreError> {
+        fn empty(dir: &Dir, depth: usize) -> Result<(), StoreError> {
+            for entry in dir.entries()? {
+                match entry.kind {
+                    Kind::Dir if depth < SWEEP_MAX_DEPTH => {
+                        if let Some(sub) = dir.subdir(&entry.name)? {
+                            empty(&sub, depth + 1)?;
+                        }
+                        dir.remove_dir(&entry.name)?;
+                    }
+                    Kind::Dir => {
+                        return Err(StoreError::Forbidden(format!(
+                            "{} is nested deeper than the store ever writes",
+                            dir.shown(&entry.name)
+                        )));
+                    }
+                    _ => {
+                        dir.remove_file(&entry.name)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        let Some(dir) = self.subdir(name)? else {
+            return Ok(false);
+        };
+        empty(&dir, 0)?;
+        self.remove_dir(name)
+    }
+
     /// Removes the empty directory `name`; false if it is missing or not empty.
     pub(crate) fn remove_dir(&self, name: &str) -> Result<bool, StoreError> {
         self.check_name(name)?;

@@ -55,6 +55,7 @@ mod open;
 #[cfg(feature = "redis")]
 pub mod redis_store;
 pub mod restore;
+pub mod retention;
 pub mod session;
 #[cfg(feature = "sql")]
 pub mod sql;

@@ -312,6 +312,61 @@ impl LongTermMemory {
             .map(Some)
     }
 
+    /// Appends the summary of what a compaction removed from `session` to today's daily file
+    /// (CowAgent writes its trimmed turns' summary there), keeping its structure: under a
+    /// timestamped heading, each non-empty section as a sub-heading (`### Title`) and its
+    /// lines as a Markdown list (a line that is already a list item stays one). A section's
+    /// text may quote tool output, so none of its lines can open a heading. Returns the file
+    /// written, or `None` when every section was empty.
+    pub async fn record_summary(
+        &self,
+        scope: &MemoryScope,
+        session: Option<&str>,
+        sections: &[(String, String)],
+    ) -> Result<Option<String>, StoreError> {
+        use ctxkeeper_core::untrusted::{neutralise, one_line};
+        let mut body = String::new();
+        for (title, text) in sections {
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim_end)
+                .filter(|line| !line.trim().is_empty())
+                .collect();
+            if lines.is_empty() {
+                continue;
+            }
+            body.push_str(&format!("\n### {}\n", one_line(title, 200)));
+            for line in lines {
+                let item = line.trim_start();
+                let is_item = ["- ", "* ", "+ "].iter().any(|b| item.starts_with(b))
+                    || item.split_once(". ").is_some_and(|(n, _)| {
+                        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+                    });
+                if !is_item {
+                    body.push_str("- ");
+                }
+                body.push_str(&neutralise(line));
+                body.push('\n');
+            }
+        }
+        if body.is_empty() {
+            return Ok(None);
+        }
+        let now = now_ms();
+        let minutes = now.div_euclid(60_000).rem_euclid(1_440);
+        let from = session.map_or(String::new(), |s| {
+            format!(" from session {}", one_line(s, 200))
+        });
+        let text = format!(
+            "\n## {:02}:{:02} UTC — summary of turns compacted{from}\n{body}",
+            minutes / 60,
+            minutes % 60
+        );
+        self.append_daily(scope, &date_string(now), &text)
+            .await
+            .map(Some)
+    }
+
     /// The memory files of a scope: `MEMORY.md` first, then daily files newest first.
     pub async fn files(&self, scope: &MemoryScope) -> Result<Vec<String>, StoreError> {
         let rel = self.dir(scope);

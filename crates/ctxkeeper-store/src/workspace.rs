@@ -87,6 +87,29 @@ impl LocalWorkspace {
         })?;
         Ok(self.root().join(loc.tenant_dir))
     }
+
+    /// Removes everything archived for a session: its directory `sessions/<session>/` under
+    /// its tenant's directory (content stored once for every session, `data/<sha256>.<ext>`,
+    /// stays). The session id is hostile input: it becomes one sanitized path segment, and
+    /// the walk from the root follows no link, so nothing outside the session's own
+    /// directory is ever removed. Returns whether there was one.
+    pub async fn remove_session(&self, scope: &ArchiveScope) -> Result<bool, StoreError> {
+        let loc = Loc::of(scope)?;
+        let sessions = join(&loc.tenant_dir, "sessions");
+        let context_key = join(&loc.tenant_dir, &loc.session_dir());
+        let blobs = &self.inner.blobs;
+        let tree = blobs.tree.clone();
+        let removed = blocking(move || match tree.dir(&sessions)? {
+            Some(dir) => dir.remove_tree(&loc.session),
+            None => Ok(false),
+        })
+        .await?;
+        // A session archived again under the same id starts a new context file.
+        if let Ok(mut counts) = blobs.line_counts.lock() {
+            counts.remove(&context_key);
+        }
+        Ok(removed)
+    }
 }
 
 #[derive(Debug)]

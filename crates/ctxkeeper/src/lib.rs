@@ -917,11 +917,10 @@ impl ContextManager {
             summaries.push(summary);
         }
         if engine.config().summary.placement == ctxkeeper_core::engine::SummaryPlacement::Memory {
-            let rendered = summaries
-                .iter()
-                .map(|s| s.render(&engine.config().summary.schema))
-                .collect();
-            self.remember(rendered).await;
+            for summary in &summaries {
+                self.remember_summary(summary, &engine.config().summary.schema)
+                    .await;
+            }
         }
         let started = Instant::now();
         let events = engine.apply(&mut self.state, plan, PlanOutcome { refs, summaries });
@@ -1088,6 +1087,32 @@ impl ContextManager {
         };
         let session = Some(self.scope.session.as_str());
         let event = match memory.flush_from(scope, session, &facts).await {
+            Ok(path) => Event::MemoryFlushed { path, error: None },
+            Err(err) => Event::MemoryFlushed {
+                path: None,
+                error: Some(err.to_string()),
+            },
+        };
+        self.emit(vec![event]);
+    }
+
+    /// Writes a summary that goes to memory (`placement = "memory"`, CowAgent's trimmed
+    /// turns) to today's daily file with its sections and lines as Markdown.
+    async fn remember_summary(
+        &self,
+        summary: &ctxkeeper_core::summary::Summary,
+        schema: &ctxkeeper_core::summary::SummarySchema,
+    ) {
+        let Some((memory, scope)) = &self.memory else {
+            return;
+        };
+        let sections: Vec<(String, String)> = schema
+            .fields
+            .iter()
+            .map(|field| (field.title.clone(), summary.get(&field.name).to_string()))
+            .collect();
+        let session = Some(self.scope.session.as_str());
+        let event = match memory.record_summary(scope, session, &sections).await {
             Ok(path) => Event::MemoryFlushed { path, error: None },
             Err(err) => Event::MemoryFlushed {
                 path: None,

@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::{ContextManager, Settings};
-use ctxkeeper_core::engine::{Event, PolicyConfig};
+use ctxkeeper_core::engine::{ContextState, Event, PolicyConfig};
 use ctxkeeper_core::import::Session;
 use ctxkeeper_core::model::{Message, Part};
 use ctxkeeper_core::replay::{StepPolicy, StepRequest};
@@ -59,7 +59,9 @@ pub struct PolicyReplay {
     /// Sessions started so far.
     started: usize,
     compactions: usize,
-    archived_bytes: u64,
+    /// Bytes the sessions already closed wrote to the archive (the open session's own count
+    /// is its manager's): a multi-session replay reports the sum over all its sessions.
+    closed_archived_bytes: u64,
     /// References that did not resolve plus removed content not found in the archive.
     pub unrecoverable_items: usize,
     /// Summaries that fell back to lossy truncation.
@@ -72,6 +74,9 @@ pub struct PolicyReplay {
     report_cache: TokenCache,
     /// Long-term memory the sessions flush to (see [`PolicyReplay::with_memory`]).
     memory: Option<Arc<LongTermMemory>>,
+    /// The context each closed session ended with, in replay order, when the host asked for
+    /// them (see [`PolicyReplay::keep_final_states`]).
+    final_states: Option<Vec<ContextState>>,
 }
 
 struct ActiveSession {
@@ -116,13 +121,14 @@ impl PolicyReplay {
             scopes: Vec::new(),
             started: 0,
             compactions: 0,
-            archived_bytes: 0,
+            closed_archived_bytes: 0,
             unrecoverable_items: 0,
             degraded_summaries: 0,
             summary_lines_dropped: 0,
             summary_lines_unverified: 0,
             report_cache: TokenCache::with_capacity(1 << 14),
             memory: None,
+            final_states: None,
         })
     }
 
@@ -142,6 +148,24 @@ impl PolicyReplay {
     pub fn archive_under(mut self, scopes: Vec<ArchiveScope>) -> PolicyReplay {
         self.scopes = scopes;
         self
+    }
+
+    /// Keeps the managed context every session ends with (entries with their bookkeeping, the
+    /// running summary, counters), for a host that stores the replayed sessions as a serving
+    /// host would; read them with [`PolicyReplay::take_final_states`] after
+    /// [`PolicyReplay::finish`].
+    pub fn keep_final_states(mut self) -> PolicyReplay {
+        self.final_states = Some(Vec::new());
+        self
+    }
+
+    /// The contexts kept by [`PolicyReplay::keep_final_states`], one per session in replay
+    /// order (empty when they were not kept).
+    pub fn take_final_states(&mut self) -> Vec<ContextState> {
+        self.final_states
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Verifies the last session and stops. Call once after the replay.
@@ -208,7 +232,6 @@ impl PolicyReplay {
             .iter()
             .map(|m| self.report_cache.message_tokens(m, &model))
             .collect();
-        self.archived_bytes = active.manager.archived_bytes();
         Ok(StepRequest {
             messages: Cow::Owned(messages),
             message_tokens,
@@ -225,6 +248,10 @@ impl PolicyReplay {
         let Some(active) = self.session.take() else {
             return Ok(());
         };
+        self.closed_archived_bytes += active.manager.archived_bytes();
+        if let Some(states) = &mut self.final_states {
+            states.push(active.manager.state().clone());
+        }
         let runtime = &self.runtime;
         let offloader = &self.offloader;
         let mut archived_messages: HashSet<String> = HashSet::new();
@@ -452,7 +479,11 @@ impl StepPolicy for PolicyReplay {
     }
 
     fn archived_bytes(&self) -> u64 {
-        self.archived_bytes
+        let open = self
+            .session
+            .as_ref()
+            .map_or(0, |active| active.manager.archived_bytes());
+        self.closed_archived_bytes + open
     }
 
     fn resolve_reference(&mut self, reference: &str) -> Option<bool> {
