@@ -1167,7 +1167,9 @@ mod tests {
         let mut message = Message::new(
             Role::Assistant,
             vec![Part::Data {
-                source: DataSource::Url { url: "https://x/y.png".into() },
+                source: DataSource::Url {
+                    url: "https://x/y.png".into(),
+                },
                 wire_type: Some("image_url".into()),
                 extra: Extra::new(),
             }],
