@@ -9,8 +9,8 @@
 # Not a `bench/run` stage: it takes an hour at the default time. Environment:
 #   FUZZ_SECONDS    seconds per target (default 600)
 #   FUZZ_SEED       the mutations' seed (default 1): the same seed and corpus give the same inputs
-#   FUZZ_PROFILE    cargo profile of the runner (default dev, the test profile; release runs
-#                   about twice as many inputs per second)
+#   FUZZ_PROFILE    cargo profile of the runner (default dev, the test profile; release for
+#                   an optimized build)
 #   FUZZ_CORPUS     corpus root, one directory per target (default fuzz/corpus;
 #                   fuzz/make-corpus.sh DIR builds a bigger one)
 #   BENCH_RESULTS   when set, writes fuzz.json there and the runner's logs to logs/fuzz/
