@@ -86,3 +86,26 @@ fn a_panicking_input_is_written_out_and_reported() {
     );
     std::fs::remove_dir_all(&artifacts).expect("cleaned up");
 }
+
+/// cargo-fuzz needs nightly, so `cargo test` cannot build its harnesses; it checks that every
+/// target has one, declared in `fuzz/Cargo.toml` and calling a function of this crate.
+#[test]
+fn every_target_has_a_cargo_fuzz_harness() {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let manifest = std::fs::read_to_string(fuzz.join("Cargo.toml")).expect("fuzz/Cargo.toml");
+    for target in &TARGETS {
+        let harness =
+            std::fs::read_to_string(fuzz.join(format!("fuzz_targets/{}.rs", target.name)))
+                .unwrap_or_else(|err| panic!("{}: no harness: {err}", target.name));
+        assert!(
+            harness.contains("ctxkeeper_fuzz::targets::"),
+            "{}: the harness calls no target",
+            target.name
+        );
+        assert!(
+            manifest.contains(&format!("name = \"{}\"", target.name)),
+            "{}: not a [[bin]] of fuzz/Cargo.toml",
+            target.name
+        );
+    }
+}
