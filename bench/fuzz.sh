@@ -11,8 +11,9 @@
 #   FUZZ_SEED       the mutations' seed (default 1): the same seed and corpus give the same inputs
 #   FUZZ_PROFILE    cargo profile of the runner (default dev, the test profile; release for
 #                   an optimized build)
-#   FUZZ_CORPUS     corpus root, one directory per target (default fuzz/corpus;
-#                   fuzz/make-corpus.sh DIR builds a bigger one)
+#   FUZZ_CORPUS     corpus root, one directory per target (default target/fuzz-corpus, cut
+#                   from the shared traces by fuzz/make-corpus.sh when missing; the
+#                   hand-written seeds of fuzz/corpus are always read too)
 #   BENCH_RESULTS   when set, writes fuzz.json there and the runner's logs to logs/fuzz/
 #
 # A target that panics stops its run; the input is written to fuzz/artifacts/<target>/ and
@@ -26,10 +27,14 @@ cd "$ROOT"
 SECONDS_EACH=${FUZZ_SECONDS:-600}
 SEED=${FUZZ_SEED:-1}
 PROFILE=${FUZZ_PROFILE:-dev}
-CORPUS=${FUZZ_CORPUS:-fuzz/corpus}
+CORPUS=${FUZZ_CORPUS:-target/fuzz-corpus}
 source "$ROOT/bench/lib.sh"
 
 cargo build --quiet --profile "$PROFILE" -p ctxkeeper-fuzz --bin ctxkeeper-fuzz
+# The seeds cut from the shared traces are built here, never kept in the project.
+if [ ! -d "$CORPUS" ]; then
+  fuzz/make-corpus.sh "$CORPUS" >&2 || { echo "bench/fuzz.sh: no trace seeds; the hand-written ones only" >&2; CORPUS=fuzz/corpus; }
+fi
 PROFILE_DIR=$PROFILE
 [ "$PROFILE" = dev ] && PROFILE_DIR=debug
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE_DIR/ctxkeeper-fuzz"
@@ -50,7 +55,7 @@ for target in "${TARGETS[@]}"; do
   echo "   fuzz: $target for ${SECONDS_EACH} s" >&2
   status=0
   "$BIN" run "$target" --seconds "$SECONDS_EACH" --seed "$SEED" \
-    --corpus "$CORPUS/$target" --artifacts fuzz/artifacts --json --table-row \
+    --corpus "$CORPUS/$target" --corpus "fuzz/corpus/$target" --artifacts fuzz/artifacts --json --table-row \
     >"$LOGS/$target.out" 2>"$LOGS/$target.log" || status=$?
   if [ "$status" -ne 0 ]; then
     FAILED=1

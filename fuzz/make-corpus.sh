@@ -3,8 +3,11 @@
 # request bodies of every wire format, small trace files of every importer's format, and
 # sessions in the capsule targets' encoding, plus a few hand-written seeds.
 #
-#   fuzz/make-corpus.sh                 rebuilds the committed corpus, fuzz/corpus/ (~1 MB)
+#   fuzz/make-corpus.sh                 writes target/fuzz-corpus/ (what bench/fuzz.sh reads)
 #   fuzz/make-corpus.sh DIR             writes elsewhere (then: bench/fuzz.sh with FUZZ_CORPUS=DIR)
+#
+# The traces stay outside the project: only the hand-written seeds (`hand-*`) are committed,
+# in fuzz/corpus/; the seeds cut from the traces are rebuilt wherever they are needed.
 #
 # Environment:
 #   CTXKEEPER_TRACES     the traces (default ../shared/data/traces)
@@ -14,7 +17,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-OUT=${1:-fuzz/corpus}
+OUT=${1:-target/fuzz-corpus}
 TRACES=${CTXKEEPER_TRACES:-$(cd .. && pwd)/shared/data/traces}
 BYTES=${FUZZ_CORPUS_BYTES:-286720}
 

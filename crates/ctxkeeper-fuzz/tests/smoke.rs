@@ -1,4 +1,5 @@
-//! Every fuzz target over its committed corpus (`fuzz/corpus/<target>/`) and a few thousand
+//! Every fuzz target over its hand-written seeds (`fuzz/corpus/<target>/`), the seeds cut from
+//! the shared traces when they are present, and a few thousand
 //! seeded mutations of it, so that `cargo test` catches a regression the fuzzers found once;
 //! and the runner itself: a panicking target's input is written out and reported.
 
@@ -17,12 +18,38 @@ fn corpus_dir(target: &str) -> PathBuf {
         .join(target)
 }
 
+/// The shared agent traces (`CTXKEEPER_TRACES`, else `../shared/data/traces` beside the
+/// project): the seeds cut from them are built for the run, never kept in the project.
+fn traces_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("CTXKEEPER_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
+        });
+    dir.is_dir().then_some(dir)
+}
+
 #[test]
 fn every_target_passes_its_corpus_and_seeded_mutations() {
+    let cut = traces_dir().map(|traces| {
+        let out =
+            std::env::temp_dir().join(format!("ctxkeeper-fuzz-corpus-{}", std::process::id()));
+        ctxkeeper_fuzz::corpus::build(&traces, &out, 286_720)
+            .expect("the seeds cut from the traces");
+        out
+    });
+    if cut.is_none() {
+        eprintln!(
+            "SKIP: no shared traces (CTXKEEPER_TRACES): the targets run over the hand-written seeds only"
+        );
+    }
     for target in &TARGETS {
-        let corpus = runner::load_corpus(&[corpus_dir(target.name)]).expect("the committed corpus");
+        let mut dirs = vec![corpus_dir(target.name)];
+        dirs.extend(cut.as_ref().map(|out| out.join(target.name)));
+        let corpus = runner::load_corpus(&dirs).expect("the corpus");
+        let least = if cut.is_some() { 4 } else { 2 };
         assert!(
-            corpus.len() >= 4,
+            corpus.len() >= least,
             "{}: only {} corpus inputs",
             target.name,
             corpus.len()
