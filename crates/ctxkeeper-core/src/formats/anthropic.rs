@@ -342,8 +342,25 @@ fn parse_system_owned(value: Value, path: &str) -> Result<Message, ParseError> {
     let mut message = Message::new(Role::System, Vec::new());
     message.hints = origin_hints(WIRE);
     let (form, parts) = match value {
-        Value::String(_) | Value::Array(_) => {
-            parse_content(value, path, &mut message.hints.private)?
+        Value::String(_) => parse_content(value, path, &mut message.hints.private)?,
+        Value::Array(blocks) => {
+            // The field holds text. Any other block is kept opaque, so that it is emitted back
+            // as it came: read as a message's block (a call, an image, thinking), it would be a
+            // part the `system` field is never written with, and lost.
+            let mut parts = Vec::with_capacity(blocks.len());
+            for (i, block) in blocks.into_iter().enumerate() {
+                let typed_other = block
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|kind| kind != "text");
+                let part = if typed_other {
+                    Part::Opaque { value: block }
+                } else {
+                    parse_block(block, JsonPath::Index(path, i), false)?.0
+                };
+                parts.push(part);
+            }
+            (ContentForm::Parts, parts)
         }
         other => {
             return Err(ParseError::at(
@@ -1118,6 +1135,28 @@ mod tests {
             assert!(is_system_field(&request.messages[0]));
             assert_eq!(emit_request(&request), body);
         }
+    }
+
+    /// Found by the `wire_anthropic` fuzz target: a `system` array holding a block other than
+    /// text (a `tool_use`, an image) was read as a message's part and left out when emitted.
+    #[test]
+    fn system_blocks_other_than_text_round_trip() {
+        let system = json!([
+            {"type": "text", "text": "rules"},
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "a"}},
+            {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
+            {"type": "thinking", "thinking": "t", "signature": "s"}
+        ]);
+        let body = json!({"model": "m", "max_tokens": 5, "system": system,
+            "messages": [{"role": "user", "content": "x"}]});
+        let request = parse_request(&body).expect("valid");
+        assert_eq!(request.messages[0].text(), "rules");
+        assert_eq!(request.messages[0].tool_calls().count(), 0);
+        assert_eq!(emit_request(&request), body);
+        // A text block is still read as one: a malformed one is still an error.
+        let broken = json!({"model": "m", "max_tokens": 5, "system": [{"type": "text"}],
+            "messages": [{"role": "user", "content": "x"}]});
+        assert!(parse_request(&broken).is_err());
     }
 
     #[test]

@@ -876,8 +876,11 @@ fn data_part(
         }
     }
     if keep_extra {
+        // `image_url` / `file` hold the inner object's own fields when the part came as that
+        // type (written above); on another part they are fields of their own, kept as sent.
+        let inner_fields = wire_type.filter(|t| matches!(*t, "image_url" | "file"));
         for (key, value) in extra {
-            if key != "image_url" && key != "file" && !obj.contains_key(key) {
+            if Some(key.as_str()) != inner_fields && !obj.contains_key(key) {
                 obj.insert(key.clone(), value.clone());
             }
         }
@@ -1218,6 +1221,17 @@ mod tests {
             "data:image/png;base64,AAAA"
         );
         assert_eq!(out[3], json!({"role": "user", "content": "go on"}));
+    }
+
+    #[test]
+    fn a_part_keeps_a_field_named_like_another_parts_payload() {
+        // Found by the fuzzer: an audio part's own `image_url` field was dropped on emit.
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}, "image_url": -1},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA==", "detail": "low"}, "file": "x"}
+        ]}]});
+        let request = parse_request(&body).expect("parses");
+        assert_eq!(emit_request(&request), body);
     }
 
     #[test]

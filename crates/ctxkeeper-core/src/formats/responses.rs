@@ -722,7 +722,9 @@ fn content_part(part: &Part, text_type: &str, role: Role, keep_extra: bool) -> O
                 obj.insert("text".into(), json!(omitted_data(kind, source, WIRE)));
                 Some(Value::Object(obj))
             };
-            if role == Role::Assistant {
+            // Media in an assistant message is rejected by OpenAI: converted, it becomes a
+            // marker; a part that came this way is written back as it came.
+            if role == Role::Assistant && !keep_extra {
                 return marker();
             }
             match (kind, source) {
@@ -1149,6 +1151,32 @@ mod tests {
         for case in cases {
             round_trip(case);
         }
+    }
+
+    /// Found by the `wire_responses` fuzz target: an image in an assistant message item of
+    /// this format came back as a marker text.
+    #[test]
+    fn media_in_an_assistant_item_round_trips() {
+        round_trip(json!([
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "input_image", "image_url": "data:image/png;base64,AA=="},
+                {"type": "input_file", "file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}
+            ]}
+        ]));
+        // Converted from another format, media in an assistant message is still a marker.
+        let mut message = Message::new(
+            Role::Assistant,
+            vec![Part::Data {
+                source: DataSource::Url {
+                    url: "https://x/y.png".into(),
+                },
+                wire_type: Some("image_url".into()),
+                extra: Extra::new(),
+            }],
+        );
+        message.hints = origin_hints(Wire::OpenAiChat);
+        let items = emit_messages(&[message]);
+        assert_eq!(items[0]["content"][0]["type"], "output_text", "{items:?}");
     }
 
     #[test]
