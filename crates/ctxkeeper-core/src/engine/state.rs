@@ -526,6 +526,10 @@ fn part_tokens(part: &crate::model::Part) -> f64 {
     }
 }
 
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,8 +581,4 @@ mod tests {
         );
         assert!(exact < exact_all);
     }
-}
-
-fn is_zero(value: &u64) -> bool {
-    *value == 0
 }
