@@ -48,7 +48,6 @@
 //! assert!(text.contains("modified: src/cli.rs"));
 //! ```
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -59,7 +58,7 @@ use crate::engine::Entry;
 use crate::fidelity::PLAN_TOOLS;
 use crate::model::{Message, Part, Role};
 use crate::orders::{self, OrderKind, StandingOrder, StandingOrders};
-use crate::salience::{line_rank, salient_strings};
+use crate::salience::salient_strings;
 use crate::untrusted::{is_heading_like, one_line, push_fenced};
 use crate::working_set::WorkingSet;
 
@@ -681,8 +680,7 @@ impl Capsule {
             words
                 .binary_search_by_key(&order.log_index, |i| i.log_index)
                 .is_ok_and(|at| {
-                    shown_part(words[at], forms[at], config.head_chars)
-                        .contains(order.text.as_str())
+                    shown_part(words[at], forms[at], config.head_chars).contains(&order.text)
                 })
         };
         if config.standing_orders {
@@ -1151,93 +1149,13 @@ fn plan_words(words: &[&Instruction], head_chars: usize, budget_chars: usize) ->
     forms
 }
 
-/// The part of a message its form shows: all of it, its salient extract, or nothing.
-fn shown_part(instruction: &Instruction, form: Form, head_chars: usize) -> Cow<'_, str> {
+/// The part of a message its form shows (all of it, its head, or nothing).
+fn shown_part(instruction: &Instruction, form: Form, head_chars: usize) -> &str {
     match form {
-        Form::Verbatim => Cow::Borrowed(&instruction.text),
-        Form::Head => salient_extract(&instruction.text, head_chars),
-        Form::Counted => Cow::Borrowed(""),
+        Form::Verbatim => &instruction.text,
+        Form::Head => &instruction.text[..head_cut(&instruction.text, head_chars)],
+        Form::Counted => "",
     }
-}
-
-/// Between the statements an extract keeps, where others were left out.
-const EXTRACT_GAP: &str = " […] ";
-
-/// At most about `budget_chars` of `text`, chosen by what its statements carry rather than by
-/// where they stand: the opening statement (what the message is about), then the others by
-/// [`line_rank`] (directives, errors, paths and identifiers, numbers), in the message's own
-/// order with `[…]` where statements were left out. A first statement over the budget is cut
-/// to its head.
-fn salient_extract(text: &str, budget_chars: usize) -> Cow<'_, str> {
-    if text.chars().count() <= budget_chars {
-        return Cow::Borrowed(text);
-    }
-    let statements = statement_spans(text);
-    let chars = |(start, end): (usize, usize)| text[start..end].chars().count();
-    let Some(&first) = statements.first() else {
-        return Cow::Borrowed(&text[..head_cut(text, budget_chars)]);
-    };
-    if chars(first) >= budget_chars {
-        return Cow::Borrowed(&text[..head_cut(text, budget_chars)]);
-    }
-    let mut keep = vec![false; statements.len()];
-    keep[0] = true;
-    let mut used = chars(first);
-    let mut ranked: Vec<(usize, u8)> = statements
-        .iter()
-        .enumerate()
-        .skip(1)
-        .map(|(at, &(start, end))| (at, line_rank(&text[start..end])))
-        .filter(|(_, rank)| *rank > 0)
-        .collect();
-    // The highest rank first; at equal rank the earlier statement.
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    for (at, _) in ranked {
-        let cost = chars(statements[at]) + EXTRACT_GAP.len();
-        if used + cost <= budget_chars {
-            keep[at] = true;
-            used += cost;
-        }
-    }
-    let mut out = String::with_capacity(used + 16);
-    let mut previous: Option<usize> = None;
-    for (at, &(start, end)) in statements.iter().enumerate() {
-        if !keep[at] {
-            continue;
-        }
-        if let Some(before) = previous {
-            out.push_str(if before + 1 == at { " " } else { EXTRACT_GAP });
-        }
-        out.push_str(text[start..end].trim());
-        previous = Some(at);
-    }
-    Cow::Owned(out)
-}
-
-/// The byte spans of the statements of `text`: its lines, each split after `.`, `?` or `!`
-/// followed by a space; blank pieces are skipped.
-fn statement_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut push = |start: usize, end: usize| {
-        if !text[start..end].trim().is_empty() {
-            spans.push((start, end));
-        }
-    };
-    let mut start = 0;
-    let bytes = text.as_bytes();
-    for (at, &byte) in bytes.iter().enumerate() {
-        let ends_sentence = matches!(byte, b'.' | b'?' | b'!')
-            && bytes.get(at + 1).is_some_and(|next| *next == b' ');
-        if byte == b'\n' {
-            push(start, at);
-            start = at + 1;
-        } else if ends_sentence {
-            push(start, at + 1);
-            start = at + 1;
-        }
-    }
-    push(start, text.len());
-    spans
 }
 
 fn head_cut(text: &str, head_chars: usize) -> usize {
@@ -1295,16 +1213,12 @@ fn render_planned(
         let shown = shown_part(instruction, *form, head_chars);
         match form {
             Form::Counted => continue,
-            Form::Verbatim => out.push_str(&guard_sections(&shown)),
+            Form::Verbatim => out.push_str(&guard_sections(shown)),
             Form::Head => {
-                out.push_str(&guard_sections(&shown));
+                out.push_str(&guard_sections(shown));
                 out.push_str(&format!(
                     " […{} more characters; the whole message is archived at {}]",
-                    instruction
-                        .text
-                        .chars()
-                        .count()
-                        .saturating_sub(shown.chars().count()),
+                    instruction.text[shown.len()..].chars().count(),
                     instruction
                         .reference
                         .as_deref()

@@ -417,38 +417,3 @@ fn the_working_set_spends_its_room_on_names_the_request_does_not_show_elsewhere(
         "{text}"
     );
 }
-
-#[test]
-fn a_shortened_message_keeps_the_statements_that_carry_something_not_its_head() {
-    let filler = "We talked about the weather and the office plants for a while. ".repeat(8);
-    let message = format!(
-        "Here is where things stand with the migration. {filler}The failing job is \
-         deploy_billing_v2 in ci/pipeline.yml. {filler}Never run the migration on the \
-         primary database."
-    );
-    let small_talk = |n: usize| format!("message {n}: {}", "just chatting here ".repeat(30));
-    let mut messages = vec![Message::user(message.clone())];
-    messages.extend((1..20).map(|n| Message::user(small_talk(n))));
-    let capsule = absorbed(messages);
-    let text = capsule.render(&CapsuleConfig::default(), 16_000, &[]);
-    let at = text
-        .find("Here is where things stand with the migration.")
-        .expect("the message is shown, shortened");
-    let shown = &text[at..text[at..].find("\n\n").map_or(text.len(), |end| at + end)];
-    assert!(
-        shown.contains("the whole message is archived at"),
-        "{shown}"
-    );
-    // What it carries is kept: the identifier and path, the rule; the small talk between
-    // them is left out and says so.
-    assert!(
-        shown.contains("The failing job is deploy_billing_v2 in ci/pipeline.yml."),
-        "{shown}"
-    );
-    assert!(
-        shown.contains("Never run the migration on the primary database."),
-        "{shown}"
-    );
-    assert!(shown.contains(" […] "), "{shown}");
-    assert!(shown.len() < message.len() / 2, "{shown}");
-}
