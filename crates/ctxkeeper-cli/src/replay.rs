@@ -25,7 +25,8 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
 
-    /// The context window in tokens (default: the model's).
+    /// The context window in tokens (default: the model's; for a model the table does not
+    /// know, the policy's `unknown_model_window` when it sets one).
     #[arg(long, value_name = "TOKENS")]
     pub window: Option<u64>,
 
@@ -83,7 +84,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let wire: Wire = args.wire.parse().map_err(InputError::BadOption)?;
     let loaded = trace_input::load(&args.trace)?;
     let policy = resolve_policy(args.policy.as_deref(), loaded.policy_overrides.as_deref())?;
-    let window = args.window.unwrap_or(loaded.tokens.profile.context_window);
+    let window = args
+        .window
+        .unwrap_or_else(|| policy.window_for(&loaded.tokens.profile, &loaded.profiles));
     if window == 0 {
         bail!(InputError::BadOption(
             "--window must be greater than 0".into()

@@ -137,7 +137,9 @@ pub(crate) fn mcp_options(args: &ServeArgs, config: &GatewayConfig) -> Result<Op
         return Ok(None);
     }
     let model = TokenModel::for_model(&args.mcp_model, &config.profiles);
-    let window = args.mcp_window.unwrap_or(model.profile.context_window);
+    let window = args
+        .mcp_window
+        .unwrap_or_else(|| config.policy.window_for(&model.profile, &config.profiles));
     let options = Options {
         tenant: args
             .mcp_tenant

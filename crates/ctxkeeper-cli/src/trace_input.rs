@@ -88,6 +88,9 @@ pub struct LoadedTrace {
     pub warnings: std::collections::BTreeMap<String, usize>,
     pub model: String,
     pub tokens: TokenModel,
+    /// The model table `tokens` was looked up in (the built-in one with the config file's
+    /// `[models]`).
+    pub profiles: Profiles,
     /// The config file's `[policy]` table, as TOML text.
     pub policy_overrides: Option<String>,
 }
@@ -170,6 +173,7 @@ pub fn load(args: &TraceArgs) -> Result<LoadedTrace, InputError> {
         warnings,
         model,
         tokens,
+        profiles,
         policy_overrides,
     })
 }

@@ -219,3 +219,241 @@ fn cowagent_memory_keeps_the_trimmed_turns_summary_structured() {
     }
     assert!(entry.contains("Fix the failing invoice test"), "{entry}");
 }
+
+/// Every file under `dir`, recursively, as paths relative to it.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if let Ok(relative) = path.strip_prefix(dir) {
+                out.push(relative.to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The text of a chat request's messages, one string each.
+fn texts(request: &Value) -> Vec<(String, String)> {
+    request["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .map(|m| {
+                    let role = m["role"].as_str().unwrap_or_default().to_string();
+                    let content = match &m["content"] {
+                        Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    };
+                    (role, content)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An agent's request of `rounds` tool rounds (each output about 300 tokens) and its final
+/// answer.
+fn agent_request(ask: &str, first: usize, rounds: usize) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": ask})];
+    for i in first..first + rounds {
+        let id = format!("call_{i}");
+        messages.push(
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": id,
+            "type": "function", "function": {"name": "read_file",
+            "arguments": json!({"path": format!("src/module_{i}.rs")}).to_string()}}]}),
+        );
+        let output: String = (0..24)
+            .map(|j| format!("src/module_{i}.rs:{j}: let total_{j} = round(amount_{j}, 2);\n"))
+            .collect();
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+    }
+    messages.push(json!({"role": "assistant", "content": format!("{ask}: done.")}));
+    messages
+}
+
+/// Item 6 (Agentrail, layer 2): the request-boundary compaction runs when the user's next
+/// request arrives, never inside the agent's tool loop. It used to fire on the call where
+/// the request in progress crossed the trigger and summarize that request's own rounds.
+#[test]
+fn agentrail_compacts_at_the_start_of_the_next_request_not_inside_the_tool_loop() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let config = scratch.path().join("ctxkeeper.toml");
+    std::fs::write(&config, "[policy]\ntrigger_tokens = 3000\n").expect("write config");
+    let mut messages = vec![json!({"role": "system", "content": "You are a careful agent."})];
+    messages.extend(agent_request("Fix the rounding in invoices", 0, 14));
+    messages.extend(agent_request("Now fix the tax module", 14, 3));
+    let file = trace(scratch.path(), "two-requests.json", messages);
+    let report = replay(
+        &file,
+        "agentrail",
+        200_000,
+        scratch.path(),
+        &["--config", config.to_str().expect("utf-8")],
+    );
+    assert!(report["compactions"].as_u64() >= Some(1), "{report}");
+    let requests = requests(scratch.path());
+    let first_summarized = requests
+        .iter()
+        .position(|r| {
+            texts(r)
+                .iter()
+                .any(|(_, t)| t.starts_with("[Conversation summary:"))
+        })
+        .expect("a request-boundary compaction");
+    let sent = texts(&requests[first_summarized]);
+    // The compacted request is the first call of the second request: it ends with the
+    // user's new ask, which stays verbatim after the summary.
+    assert_eq!(
+        sent.last(),
+        Some(&("user".to_string(), "Now fix the tax module".to_string())),
+        "{sent:?}"
+    );
+    assert_eq!(
+        first_summarized, 15,
+        "the 16th call opens the second request"
+    );
+    let session = files_under(&scratch.path().join("ws"));
+    assert!(
+        session
+            .iter()
+            .any(|p| p.to_string_lossy().contains("messages.compactions/")),
+        "{session:?}"
+    );
+}
+
+/// Item 6 (Agentrail, layer 1): a capped tool output is saved whole to
+/// `tool-results/<toolCallId>.txt` in the session's folder (it went to
+/// `tool_result-<id>.txt`), and the preview names that file. Tool-call ids are hostile
+/// input: none becomes a path outside that folder.
+#[test]
+fn agentrail_saves_capped_outputs_to_tool_results_by_call_id_and_hostile_ids_stay_inside() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let long_id = "x".repeat(400);
+    let ids = [
+        "call_ok",
+        "../../escaped",
+        "/etc/passwd",
+        "nul\u{0}byte",
+        long_id.as_str(),
+    ];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a careful agent."}),
+        json!({"role": "user", "content": "Dump the tables."}),
+    ];
+    for id in ids {
+        messages.push(
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": id,
+            "type": "function", "function": {"name": "dump", "arguments": "{}"}}]}),
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": dense(3_000)}));
+    }
+    messages.push(json!({"role": "assistant", "content": "Done."}));
+    let file = trace(scratch.path(), "dumps.json", messages);
+    replay(&file, "agentrail", 400_000, scratch.path(), &[]);
+
+    let workspace = scratch.path().join("ws");
+    let saved: Vec<PathBuf> = files_under(&workspace)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .collect();
+    assert_eq!(saved.len(), ids.len(), "{saved:?}");
+    for path in &saved {
+        let parts: Vec<String> = path
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            parts.len(),
+            4,
+            "sessions/<sid>/tool-results/<file>: {path:?}"
+        );
+        assert_eq!(
+            (parts[0].as_str(), parts[2].as_str()),
+            ("sessions", "tool-results")
+        );
+        assert!(
+            !parts[3].starts_with('.') && parts[3].len() < 200,
+            "{path:?}"
+        );
+    }
+    assert!(
+        saved
+            .iter()
+            .any(|p| p.ends_with("tool-results/call_ok.txt")),
+        "{saved:?}"
+    );
+    // Nothing was written beside the workspace.
+    let mut outside = files_under(scratch.path());
+    outside.retain(|p| !p.starts_with("ws") && !p.starts_with("req"));
+    assert_eq!(outside, vec![PathBuf::from("dumps.json")]);
+    assert!(!Path::new("/etc/passwd.txt").exists());
+
+    // Each preview in the context names the file its whole output was saved to.
+    let last = requests(scratch.path()).pop().expect("a request");
+    let previews: Vec<String> = texts(&last)
+        .into_iter()
+        .filter(|(role, _)| role == "tool")
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(previews.len(), ids.len());
+    for path in &saved {
+        let reference = path.to_string_lossy().into_owned();
+        assert!(
+            previews.iter().any(|p| p.contains(&reference)),
+            "no preview names {reference}"
+        );
+    }
+}
+
+/// Item 6 (Agentrail, context window budget): a model the profile table does not know gets
+/// Agentrail's `contextWindow` default of 200,000 tokens (it got the table's 128,000); other
+/// presets keep the table's default, and a window the user gives still wins.
+#[test]
+fn agentrail_gives_an_unknown_model_a_200k_window_unless_the_user_sets_one() {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let messages = vec![
+        json!({"role": "user", "content": "hello"}),
+        json!({"role": "assistant", "content": "hi"}),
+    ];
+    let file = trace(scratch.path(), "tiny.json", messages);
+    let window = |policy: &str, extra: &[&str]| {
+        let mut args = vec![
+            "replay".to_string(),
+            file.to_string_lossy().into_owned(),
+            "--policy".into(),
+            policy.into(),
+            "--model".into(),
+            "acme-llm-unlisted".into(),
+            "--json".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let output = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
+            .args(&args)
+            .env_remove("CTXKEEPER_CONFIG")
+            .output()
+            .expect("the binary runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+        report["window"].as_u64().expect("the window")
+    };
+    assert_eq!(window("agentrail", &[]), 200_000);
+    assert_eq!(window("default", &[]), 128_000);
+    assert_eq!(window("agentrail", &["--window", "64000"]), 64_000);
+    let config = scratch.path().join("models.toml");
+    std::fs::write(&config, "[models.default]\ncontext_window = 32000\n").expect("write");
+    assert_eq!(
+        window("agentrail", &["--config", config.to_str().expect("utf-8")]),
+        32_000
+    );
+}

@@ -535,9 +535,13 @@ fn seed_conformance_table() {
 
     let scratch = tempfile::tempdir().expect("temp dir");
     let config = scratch.path().join("ctxkeeper.toml");
-    // The layout under a lower trigger: the trace need not hold 80,000 tokens.
+    // The layout under a lower trigger: the trace need not hold 80,000 tokens. The
+    // compaction runs at the start of a request: the trace has a second one.
     std::fs::write(&config, "[policy]\ntrigger_tokens = 12000\n").expect("write config");
-    let file = trace(scratch.path(), "coding.json", coding_session(16, 60));
+    let mut messages = coding_session(16, 60);
+    messages.push(json!({"role": "user", "content": "Now add a regression test for it."}));
+    messages.push(json!({"role": "assistant", "content": "Added tests/invoice_rounding.rs."}));
+    let file = trace(scratch.path(), "coding.json", messages);
     replay(
         &file,
         "agentrail",
@@ -573,6 +577,35 @@ fn seed_conformance_table() {
         archives
             .iter()
             .any(|a| last.contains(&format!("messages.compactions/{a}"))),
+    );
+    // The first request that carries the summary is the first call of the second request:
+    // it ends with the user's new ask (the compaction ran as the request arrived).
+    let summarized_first = names_in(&scratch.path().join("req"))
+        .into_iter()
+        .filter(|n| n.starts_with("step-"))
+        .map(|n| std::fs::read_to_string(scratch.path().join("req").join(n)).expect("read request"))
+        .find(|body| body.contains("[Conversation summary:"))
+        .and_then(|body| serde_json::from_str::<Value>(&body).ok())
+        .and_then(|body| body["messages"].as_array().and_then(|m| m.last().cloned()));
+    table.row(
+        seed("Request-Boundary Persisted Compaction"),
+        "runs at request start: the compacted call ends with the new user request",
+        true,
+        summarized_first.is_some_and(|m| {
+            m["role"] == "user" && m["content"] == "Now add a regression test for it."
+        }),
+    );
+    table.row(
+        seed("Context Window Budget"),
+        "contextWindow default for a model the table does not know",
+        "200000",
+        at(&p, "unknown_model_window"),
+    );
+    table.row(
+        seed("Context Providers"),
+        "provider messages inserted before the session history",
+        "before_history",
+        at(&p, "provider_placement"),
     );
 
     // ---- 003 CowAgent -----------------------------------------------------------------------

@@ -3,13 +3,21 @@
 //! `[gateway] context_providers` (none by default) names what goes in: `date` (today's UTC
 //! date), `memory` (the tenant's long-term memory files, readable with the MCP tools
 //! `memory_get` / `memory_search`) and `budget` (how much of the window the request uses). The
-//! providers run through [`ctxkeeper::Assembly`] with [`Placement::AfterHistory`]: their
-//! message follows the whole history, so the system prompt, the tool schemas and every
-//! earlier message stay the byte-identical prefix the provider's prompt cache serves, and the
-//! message is never stored in the session (the next request carries a fresh one). Nothing in
-//! it changes within a day but the budget: the date is a date, never a time of day.
+//! providers run through [`ctxkeeper::Assembly`], placed where the policy says
+//! (`provider_placement`), and their message is never stored in the session (the next
+//! request carries a fresh one):
+//!
+//! - [`Placement::AfterHistory`] (the default): one message follows the whole history, so
+//!   the system prompt, the tool schemas and every earlier message stay the byte-identical
+//!   prefix the provider's prompt cache serves;
+//! - [`Placement::BeforeHistory`] (`agentrail`, whose context providers are prepended to the
+//!   session history): the date and the memory index go right after the leading
+//!   instructions. Nothing there changes within a day (the date is a date, never a time of
+//!   day), so the prefix stays cached; the budget, which changes on every request, still
+//!   follows the history, as a line at the top would break the cached prefix every call.
 //!
 //! ```
+//! use ctxkeeper::Placement;
 //! use ctxkeeper_gateway::assembly::{ContextProvider, RequestContext};
 //! use ctxkeeper_core::model::Message;
 //!
@@ -20,10 +28,20 @@
 //!     budget: Some((42.0, 1_234)),
 //! };
 //! let history = vec![Message::system("rules"), Message::user("hi")];
-//! let assembled = context.assemble(&providers, history.clone()).expect("added");
+//! let assembled = context
+//!     .assemble(&providers, Placement::AfterHistory, history.clone())
+//!     .expect("added");
 //! assert_eq!(&assembled[..2], &history[..], "the history is the unchanged prefix");
 //! assert!(assembled[2].text().contains("Today's date: 2026-11-25 (UTC)."));
 //! assert!(assembled[2].text().contains("42% of the context window"));
+//!
+//! let prepended = context
+//!     .assemble(&providers, Placement::BeforeHistory, history.clone())
+//!     .expect("added");
+//! assert_eq!(prepended[0], history[0], "the instructions stay first");
+//! assert!(prepended[1].text().contains("Today's date: 2026-11-25 (UTC)."));
+//! assert_eq!(prepended[2], history[1]);
+//! assert!(prepended[3].text().contains("42% of the context window"));
 //! ```
 
 use std::sync::Arc;
@@ -60,6 +78,12 @@ impl ContextProvider {
             ContextProvider::Memory => "memory",
             ContextProvider::Budget => "budget",
         }
+    }
+
+    /// Whether what it says changes from one request to the next: its line always follows
+    /// the history, where it leaves the cached prefix alone.
+    pub fn changes_every_request(self) -> bool {
+        matches!(self, ContextProvider::Budget)
     }
 
     /// The provider called `name`.
@@ -153,34 +177,52 @@ impl RequestContext {
         (!lines.is_empty()).then(|| format!("[context]\n{}", lines.join("\n")))
     }
 
-    /// The history with the providers' message after it, or the history unchanged (`Err`)
-    /// when nothing is added: no provider had anything to say, or the history ends with the
-    /// assistant (a prefill the model continues, which a message after it would turn into a
-    /// finished turn).
+    /// The history with the providers' messages placed at `placement` (a provider whose
+    /// line changes every request always after the history), or the history unchanged
+    /// (`Err`) when nothing is added: an empty history, no provider with anything to say,
+    /// or only lines for after a history that ends with the assistant (a prefill the model
+    /// continues, which a message after it would turn into a finished turn).
     pub fn assemble(
         &self,
         providers: &[ContextProvider],
+        placement: Placement,
         history: Vec<Message>,
     ) -> Result<Vec<Message>, Vec<Message>> {
-        if history.last().is_none_or(|m| m.role == Role::Assistant) {
+        if history.is_empty() {
             return Err(history);
         }
-        let Some(text) = self.text(providers) else {
+        let (before, after): (Vec<ContextProvider>, Vec<ContextProvider>) =
+            providers.iter().partition(|provider| {
+                placement == Placement::BeforeHistory && !provider.changes_every_request()
+            });
+        let prefill = history.last().is_some_and(|m| m.role == Role::Assistant);
+        let before = self.text(&before);
+        let after = self.text(&after).filter(|_| !prefill);
+        if before.is_none() && after.is_none() {
             return Err(history);
-        };
+        }
         // No base prompt: the client's own instructions stay where they are, in the history.
         let mut assembly = Assembly::new("");
-        assembly.add_provider(Placement::AfterHistory, move |_: &[Message]| {
-            vec![Message::user(text.clone())]
-        });
+        for (placement, text) in [
+            (Placement::BeforeHistory, before),
+            (Placement::AfterHistory, after),
+        ] {
+            if let Some(text) = text {
+                assembly.add_provider(placement, move |_: &[Message]| {
+                    vec![Message::user(text.clone())]
+                });
+            }
+        }
         Ok(assembly.assemble(history))
     }
 }
 
-/// Adds the configured request-time context to a prepared request; true when it did (the
-/// client's body can then no longer be forwarded as it is).
+/// Adds the configured request-time context to a prepared request, placed at `placement`
+/// (the policy's `provider_placement`); true when it did (the client's body can then no
+/// longer be forwarded as it is).
 pub async fn complete(
     providers: &[ContextProvider],
+    placement: Placement,
     memory: Option<&Arc<LongTermMemory>>,
     key: &SessionKey,
     prepared: &mut Prepared,
@@ -190,7 +232,7 @@ pub async fn complete(
     }
     let context = RequestContext::gather(providers, memory, key, prepared).await;
     let history = std::mem::take(&mut prepared.messages);
-    let (messages, added) = match context.assemble(providers, history) {
+    let (messages, added) = match context.assemble(providers, placement, history) {
         Ok(messages) => (messages, true),
         Err(history) => (history, false),
     };
@@ -256,7 +298,7 @@ mod tests {
             Message::user("next"),
         ];
         let out = context()
-            .assemble(&providers, history.clone())
+            .assemble(&providers, Placement::AfterHistory, history.clone())
             .expect("added");
         assert_eq!(out.len(), history.len() + 1);
         assert_eq!(&out[..history.len()], &history[..]);
@@ -264,10 +306,13 @@ mod tests {
         let mut prefill = history;
         prefill.push(Message::assistant("The answer is"));
         assert_eq!(
-            context().assemble(&providers, prefill.clone()),
+            context().assemble(&providers, Placement::AfterHistory, prefill.clone()),
             Err(prefill)
         );
-        assert_eq!(context().assemble(&providers, Vec::new()), Err(Vec::new()));
+        assert_eq!(
+            context().assemble(&providers, Placement::AfterHistory, Vec::new()),
+            Err(Vec::new())
+        );
     }
 
     #[tokio::test]

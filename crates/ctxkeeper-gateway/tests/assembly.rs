@@ -341,6 +341,74 @@ async fn providers_sit_after_the_stable_prefix_so_the_prompt_cache_keeps_hitting
     gw.stop().await;
 }
 
+/// Issue 33, item 6: under `agentrail` the context providers are prepended to the session
+/// history, as Agentrail's are: the date goes right after the instructions, before the
+/// conversation (it was appended after the last message). It changes once a day, so the
+/// prefix stays cached; the budget line, which changes every request, still follows the
+/// history.
+#[tokio::test]
+async fn agentrail_prepends_the_providers_to_the_history_and_keeps_the_prefix_cached() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.policy = ctxkeeper_core::engine::presets::preset("agentrail").unwrap();
+    cfg.context_providers = vec![ContextProvider::Date, ContextProvider::Budget];
+    let gw = start(cfg).await;
+    let date_line = format!("Today's date: {} (UTC).", today());
+    let mut history = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": filler(1, 3_000)}),
+    ];
+    let mut sent_sizes = Vec::new();
+    for turn in 0..3 {
+        send(&gw, KEY_A, "prepended", &history).await;
+        let sent = upstream.requests().last().unwrap().clone();
+        let messages = sent.body["messages"].as_array().unwrap().clone();
+        assert_eq!(messages.len(), history.len() + 2, "turn {turn}");
+        assert_eq!(messages[0], history[0], "the instructions stay first");
+        let prepended = messages[1]["content"].as_str().unwrap();
+        assert!(prepended.contains(&date_line), "{prepended}");
+        assert!(!prepended.contains("Context budget"), "{prepended}");
+        assert_eq!(
+            &messages[2..history.len() + 1],
+            &history[1..],
+            "turn {turn}"
+        );
+        let appended = messages[history.len() + 1]["content"].as_str().unwrap();
+        assert!(appended.contains("Context budget"), "{appended}");
+        sent_sizes.push((sent.input_tokens, sent.cached_tokens));
+        history.push(json!({"role": "assistant", "content": format!("step {turn} done")}));
+        history.push(json!({"role": "user", "content": filler(turn + 2, 3_000)}));
+    }
+    for pair in sent_sizes.windows(2) {
+        let ((previous_input, _), (_, cached)) = (pair[0], pair[1]);
+        // Only the previous request's budget line (a few dozen tokens) is not cached.
+        assert!(
+            cached + 40 >= previous_input,
+            "cached {cached} of a previous request of {previous_input}"
+        );
+    }
+
+    // The Anthropic face gets it before the conversation too, its roles still alternating
+    // (the mock refuses two user messages in a row).
+    let response = client()
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", "sk-ant-tenant-a-0123456789")
+        .header("anthropic-version", "2023-06-01")
+        .json(
+            &json!({"model": "claude-sonnet-4", "max_tokens": 100, "messages": [
+            {"role": "user", "content": "hello"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let sent = upstream.requests().last().unwrap().body.to_string();
+    let (date_at, hello_at) = (sent.find("Today's date:"), sent.find("hello"));
+    assert!(date_at.is_some() && date_at < hello_at, "{sent}");
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn no_context_is_added_by_default() {
     let upstream = mock(128_000).await;

@@ -545,6 +545,127 @@ async fn compactions_and_overflow_recoveries_are_announced_on_the_event_stream()
     assert!(events.named("overflow_unrecovered").is_empty());
 }
 
+/// Issue 33, item 6: under `agentrail` the event stream says which layer ran, as the seed's
+/// host and runtime do: `context_compaction_start` / `_end` only around the request-boundary
+/// compaction (when the user's next request arrives, never inside the tool loop), one
+/// `tool_result_truncated` per result the per-call cap cuts, and one `compaction` event with
+/// `messagesBefore` / `messagesAfter` for a compaction inside a request.
+#[tokio::test]
+async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
+    let upstream = mock(128_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    cfg.policy = ctxkeeper_core::engine::presets::preset("agentrail")
+        .unwrap()
+        .with_overrides("trigger_tokens = 3000")
+        .unwrap();
+    let gw = start(cfg).await;
+    let url = gw.url("/v1/chat/completions");
+    let session = "agentrail-layers";
+    let mut events = SessionEvents::open(&gw, session).await;
+
+    // Inside the first request: far over the trigger, and nothing compacts.
+    let mut history = chat_history(24, 700);
+    for rounds in [12, 18, 24] {
+        let body = json!({"model": "gpt-4o", "messages": chat_history(rounds, 700)});
+        let response = post(&url, Some(session), &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(
+            header(&response, "x-ctxkeeper-compacted"),
+            "false",
+            "{rounds} rounds"
+        );
+    }
+    assert!(upstream.requests().last().unwrap().input_tokens > 3_000);
+
+    // The user's next request: the request-boundary compaction, announced by start and end.
+    history.push(json!({"role": "assistant", "content": "The rounding happens too early."}));
+    history.push(json!({"role": "user", "content": "Now fix the tax module."}));
+    let response = post(
+        &url,
+        Some(session),
+        &json!({"model": "gpt-4o", "messages": history}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-ctxkeeper-compacted"), "true");
+    assert!(
+        events.wait_for("context_compaction_end").await,
+        "{:?}",
+        events.names()
+    );
+    let start = events.named("context_compaction_start");
+    assert_eq!(start.len(), 1, "{:?}", events.names());
+    assert_eq!(start[0]["reason"], "tokens");
+
+    // Layer 1: an older result over the per-call cap is cut before the next call; no
+    // compaction is announced for it.
+    let big = "log line: rounding differs by one cent\n".repeat(400);
+    for (i, output) in [(100, big.as_str()), (101, "ok"), (102, "ok")] {
+        let id = format!("call_{i}");
+        history.push(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": id,
+            "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}),
+        );
+        history.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+        let response = post(
+            &url,
+            Some(session),
+            &json!({"model": "gpt-4o", "messages": history}),
+        )
+        .await;
+        assert_eq!(response.status(), 200);
+    }
+    assert!(
+        events.wait_for("tool_result_truncated").await,
+        "{:?}",
+        events.names()
+    );
+    let cut = events.named("tool_result_truncated");
+    assert_eq!(cut[0]["call_id"], "call_100");
+    assert!(
+        cut[0]["reference"]
+            .as_str()
+            .unwrap()
+            .contains("/tool-results/call_100.txt"),
+        "{}",
+        cut[0]
+    );
+    assert_eq!(
+        events.named("context_compaction_start").len(),
+        1,
+        "{:?}",
+        events.names()
+    );
+
+    // Inside a request, a prompt-too-long error: the runtime's `compaction` event.
+    upstream.set_window(3_000);
+    let other = "agentrail-overflow";
+    let mut events = SessionEvents::open(&gw, other).await;
+    let body = json!({"model": "gpt-4o", "messages": chat_history(20, 1200)});
+    let response = post(&url, Some(other), &body).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        events.wait_for("overflow_recovered").await,
+        "{:?}",
+        events.names()
+    );
+    let names = events.names();
+    assert!(
+        !names.iter().any(|n| n.starts_with("context_compaction_")),
+        "{names:?}"
+    );
+    let compaction = events.named("compaction");
+    assert_eq!(compaction.len(), 1, "{names:?}");
+    assert_eq!(compaction[0]["reason"], "overflow");
+    let (before, after) = (
+        compaction[0]["messagesBefore"].as_u64().unwrap(),
+        compaction[0]["messagesAfter"].as_u64().unwrap(),
+    );
+    assert!(after < before, "{}", compaction[0]);
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn an_unrecoverable_overflow_gives_up_with_the_providers_own_error() {
     // Nothing fits: the window is smaller than the output budget the mock reserves (64), so

@@ -154,8 +154,11 @@ impl ServerConfig {
     /// The scope and budget settings, validated.
     pub fn options(&self) -> Result<Options, SetupError> {
         let policy = presets::lookup(&self.policy).map_err(|e| SetupError(e.to_string()))?;
-        let model = TokenModel::for_model(&self.model, &Profiles::builtin());
-        let window = self.window.unwrap_or(model.profile.context_window);
+        let profiles = Profiles::builtin();
+        let model = TokenModel::for_model(&self.model, &profiles);
+        let window = self
+            .window
+            .unwrap_or_else(|| policy.window_for(&model.profile, &profiles));
         let options = Options {
             tenant: self.tenant.clone(),
             session: self.session.clone(),

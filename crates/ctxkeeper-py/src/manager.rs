@@ -959,7 +959,11 @@ impl PyContextManager {
             None => settings::resolve_policy(PyString::new(py, "default").as_any())?,
         };
         let token_model = TokenModel::for_model(model, &policy.profiles);
-        let window = window.unwrap_or(token_model.profile.context_window);
+        let window = window.unwrap_or_else(|| {
+            policy
+                .config
+                .window_for(&token_model.profile, &policy.profiles)
+        });
         if window == 0 {
             return Err(errors::config("window must be greater than 0"));
         }

@@ -111,6 +111,17 @@ pub trait Offloader: Send + Sync + fmt::Debug {
         content: &str,
     ) -> Result<ArchiveRef, StoreError>;
 
+    /// Stores the *whole* output of a tool call in Agentrail's layout,
+    /// `sessions/<session>/tool-results/<toolCallId>.txt` (`<toolCallId>(1).txt`, … for a
+    /// repeated id), and returns its reference. The id becomes one file name inside that
+    /// folder only through [`sanitize_segment`].
+    async fn offload_tool_result_file(
+        &self,
+        scope: &ArchiveScope,
+        call_id: &str,
+        content: &str,
+    ) -> Result<ArchiveRef, StoreError>;
+
     /// Stores binary data (an image, audio) by content hash: `data/{sha256}.{ext}`. Storing the
     /// same bytes twice returns the same reference.
     async fn put_data(
@@ -168,7 +179,7 @@ pub trait Offloader: Send + Sync + fmt::Debug {
     async fn list(&self, scope: &ArchiveScope) -> Result<Vec<ArchiveEntry>, StoreError>;
 }
 
-pub use crate::blob::COMPACTIONS_DIR;
+pub use crate::blob::{COMPACTIONS_DIR, TOOL_RESULTS_DIR};
 
 /// The media type and bytes of an inline data part (base64, or a base64 `data:` URL), as
 /// [`Offloader::put_data`] stores them; `None` for a remote URL, archived data, or base64

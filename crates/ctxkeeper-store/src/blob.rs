@@ -11,6 +11,7 @@
 //! sessions/<session>/context.jsonl#L<a>-L<b>     lines a..=b of it (1-based)
 //! sessions/<session>/<chat_id>_<g>.json          a summarized group's originals (ReMe)
 //! sessions/<session>/messages.compactions/<id>.jsonl   one compaction's messages (Agentrail)
+//! sessions/<session>/tool-results/<id>.txt       a tool call's whole output (Agentrail)
 //! ```
 //!
 //! Data parts (images, audio) of archived messages are stored once as `data/<sha256>.<ext>`
@@ -35,8 +36,15 @@ use crate::archive::{
 /// The name of a session's context archive.
 pub(crate) const CONTEXT_FILE: &str = "context.jsonl";
 
-/// The one sub-directory of a session's archive: Agentrail's compaction archive.
+/// A sub-directory of a session's archive: Agentrail's compaction archive.
 pub const COMPACTIONS_DIR: &str = "messages.compactions";
+
+/// A sub-directory of a session's archive: Agentrail's whole tool outputs
+/// (`tool-results/<toolCallId>.txt`).
+pub const TOOL_RESULTS_DIR: &str = "tool-results";
+
+/// The sub-directories of a session's archive, each holding files directly.
+const SESSION_SUBDIRS: [&str; 2] = [COMPACTIONS_DIR, TOOL_RESULTS_DIR];
 
 /// Where an archive operation acts: the tenant's directory (`""` for the default tenant,
 /// `tenants/<tenant>` otherwise) and the session's sanitized segment.
@@ -177,7 +185,7 @@ pub(crate) fn resolve(loc: &Loc, reference: &ArchiveRef) -> Result<Target, Store
             }
         }
         ["sessions", session, dir, name]
-            if *dir == COMPACTIONS_DIR && valid_name(session) && valid_name(name) =>
+            if SESSION_SUBDIRS.contains(dir) && valid_name(session) && valid_name(name) =>
         {
             if *session != loc.session {
                 return Err(StoreError::NotFound(format!(
@@ -335,18 +343,20 @@ impl<B: Blobs> BlobArchive<B> {
                 bytes,
             })
             .collect();
-        let sub = format!("{dir}/{COMPACTIONS_DIR}");
-        entries.extend(
-            self.blobs
-                .list(&loc.tenant_dir, &sub)
-                .await?
-                .into_iter()
-                .filter(|(name, _)| valid_name(name) && name != CONTEXT_FILE)
-                .map(|(name, bytes)| ArchiveEntry {
-                    reference: ArchiveRef(format!("{sub}/{name}")),
-                    bytes,
-                }),
-        );
+        for sub in SESSION_SUBDIRS {
+            let sub = format!("{dir}/{sub}");
+            entries.extend(
+                self.blobs
+                    .list(&loc.tenant_dir, &sub)
+                    .await?
+                    .into_iter()
+                    .filter(|(name, _)| valid_name(name) && name != CONTEXT_FILE)
+                    .map(|(name, bytes)| ArchiveEntry {
+                        reference: ArchiveRef(format!("{sub}/{name}")),
+                        bytes,
+                    }),
+            );
+        }
         entries.sort_by(|a, b| a.reference.cmp(&b.reference));
         Ok(entries)
     }
@@ -386,6 +396,44 @@ impl<B: Blobs> BlobArchive<B> {
             }
         }
         Ok(out)
+    }
+
+    /// Creates `<base>.txt` in the session's directory (or its sub-directory `sub`), or
+    /// `<base>(1).txt`, `<base>(2).txt`, … when a repeated tool-call id already has one: ids
+    /// repeat within real sessions, and no output is ever overwritten.
+    async fn create_numbered(
+        &self,
+        loc: Loc,
+        sub: Option<&str>,
+        base: String,
+        call_id: &str,
+        content: &str,
+    ) -> Result<ArchiveRef, StoreError> {
+        let dir = match sub {
+            Some(sub) => format!("{}/{sub}", loc.session_dir()),
+            None => loc.session_dir(),
+        };
+        let key = (loc.clone(), format!("{dir}/{base}"));
+        let start = self.suffix_hint(&key);
+        for suffix in start..start.saturating_add(100_000) {
+            let name = if suffix == 0 {
+                format!("{base}.txt")
+            } else {
+                format!("{base}({suffix}).txt")
+            };
+            let path = format!("{dir}/{name}");
+            if self
+                .blobs
+                .create(&loc.tenant_dir, &path, content.as_bytes().to_vec())
+                .await?
+            {
+                self.remember_suffix(key, suffix + 1);
+                return Ok(ArchiveRef(path));
+            }
+        }
+        Err(StoreError::InvalidInput(format!(
+            "too many results for tool call id {call_id:?}"
+        )))
     }
 
     fn suffix_hint(&self, key: &(Loc, String)) -> u32 {
@@ -443,28 +491,21 @@ impl<B: Blobs> Offloader for BlobArchive<B> {
     ) -> Result<ArchiveRef, StoreError> {
         let loc = Loc::of(scope)?;
         let base = format!("tool_result-{}", sanitize_segment(call_id));
-        let key = (loc.clone(), base.clone());
-        let dir = loc.session_dir();
-        let start = self.suffix_hint(&key);
-        for suffix in start..start.saturating_add(100_000) {
-            let name = if suffix == 0 {
-                format!("{base}.txt")
-            } else {
-                format!("{base}({suffix}).txt")
-            };
-            let path = format!("{dir}/{name}");
-            if self
-                .blobs
-                .create(&loc.tenant_dir, &path, content.as_bytes().to_vec())
-                .await?
-            {
-                self.remember_suffix(key, suffix + 1);
-                return Ok(ArchiveRef(path));
-            }
-        }
-        Err(StoreError::InvalidInput(format!(
-            "too many results for tool call id {call_id:?}"
-        )))
+        self.create_numbered(loc, None, base, call_id, content)
+            .await
+    }
+
+    async fn offload_tool_result_file(
+        &self,
+        scope: &ArchiveScope,
+        call_id: &str,
+        content: &str,
+    ) -> Result<ArchiveRef, StoreError> {
+        let loc = Loc::of(scope)?;
+        // The id is hostile input: one sanitized segment, never a path of its own.
+        let base = sanitize_segment(call_id);
+        self.create_numbered(loc, Some(TOOL_RESULTS_DIR), base, call_id, content)
+            .await
     }
 
     async fn put_data(
@@ -691,6 +732,21 @@ macro_rules! delegate_offloader {
                 .await
             }
 
+            async fn offload_tool_result_file(
+                &self,
+                scope: &$crate::archive::ArchiveScope,
+                call_id: &str,
+                content: &str,
+            ) -> Result<$crate::archive::ArchiveRef, $crate::StoreError> {
+                $crate::archive::Offloader::offload_tool_result_file(
+                    &self.inner,
+                    scope,
+                    call_id,
+                    content,
+                )
+                .await
+            }
+
             async fn put_data(
                 &self,
                 scope: &$crate::archive::ArchiveScope,
@@ -781,6 +837,10 @@ mod tests {
             Some(Target::Item("tool_result-x.txt".into()))
         );
         assert_eq!(
+            ok("sessions/s1/tool-results/call_7.txt").ok(),
+            Some(Target::Item("tool-results/call_7.txt".into()))
+        );
+        assert_eq!(
             ok("sessions/s1/context.jsonl#L2-L5").ok(),
             Some(Target::Context(Some((2, 5))))
         );
@@ -795,6 +855,9 @@ mod tests {
             "sessions/s1/context.jsonl#L0-L1",
             "sessions//x",
             "data/../sessions/s1/x",
+            "sessions/s1/tool-results/../x",
+            "sessions/s1/tool-results/.x",
+            "sessions/s1/other-dir/x.txt",
             "C:\\x",
             "",
             "data/a/b",

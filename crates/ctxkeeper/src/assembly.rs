@@ -3,10 +3,16 @@
 //! rewritten by transforms and completed by request-time context providers.
 //!
 //! Order: transforms run left to right over the history, then providers run against the
-//! rewritten history, then the provider messages are placed. Provider messages are never
-//! persisted. A provider whose content changes between calls (a date, a budget notice) should
-//! use [`Placement::AfterHistory`]: content placed before the history would change the prefix
-//! every call and defeat the provider's prompt cache.
+//! rewritten history, then the provider messages are placed: [`Placement::BeforeHistory`]
+//! right after the history's leading instructions (Agentrail's context providers, prepended
+//! to the session history), [`Placement::AfterHistory`] after its last message. Provider
+//! messages are never persisted. Content placed before the history starts the prefix a
+//! provider's prompt cache serves, so it should change rarely (an identity header, a date,
+//! a memory index); content that changes every call (a budget notice, a clock) belongs after
+//! the history, where the whole history stays the cached prefix.
+//!
+//! [`crate::ContextManager::add_provider`] and [`crate::ContextManager::add_transform`] run
+//! the same pipeline on every request the manager prepares.
 //!
 //! ```
 //! use ctxkeeper::{Assembly, Placement};
@@ -17,12 +23,14 @@
 //! assembly.add_hook(|prompt: String| format!("{prompt}\nAnswer briefly."));
 //! assembly.add_transform(|mut history: Vec<Message>| { history.retain(|m| !m.text().is_empty()); history });
 //! assembly.add_provider(Placement::AfterHistory, |_: &[Message]| vec![Message::user("Today is Monday.")]);
+//! assembly.add_provider(Placement::BeforeHistory, |_: &[Message]| vec![Message::user("Tenant: acme")]);
 //! let messages = assembly.assemble(vec![Message::user("hi"), Message::assistant("")]);
 //! assert_eq!(messages[0].role, Role::System);
 //! assert!(messages[0].text().contains("search: Find documents"));
 //! assert!(messages[0].text().ends_with("Answer briefly."));
-//! assert_eq!(messages.len(), 3);
-//! assert_eq!(messages[2].text(), "Today is Monday.");
+//! assert_eq!(messages.len(), 4);
+//! assert_eq!(messages[1].text(), "Tenant: acme");
+//! assert_eq!(messages[3].text(), "Today is Monday.");
 //! ```
 
 use ctxkeeper_core::model::Message;
@@ -60,14 +68,8 @@ impl<F: Fn(String) -> String + Send + Sync> SystemPromptHook for F {
     }
 }
 
-/// Where a provider's messages go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// Before the history (after the system prompt): for content stable across calls.
-    BeforeHistory,
-    /// After the history: for content that changes every call, so the cached prefix holds.
-    AfterHistory,
-}
+/// Where a provider's messages go (the policy's `provider_placement`).
+pub use ctxkeeper_core::engine::ProviderPlacement as Placement;
 
 /// Builds the model input from a system prompt, the managed context and request-time parts.
 #[derive(Default)]
@@ -153,9 +155,84 @@ impl Assembly {
         if !system.is_empty() {
             out.push(Message::system(system));
         }
-        out.extend(before);
         out.extend(history);
-        out.extend(after);
-        out
+        let out = place(out, before, Placement::BeforeHistory);
+        place(out, after, Placement::AfterHistory)
+    }
+}
+
+/// Puts `provided` into `messages` at `placement`: right after the leading instructions
+/// (system and developer messages), or after the last message.
+pub(crate) fn place(
+    mut messages: Vec<Message>,
+    provided: Vec<Message>,
+    placement: Placement,
+) -> Vec<Message> {
+    if provided.is_empty() {
+        return messages;
+    }
+    match placement {
+        Placement::AfterHistory => messages.extend(provided),
+        Placement::BeforeHistory => {
+            let at = messages
+                .iter()
+                .position(|m| !m.role.is_instruction())
+                .unwrap_or(messages.len());
+            messages.splice(at..at, provided);
+        }
+    }
+    messages
+}
+
+/// The request-time hooks a [`crate::ContextManager`] runs on every request it prepares.
+#[derive(Default)]
+pub(crate) struct RequestHooks {
+    transforms: Vec<Box<dyn Transform>>,
+    providers: Vec<Box<dyn ContextProvider>>,
+}
+
+impl std::fmt::Debug for RequestHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestHooks")
+            .field("transforms", &self.transforms.len())
+            .field("providers", &self.providers.len())
+            .finish()
+    }
+}
+
+impl RequestHooks {
+    pub(crate) fn add_transform(&mut self, transform: Box<dyn Transform>) {
+        self.transforms.push(transform);
+    }
+
+    pub(crate) fn add_provider(&mut self, provider: Box<dyn ContextProvider>) {
+        self.providers.push(provider);
+    }
+
+    /// No hook: the request is the context as it is.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.transforms.is_empty() && self.providers.is_empty()
+    }
+
+    /// Whether a transform may rewrite the history (what is sent is then not the context).
+    pub(crate) fn transforms(&self) -> bool {
+        !self.transforms.is_empty()
+    }
+
+    /// The messages of one call: the transforms over `context`, left to right, then the
+    /// providers against what they left, their messages placed at `placement`. Also returns
+    /// the provider messages, to count what the request carries beyond the context.
+    pub(crate) fn apply(
+        &self,
+        context: Vec<Message>,
+        placement: Placement,
+    ) -> (Vec<Message>, Vec<Message>) {
+        let history = self.transforms.iter().fold(context, |h, t| t.transform(h));
+        let provided: Vec<Message> = self
+            .providers
+            .iter()
+            .flat_map(|provider| provider.provide(&history))
+            .collect();
+        (place(history, provided.clone(), placement), provided)
     }
 }

@@ -65,8 +65,8 @@ pub use ctxkeeper_store as store;
 pub use prepared::{Preparations, PreparedSummary, SummaryPreparation};
 
 use ctxkeeper_core::engine::{
-    ArchiveItem, Budget, CompactionReason, ContextState, Engine, Entry, Event, Ingest, Plan,
-    PlanOutcome, PlanRequest, PolicyConfig,
+    ArchiveItem, ArchiveLayout, Budget, CompactionReason, ContextState, Engine, Entry, Event,
+    Ingest, Plan, PlanOutcome, PlanRequest, PolicyConfig,
 };
 use ctxkeeper_core::model::Message;
 use ctxkeeper_core::tokens::TokenModel;
@@ -196,6 +196,9 @@ pub struct ContextManager {
     /// Focus for the summarizer of the next preparation's compaction, if it compacts (see
     /// [`ContextManager::focus_next`]).
     next_focus: Option<String>,
+    /// Context providers and transforms run on every request handed out (see
+    /// [`ContextManager::add_provider`]).
+    hooks: assembly::RequestHooks,
 }
 
 impl ContextManager {
@@ -243,7 +246,70 @@ impl ContextManager {
             prepared: None,
             preparing: None,
             next_focus: None,
+            hooks: assembly::RequestHooks::default(),
         }
+    }
+
+    /// Registers a context provider: before every request this manager hands out, it reads
+    /// the history (after the transforms) and returns messages (an identity header, today's
+    /// date, a memory index, a workspace snapshot) that go where the policy places
+    /// request-time context, `provider_placement`: after the history by default, before it
+    /// (right after the instructions) under `agentrail`, whose providers are prepended to
+    /// the session history. Providers run in the order registered; their messages are sent
+    /// with the request and never stored in the context, so every request carries fresh
+    /// ones. Content placed before the history should change rarely: it starts the prefix a
+    /// provider's prompt cache serves.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ctxkeeper::{ContextManager, Settings};
+    /// use ctxkeeper::core::engine::presets;
+    /// use ctxkeeper::core::model::{Message, Role};
+    /// use ctxkeeper::core::tokens::{Profiles, TokenModel};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let settings = Settings {
+    ///     policy: presets::preset("agentrail").unwrap(),
+    ///     model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
+    ///     window: 128_000,
+    ///     fixed_tokens: 0,
+    /// };
+    /// let offloader = Arc::new(ctxkeeper::store::LocalWorkspace::new(dir.path()).unwrap());
+    /// let summarizer = Arc::new(ctxkeeper::llm::ExtractiveSummarizer::default());
+    /// let mut context = ContextManager::new(settings, "s1", offloader, summarizer);
+    /// context.add_provider(|_: &[Message]| vec![Message::user("Tenant: acme")]);
+    /// // Redact every secret before it is sent (the context keeps it as it was).
+    /// context.add_transform(|history: Vec<Message>| {
+    ///     history
+    ///         .into_iter()
+    ///         .map(|m| match m.text().contains("hunter2") {
+    ///             true => Message::new(m.role, vec![ctxkeeper::core::model::Part::text("[redacted]")]),
+    ///             false => m,
+    ///         })
+    ///         .collect()
+    /// });
+    /// context.ingest(Message::system("You are terse.")).await.unwrap();
+    /// context.ingest(Message::user("my password is hunter2")).await.unwrap();
+    /// let sent = context.prepare().await.unwrap().messages;
+    /// let texts: Vec<String> = sent.iter().map(|m| m.text()).collect();
+    /// assert_eq!(texts, ["You are terse.", "Tenant: acme", "[redacted]"]);
+    /// assert!(context.state().to_messages()[1].text().contains("hunter2"));
+    /// # });
+    /// ```
+    pub fn add_provider(&mut self, provider: impl ContextProvider + 'static) {
+        self.hooks.add_provider(Box::new(provider));
+    }
+
+    /// Registers a transform hook: it gets the messages of every request this manager hands
+    /// out, before the providers run and before they are sent, and returns the messages to
+    /// send instead (redact, normalize, drop or rewrite; several run left to right). The
+    /// context itself is left as it is. A transform that rewrites the history makes the
+    /// provider's usage report describe other messages than the context's: it then drives
+    /// the reactive tiers but no longer anchors the context's token count. See
+    /// [`ContextManager::add_provider`] for an example.
+    pub fn add_transform(&mut self, transform: impl Transform + 'static) {
+        self.hooks.add_transform(Box::new(transform));
     }
 
     /// Flushes durable facts to long-term memory before every compaction that summarizes
@@ -364,7 +430,8 @@ impl ContextManager {
         match decision {
             Ingest::Ready(message) => self.state.push(message),
             Ingest::Cap(plan) => {
-                let refs = self.archive(&plan.archive).await?;
+                let layout = self.engine.config().archive.clone();
+                let refs = self.archive(&plan.archive, &layout).await?;
                 let started = Instant::now();
                 let events = self.engine.apply_ingest(&mut self.state, plan, &refs);
                 self.clock.engine += started.elapsed();
@@ -437,7 +504,7 @@ impl ContextManager {
     /// does not keep.
     pub async fn prepare_with(&mut self, summarizer: &dyn Summarizer) -> Result<Prepared, Error> {
         let mut prepared = self.prepare_counted_with(summarizer).await?;
-        prepared.messages = self.request_messages(prepared.budget_notice.as_deref());
+        prepared.messages = self.sent_messages(prepared.budget_notice.as_deref());
         Ok(prepared)
     }
 
@@ -498,12 +565,39 @@ impl ContextManager {
         Ok(self.counted(compacted))
     }
 
-    /// The messages of the request [`Self::prepare_counted`] prepared: the context, with
-    /// its budget notice (if any) on the last message.
+    /// The messages of the request [`Self::prepare_counted`] prepared: the context, rewritten
+    /// by the transforms and completed by the providers (if any were registered), with its
+    /// budget notice (if any) on the last message.
     pub fn request_messages(&self, budget_notice: Option<&str>) -> Vec<Message> {
-        let mut messages = self.state.to_messages();
+        self.assemble_request(budget_notice).0
+    }
+
+    /// [`Self::request_messages`], and the messages the providers added.
+    fn assemble_request(&self, budget_notice: Option<&str>) -> (Vec<Message>, Vec<Message>) {
+        let context = self.state.to_messages();
+        let (mut messages, provided) = if self.hooks.is_empty() {
+            (context, Vec::new())
+        } else {
+            self.hooks
+                .apply(context, self.engine.config().provider_placement)
+        };
         if let Some(notice) = budget_notice {
             attach_notice(&mut messages, notice);
+        }
+        (messages, provided)
+    }
+
+    /// The messages of the request just counted, with what they carry beyond the context
+    /// noted, so that the provider's usage report for them anchors the context's count.
+    fn sent_messages(&mut self, budget_notice: Option<&str>) -> Vec<Message> {
+        let (messages, provided) = self.assemble_request(budget_notice);
+        if self.hooks.transforms() {
+            // What was sent is not the context: its usage says nothing exact about it.
+            self.sent = None;
+        } else if let Some(sent) = &mut self.sent
+            && !provided.is_empty()
+        {
+            sent.extra_tokens += self.engine.model().messages_tokens(&provided);
         }
         messages
     }
@@ -707,7 +801,7 @@ impl ContextManager {
 
     fn prepared(&mut self, compacted: bool) -> Prepared {
         let mut prepared = self.counted(compacted);
-        prepared.messages = self.request_messages(prepared.budget_notice.as_deref());
+        prepared.messages = self.sent_messages(prepared.budget_notice.as_deref());
         prepared
     }
 
@@ -836,7 +930,8 @@ impl ContextManager {
                     return Ok(None);
                 }
             };
-        let refs = match self.archive(&plan.archive).await {
+        let layout = self.engine.config().archive.clone();
+        let refs = match self.archive(&plan.archive, &layout).await {
             Ok(refs) => refs,
             Err(err) => {
                 self.state.entries.push(entry);
@@ -866,7 +961,9 @@ impl ContextManager {
         mut plan: Plan,
         summarizer: &dyn Summarizer,
     ) -> Result<(), Error> {
-        let refs = self.archive(&plan.archive).await?;
+        let refs = self
+            .archive(&plan.archive, &engine.config().archive)
+            .await?;
         plan.fill_summary_requests(&refs);
         if self.memory.is_some() {
             for request in &plan.summaries {
@@ -1122,7 +1219,13 @@ impl ContextManager {
         self.emit(vec![event]);
     }
 
-    async fn archive(&mut self, items: &[ArchiveItem]) -> Result<Vec<String>, Error> {
+    /// Archives a plan's items in order, each also where `layout` (the policy's seed layout)
+    /// puts it, and returns their references.
+    async fn archive(
+        &mut self,
+        items: &[ArchiveItem],
+        layout: &ArchiveLayout,
+    ) -> Result<Vec<String>, Error> {
         let mut refs = Vec::with_capacity(items.len());
         // ReMe names a compaction's group files after one chat id, fresh per compaction so
         // that no earlier group file is overwritten.
@@ -1131,6 +1234,13 @@ impl ContextManager {
             // An item may hold placeholders naming earlier items of the same plan.
             let item = &item.with_references(&refs);
             let reference = match item {
+                // Agentrail's `tool-results/<toolCallId>.txt` is the output's one archive
+                // file: the preview names it.
+                ArchiveItem::ToolResult { call_id, content } if layout.tool_results_dir => {
+                    self.offloader
+                        .offload_tool_result_file(&self.scope, call_id, content)
+                        .await?
+                }
                 ArchiveItem::ToolResult { call_id, content } => {
                     self.offloader
                         .offload_tool_result(&self.scope, call_id, content)

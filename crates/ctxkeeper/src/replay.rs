@@ -179,7 +179,14 @@ impl PolicyReplay {
         };
         while let Ok(event) = active.events.try_recv() {
             match event {
+                // A compaction at a request boundary, or (under a policy that tells them
+                // apart) inside a request.
                 Event::ContextCompactionEnd {
+                    archive_refs,
+                    summary_degraded,
+                    ..
+                }
+                | Event::Compaction {
                     archive_refs,
                     summary_degraded,
                     ..

@@ -32,6 +32,8 @@ use super::overlay::PolicyOverlay;
 use crate::capsule::CapsuleConfig;
 use crate::model::{Message, Role};
 use crate::summary::SummarySchema;
+use crate::tokens::profiles::DEFAULT_NAME;
+use crate::tokens::{ModelProfile, Profiles};
 
 /// A whole context policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,9 +54,27 @@ pub struct PolicyConfig {
     /// Compaction starts above this many turns (`agent_max_context_turns`).
     #[serde(alias = "agent_max_context_turns")]
     pub trigger_turns: Option<usize>,
-    /// Never compact a context of fewer messages (`minMessages`).
+    /// The proactive triggers (tokens, messages, turns) never fire on a context of fewer
+    /// messages (`minMessages`); the reactive tiers and the per-call stages are not held back.
     #[serde(alias = "minMessages")]
     pub min_messages: usize,
+    /// Proactive compaction (the token, message and turn triggers) runs only at the start of
+    /// a request, when the newest message is the user's own (not a tool result), never
+    /// inside the agent's tool loop, where only the reactive tiers and overflow recovery
+    /// compact (Agentrail's request-boundary compaction). Its events say which layer ran:
+    /// `context_compaction_start` / `context_compaction_end` around a request-boundary (or
+    /// manual) compaction only, one `compaction` event for a compaction inside a request,
+    /// and `tool_result_truncated` per result the per-call stages cut.
+    pub compact_at_request_start: bool,
+    /// The context window assumed for a model the profile table does not know (Agentrail's
+    /// `contextWindow` default: 200,000); `None` keeps the table's default profile (128,000).
+    /// A window the user states (`--window`, `[models."NAME"]`, `[models.default]`) wins.
+    pub unknown_model_window: Option<u64>,
+    /// Where request-time context (the gateway's `context_providers`, the library's
+    /// `ContextManager::add_provider`) goes: after the history (the default: the cached
+    /// prefix holds) or before it, right after the leading instructions (Agentrail's context
+    /// providers, prepended to the session history).
+    pub provider_placement: ProviderPlacement,
     /// A compaction goes down to this share of the window (stages stop once below it).
     /// Also known as the reserve: what is kept verbatim after summarizing.
     #[serde(alias = "reserve_ratio")]
@@ -146,6 +166,33 @@ pub struct MemoryPolicy {
 }
 
 impl PolicyConfig {
+    /// The context window of a model whose profile `profiles` resolved to `profile`: the
+    /// profile's own, except for a model the table does not know (the default profile, left
+    /// as built in), which gets the policy's `unknown_model_window` when it sets one.
+    ///
+    /// ```
+    /// use ctxkeeper_core::engine::presets;
+    /// use ctxkeeper_core::tokens::Profiles;
+    ///
+    /// let profiles = Profiles::builtin();
+    /// let agentrail = presets::lookup("agentrail").unwrap();
+    /// let default = presets::lookup("default").unwrap();
+    /// let unknown = profiles.lookup("my-own-model");
+    /// assert_eq!(agentrail.window_for(&unknown, &profiles), 200_000);
+    /// assert_eq!(default.window_for(&unknown, &profiles), 128_000);
+    /// // A known model keeps its own window, and so does a default the user configured.
+    /// assert_eq!(agentrail.window_for(&profiles.lookup("gpt-4o"), &profiles), 128_000);
+    /// let configured = Profiles::from_toml_str("[models.default]\ncontext_window = 64000").unwrap();
+    /// assert_eq!(agentrail.window_for(&configured.lookup("my-own-model"), &configured), 64_000);
+    /// ```
+    pub fn window_for(&self, profile: &ModelProfile, profiles: &Profiles) -> u64 {
+        let unknown = profile.name == DEFAULT_NAME && !profiles.fallback_configured();
+        match self.unknown_model_window {
+            Some(window) if unknown => window,
+            _ => profile.context_window,
+        }
+    }
+
     /// Whether the policy wants long-term memory: it flushes facts before compacting, or its
     /// summaries go to memory (`summary.placement = "memory"`), where they would otherwise be
     /// lost.
@@ -169,6 +216,7 @@ impl SessionPolicy {
 /// [policy.archive]
 /// group_files = true        # ReMe: <chat_id>_<g>.json per summarized group
 /// compaction_files = true   # Agentrail: messages.compactions/<id>.jsonl per compaction
+/// tool_results_dir = true   # Agentrail: tool-results/<toolCallId>.txt per capped output
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -181,6 +229,11 @@ pub struct ArchiveLayout {
     /// `messages.compactions/<id>.jsonl`, one message per line (Agentrail); compactions
     /// inside a turn (reactive tiers, overflow recovery) do not write one.
     pub compaction_files: bool,
+    /// The whole output of a capped tool result goes to `tool-results/<toolCallId>.txt` in
+    /// the session's folder (Agentrail's `compactToolResults`) instead of
+    /// `tool_result-<toolCallId>.txt`; the id becomes a file name only through the archive's
+    /// sanitizing, never a path outside that folder.
+    pub tool_results_dir: bool,
 }
 
 /// The economic trigger: compact when the tokens a compaction sheds pay for the prompt cache it
@@ -282,6 +335,9 @@ impl Default for PolicyConfig {
             trigger_messages: None,
             trigger_turns: None,
             min_messages: 0,
+            compact_at_request_start: false,
+            unknown_model_window: None,
+            provider_placement: ProviderPlacement::AfterHistory,
             target_ratio: 0.5,
             clear_at_least: 0,
             hysteresis: None,
@@ -443,6 +499,11 @@ impl PolicyConfig {
                 "reactive.micro_trigger_pct ({}) and reactive.full_trigger_pct ({}) must satisfy 0 < micro < full ≤ 100",
                 reactive.micro_trigger_pct, reactive.full_trigger_pct
             )));
+        }
+        if self.unknown_model_window == Some(0) {
+            return Err(ConfigError(
+                "unknown_model_window must be greater than 0 (leave it out for the model table's default)".into(),
+            ));
         }
         if let Some(ratio) = self.hysteresis
             && !(ratio > 0.0 && ratio < 1.0)
@@ -878,6 +939,20 @@ pub struct SummaryConfig {
     pub incremental: bool,
     /// Where the summary goes: into the context, or only to long-term memory (CowAgent).
     pub placement: SummaryPlacement,
+}
+
+/// Where request-time context goes in the messages sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderPlacement {
+    /// Before the history, right after its leading instructions: for content that changes
+    /// rarely (an identity header, a date, a memory index), as the prefix it starts is
+    /// re-read from the provider's cache only while it stays the same.
+    BeforeHistory,
+    /// After the history: the whole history stays the cached prefix, whatever the context
+    /// says this time.
+    #[default]
+    AfterHistory,
 }
 
 /// Where a summary is placed.

@@ -98,6 +98,27 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         economics: Option<Economics>,
     },
+    /// A compaction inside a request, under a policy that compacts proactively only at the
+    /// start of a request (`compact_at_request_start`): Agentrail's reactive micro and full
+    /// tiers, and the full compaction after a prompt-too-long error (`reason` `overflow`).
+    /// Such a policy keeps `context_compaction_start` / `context_compaction_end` for its
+    /// request-boundary compactions; this is its runtime's `compaction` event, with the
+    /// runtime's field names (`messagesBefore`, `messagesAfter`, `tokensBefore`, …).
+    #[serde(rename_all = "camelCase")]
+    Compaction {
+        reason: CompactionReason,
+        strategy: String,
+        /// The stages that changed something, in order.
+        stages: Vec<String>,
+        messages_before: usize,
+        messages_after: usize,
+        tokens_before: u64,
+        tokens_after: u64,
+        /// Archive references written by this compaction.
+        archive_refs: Vec<String>,
+        /// The summarizer failed and a lossy fallback was used.
+        summary_degraded: bool,
+    },
     /// A compaction was considered and not run.
     CompactionSkipped { reason: String, tokens: u64 },
     /// A tool result was cut to a preview at ingest.
@@ -170,6 +191,7 @@ impl Event {
         match self {
             Event::ContextCompactionStart { .. } => "context_compaction_start",
             Event::ContextCompactionEnd { .. } => "context_compaction_end",
+            Event::Compaction { .. } => "compaction",
             Event::CompactionSkipped { .. } => "compaction_skipped",
             Event::ToolResultTruncated { .. } => "tool_result_truncated",
             Event::SummaryChecked { .. } => "summary_checked",

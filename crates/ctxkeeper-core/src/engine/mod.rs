@@ -50,8 +50,8 @@ mod state;
 
 pub use config::{
     Accounting, ArchiveLayout, BudgetNoticeConfig, ConfigError, CostRule, IngestConfig,
-    MemoryPolicy, OverflowConfig, PinRules, PolicyConfig, ReactiveConfig, SessionPolicy, Stage,
-    SummaryConfig, SummaryPlacement, ToolResultCap,
+    MemoryPolicy, OverflowConfig, PinRules, PolicyConfig, ProviderPlacement, ReactiveConfig,
+    SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
 };
 pub use events::{CompactionReason, Economics, Event};
 pub use fill::{NOT_ARCHIVED, fill_references, fill_text, has_marker};
@@ -215,6 +215,9 @@ pub struct Plan {
     pub summary_spans: Vec<Option<LogSpan>>,
     /// The economic trigger's arithmetic when a cost rule placed the trigger.
     pub economics: Option<Economics>,
+    /// The tool results the plan cuts to a preview, under a policy that announces each one
+    /// (`compact_at_request_start`).
+    cut_results: Vec<CutResult>,
     draft: Vec<Entry>,
     fixed_tokens: u64,
     window: u64,
@@ -241,6 +244,16 @@ impl Plan {
             }
         }
     }
+}
+
+/// A tool result a plan cuts to a preview: its call, where its whole output is (an archive
+/// marker until the plan is applied), and its size before and after.
+#[derive(Debug, Clone, PartialEq)]
+struct CutResult {
+    call_id: String,
+    reference: String,
+    tokens_before: u64,
+    tokens_after: u64,
 }
 
 /// What the host obtained while executing a plan: one reference per archive item and one
@@ -414,8 +427,12 @@ impl Engine {
         budget: &Budget,
         reported_usage: Option<u64>,
     ) -> Option<CompactionReason> {
-        if state.entries.len() < self.config.min_messages {
-            return None;
+        // At a request boundary, the request-boundary compaction comes before the in-loop
+        // tiers (the seed compacts the session as the request arrives).
+        if self.config.compact_at_request_start
+            && let Some(reason) = self.proactive_trigger(state, budget)
+        {
+            return Some(reason);
         }
         if let (Some(reactive), Some(used)) = (&self.config.reactive, reported_usage)
             && state.reactive_in_turn < reactive.max_per_request
@@ -427,6 +444,41 @@ impl Engine {
             if pct >= reactive.micro_trigger_pct {
                 return Some(CompactionReason::ReactiveMicro);
             }
+        }
+        if !self.config.compact_at_request_start
+            && let Some(reason) = self.proactive_trigger(state, budget)
+        {
+            return Some(reason);
+        }
+        if self.config.stages.iter().any(Stage::runs_always) {
+            return Some(CompactionReason::Maintenance);
+        }
+        None
+    }
+
+    /// Whether the context is at the start of a request: its newest message is the user's
+    /// own words, not a tool result (the agent has not answered it yet).
+    pub fn at_request_start(state: &ContextState) -> bool {
+        state
+            .entries
+            .iter()
+            .rev()
+            .find(|e| !e.meta.synthetic)
+            .is_some_and(|e| e.message.starts_turn() && !e.message.has_tool_results())
+    }
+
+    /// The token, message or turn trigger that fires now, if the policy lets one fire here:
+    /// never below `min_messages`, and under `compact_at_request_start` only at the start of
+    /// a request, so the agent's tool loop is never compacted but by the reactive tiers.
+    fn proactive_trigger(
+        &self,
+        state: &mut ContextState,
+        budget: &Budget,
+    ) -> Option<CompactionReason> {
+        if state.entries.len() < self.config.min_messages
+            || (self.config.compact_at_request_start && !Engine::at_request_start(state))
+        {
+            return None;
         }
         if let Some((trigger, _)) = self.active_trigger(state, budget) {
             // The estimate (exact counts where known, the session's own bytes-per-token ratio
@@ -463,9 +515,6 @@ impl Engine {
             && turns(&state.entries).len() > max_turns
         {
             return Some(CompactionReason::Turns);
-        }
-        if self.config.stages.iter().any(Stage::runs_always) {
-            return Some(CompactionReason::Maintenance);
         }
         None
     }
@@ -562,6 +611,7 @@ impl Engine {
             fixed_tokens,
             window,
             economics,
+            cut_results,
             ..
         } = plan;
         let refs: Vec<String> = (0..archive.len())
@@ -691,6 +741,44 @@ impl Engine {
         let expected_steps_until_next =
             self.hold_after_compaction(state, tokens_after, window, fixed_tokens);
 
+        if self.config.compact_at_request_start {
+            match reason {
+                // Layer 1, the routine cap before every call: no compaction to announce,
+                // each result cut says so.
+                CompactionReason::Maintenance => {
+                    return cut_results
+                        .into_iter()
+                        .map(|cut| Event::ToolResultTruncated {
+                            call_id: cut.call_id,
+                            tokens_before: cut.tokens_before,
+                            tokens_after: cut.tokens_after,
+                            reference: fill_text(&cut.reference, &refs, &[], false),
+                        })
+                        .collect();
+                }
+                // Inside the request: the runtime's `compaction` event, never the
+                // request-boundary start and end.
+                CompactionReason::ReactiveMicro
+                | CompactionReason::ReactiveFull
+                | CompactionReason::Overflow => {
+                    let mut events = offloaded_events(&archive, &refs);
+                    events.extend(checks);
+                    events.push(Event::Compaction {
+                        reason,
+                        strategy,
+                        stages,
+                        messages_before,
+                        messages_after,
+                        tokens_before,
+                        tokens_after,
+                        archive_refs: refs,
+                        summary_degraded: degraded,
+                    });
+                    return events;
+                }
+                _ => {}
+            }
+        }
         let mut events = Vec::with_capacity(archive.len() + checks.len() + 2);
         events.push(Event::ContextCompactionStart {
             reason,
@@ -698,16 +786,7 @@ impl Engine {
             tokens_before,
             messages_before,
         });
-        for (item, reference) in archive.iter().zip(&refs) {
-            events.push(Event::ContentOffloaded {
-                reference: reference.clone(),
-                bytes: item.bytes(),
-                kind: match item {
-                    ArchiveItem::ToolResult { .. } => "tool_result".to_string(),
-                    _ => "messages".to_string(),
-                },
-            });
-        }
+        events.extend(offloaded_events(&archive, &refs));
         events.extend(checks);
         events.push(Event::ContextCompactionEnd {
             reason,
@@ -1066,6 +1145,22 @@ fn preview_chars(
         return (head, tail);
     }
     (head * most / wanted, tail * most / wanted)
+}
+
+/// One `content_offloaded` event per archived item of a plan.
+fn offloaded_events(archive: &[ArchiveItem], refs: &[String]) -> Vec<Event> {
+    archive
+        .iter()
+        .zip(refs)
+        .map(|(item, reference)| Event::ContentOffloaded {
+            reference: reference.clone(),
+            bytes: item.bytes(),
+            kind: match item {
+                ArchiveItem::ToolResult { .. } => "tool_result".to_string(),
+                _ => "messages".to_string(),
+            },
+        })
+        .collect()
 }
 
 /// The fewest steps of growth an economic trigger leaves between two compactions.

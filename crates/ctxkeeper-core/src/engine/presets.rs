@@ -7,7 +7,7 @@
 //! | `reme-compact` | ReMe `MessageOffloadOp` compact: above 20,000 tokens, tool messages over 2,000 tokens (but the newest message) become a pointer to their archived file and a 400-character preview |
 //! | `reme-compress` | ReMe compress: above 20,000 tokens, older messages summarized in groups of at most 8,000 tokens into state snapshots ("Part g/n"), each group's originals in `<chat_id>_<g>.json`, the last 2 kept |
 //! | `reme-auto` | ReMe auto: compact, then compress when the result is still above 75 % of the original |
-//! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×), request-boundary summary at 80,000 tokens and ≥ 20 messages archived to `messages.compactions/<id>.jsonl`, reactive micro at 85 % / full at 92 %, last 2 rounds kept |
+//! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×) with the whole output in `tool-results/<toolCallId>.txt`; at the start of a request only, a summary at 80,000 tokens and ≥ 20 messages archived to `messages.compactions/<id>.jsonl`; inside a request, reactive micro at 85 % / full at 92 % (`compaction` events); last 2 rounds kept; 200,000-token window for an unknown model; context providers before the history |
 //! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear; a resumed session keeps its last 3 turns, text only; sessions idle 30 days removed |
 //! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, arguments over 2,000 characters truncated, overflow: compact everything and retry once |
 //! | `none` | nothing: the unmanaged baseline |
@@ -21,7 +21,8 @@
 use super::config::MemoryPolicy;
 use super::config::{
     Accounting, ArchiveLayout, CostRule, IngestConfig, OverflowConfig, PolicyConfig,
-    ReactiveConfig, SessionPolicy, Stage, SummaryConfig, SummaryPlacement, ToolResultCap,
+    ProviderPlacement, ReactiveConfig, SessionPolicy, Stage, SummaryConfig, SummaryPlacement,
+    ToolResultCap,
 };
 use crate::capsule::CapsuleConfig;
 use crate::summary::{SummaryField, SummarySchema};
@@ -303,18 +304,36 @@ fn reme(mode: Mode) -> PolicyConfig {
         },
         archive: ArchiveLayout {
             group_files: mode != Mode::Compact,
-            compaction_files: false,
+            ..ArchiveLayout::default()
         },
         ..PolicyConfig::default()
     }
 }
 
+/// Agentrail's three layers, as its document describes them.
+///
+/// - Layer 1, before every model call: tool results over 1,500 tokens are cut to a preview
+///   naming `tool-results/<toolCallId>.txt`, where the whole output is (the newest results
+///   get the larger cap at ingest); a `tool_result_truncated` event per result.
+/// - Layer 2, at the start of a request only (the user's new message, never inside the tool
+///   loop): over 80,000 tokens and at least 20 messages, the old history is summarized into
+///   one message and archived to `messages.compactions/<id>.jsonl`, announced by
+///   `context_compaction_start` / `context_compaction_end`.
+/// - Layer 3, inside a request: reactive micro (85 % of the window reported) and full (92 %,
+///   or once on a prompt-too-long error) compactions, at most 3 per request, each announced
+///   by one `compaction` event with `messagesBefore` / `messagesAfter`.
+///
+/// A model the profile table does not know gets a 200,000-token window (`contextWindow`'s
+/// default), and request-time context providers go before the history.
 fn agentrail() -> PolicyConfig {
     PolicyConfig {
         name: "agentrail".into(),
         trigger_ratio: None,
         trigger_tokens: Some(80_000),
         min_messages: 20,
+        compact_at_request_start: true,
+        unknown_model_window: Some(200_000),
+        provider_placement: ProviderPlacement::BeforeHistory,
         target_ratio: 0.0,
         keep_recent_rounds: 2,
         ingest: IngestConfig {
@@ -348,6 +367,7 @@ fn agentrail() -> PolicyConfig {
         archive: ArchiveLayout {
             group_files: false,
             compaction_files: true,
+            tool_results_dir: true,
         },
         ..PolicyConfig::default()
     }

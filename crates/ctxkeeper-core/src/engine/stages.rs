@@ -62,6 +62,9 @@ pub(super) struct Draft<'a> {
     /// Recent rounds kept verbatim, when fewer than the policy's must do (see
     /// [`Draft::squeezed_rounds`]).
     keep_rounds_override: Option<usize>,
+    /// The tool results `cap_results` cut, for the events of a plan that announces each
+    /// result rather than a compaction (see [`super::Engine::apply`]).
+    cut_results: Vec<super::CutResult>,
 }
 
 impl<'a> Draft<'a> {
@@ -107,6 +110,7 @@ impl<'a> Draft<'a> {
         let mut draft = Draft {
             attempt: request.attempt,
             keep_rounds_override: None,
+            cut_results: Vec::new(),
             capsule,
             capsule_reserve,
             window: budget.window,
@@ -687,6 +691,16 @@ impl<'a> Draft<'a> {
                     }),
                 };
                 let preview = head_tail_preview(&text, max_chars / 2, max_chars / 2, &reference);
+                if self.engine.config.compact_at_request_start {
+                    // Only such a policy announces each cut result (the others announce
+                    // the compaction): the counts are taken only for its events.
+                    self.cut_results.push(super::CutResult {
+                        call_id: call_id.clone(),
+                        reference: reference.clone(),
+                        tokens_before: u64::from(self.model().text_tokens(&text)),
+                        tokens_after: u64::from(self.model().text_tokens(&preview)),
+                    });
+                }
                 let entry = &mut self.entries[index];
                 if let Part::ToolResult { content, .. } = &mut entry.message.parts[part_index] {
                     *content = vec![Part::text(preview)];
@@ -1127,6 +1141,7 @@ impl<'a> Draft<'a> {
             summaries: std::mem::take(&mut self.summaries),
             summary_spans: std::mem::take(&mut self.summary_spans),
             economics: None,
+            cut_results: std::mem::take(&mut self.cut_results),
             draft: std::mem::take(&mut self.entries),
             fixed_tokens: self.fixed_tokens,
             window: self.window,

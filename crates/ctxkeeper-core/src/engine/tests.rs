@@ -1108,6 +1108,8 @@ fn seed_layouts_mark_their_archive_items() {
         .unwrap_or_default();
     let agentrail = Engine::new(policy, model());
     let mut state = agent_session(30, 300);
+    // The request-boundary compaction runs as the next request arrives.
+    state.push(Message::user("Now fix it."));
     let plan = agentrail
         .plan(&mut state, &budget, &PlanRequest::default())
         .expect("over the trigger");
@@ -1565,4 +1567,158 @@ fn a_merged_summary_lists_the_newest_archive_files_and_counts_the_rest() {
         6,
         "every reference is kept in the entry"
     );
+}
+
+fn agentrail_with_trigger(tokens: u64) -> Engine {
+    let policy = presets::preset("agentrail")
+        .unwrap_or_default()
+        .with_overrides(&format!("trigger_tokens = {tokens}"))
+        .unwrap_or_default();
+    Engine::new(policy, model())
+}
+
+fn event_names(events: &[Event]) -> Vec<&'static str> {
+    events.iter().map(Event::name).collect()
+}
+
+/// Issue 33, item 6: Agentrail's request-boundary compaction runs as the next request arrives,
+/// never inside the agent's tool loop (it used to fire on a call of the request in progress
+/// and summarize that request's own rounds).
+#[test]
+fn agentrail_compacts_the_session_at_the_start_of_a_request_never_inside_the_tool_loop() {
+    let engine = agentrail_with_trigger(5_000);
+    let budget = Budget {
+        window: 200_000,
+        fixed_tokens: 0,
+    };
+    // Far over the trigger, in the middle of the tool loop: nothing is summarized.
+    let mut state = agent_session(30, 300);
+    assert!(engine.request_tokens(&mut state, &budget) > 5_000);
+    let inside = engine.plan(&mut state, &budget, &PlanRequest::default());
+    assert!(
+        inside.as_ref().is_none_or(|p| p.summaries.is_empty()),
+        "compacted inside the request: {:?}",
+        inside.map(|p| (p.reason, p.stages))
+    );
+    // The agent answers; the user's next request opens a boundary, where the old history is
+    // summarized.
+    state.push(Message::assistant("The build fails on a rounding error."));
+    state.push(Message::user("Now fix the tax module."));
+    let plan = engine
+        .plan(&mut state, &budget, &PlanRequest::default())
+        .expect("over the trigger at the request boundary");
+    assert_eq!(plan.reason, CompactionReason::Tokens);
+    let (events, archive, _) = execute(&engine, &mut state, plan);
+    assert!(
+        archive
+            .iter()
+            .any(|i| matches!(i, ArchiveItem::Compaction { .. }))
+    );
+    let names = event_names(&events);
+    assert_eq!(
+        names.first(),
+        Some(&"context_compaction_start"),
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"context_compaction_end"), "{names:?}");
+    assert!(!names.contains(&"compaction"), "{names:?}");
+    // The new request is whole and last; the summary stands for the earlier one.
+    let messages = state.to_messages();
+    assert_eq!(
+        messages.last().map(Message::text).as_deref(),
+        Some("Now fix the tax module.")
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.text().starts_with("[Conversation summary:"))
+    );
+    assert_valid(&state);
+}
+
+/// Issue 33, item 6: Agentrail announces each layer with its own events: the per-call result
+/// cap says which results it cut (no compaction start or end), a compaction inside a request
+/// is the runtime's `compaction` event with `messagesBefore` / `messagesAfter`, and only a
+/// request-boundary compaction has `context_compaction_start` / `_end`.
+#[test]
+fn agentrail_announces_each_layer_with_its_own_events() {
+    let engine = engine("agentrail");
+    let budget = Budget {
+        window: 10_000,
+        fixed_tokens: 0,
+    };
+    // Layer 1: an old result over 6,000 characters, cut before the next call.
+    let mut state = agent_session(3, 20);
+    round(
+        &mut state,
+        "call_big",
+        "shell",
+        &"log line 42\n".repeat(1_000),
+    );
+    round(&mut state, "call_x", "shell", "ok");
+    round(&mut state, "call_y", "shell", "ok");
+    let plan = engine
+        .plan(&mut state, &budget, &PlanRequest::default())
+        .expect("the old result is over the cap");
+    assert_eq!(plan.reason, CompactionReason::Maintenance);
+    let (events, _, _) = execute(&engine, &mut state, plan);
+    assert_eq!(event_names(&events), vec!["tool_result_truncated"]);
+    let Event::ToolResultTruncated {
+        call_id,
+        reference,
+        tokens_before,
+        tokens_after,
+    } = &events[0]
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(call_id, "call_big");
+    assert_eq!(reference, "sessions/s/ref-0");
+    assert!(tokens_after < tokens_before, "{events:?}");
+
+    // Layer 3: a reactive micro compaction inside the request.
+    let mut state = agent_session(10, 300);
+    let request = PlanRequest {
+        reported_usage: Some(8_600),
+        ..PlanRequest::default()
+    };
+    let plan = engine
+        .plan(&mut state, &budget, &request)
+        .expect("over the micro tier");
+    let (events, _, _) = execute(&engine, &mut state, plan);
+    let names = event_names(&events);
+    assert_eq!(names.last(), Some(&"compaction"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("context_compaction_")),
+        "{names:?}"
+    );
+    let json = serde_json::to_value(events.last()).unwrap_or_default();
+    assert_eq!(json["type"], "compaction");
+    assert_eq!(json["reason"], "reactive_micro");
+    assert_eq!(json["messagesBefore"], 22);
+    assert_eq!(
+        json["messagesAfter"].as_u64(),
+        Some(state.entries.len() as u64)
+    );
+    assert!(json["messagesAfter"].as_u64() < json["messagesBefore"].as_u64());
+
+    // Other presets keep their events: an overflow recovery is a compaction start and end.
+    let default = self::engine("default");
+    let mut state = agent_session(10, 300);
+    let overflow = PlanRequest {
+        force: Some(CompactionReason::Overflow),
+        target_tokens: Some(2_000),
+        ..PlanRequest::default()
+    };
+    let plan = default
+        .plan(&mut state, &budget, &overflow)
+        .expect("a recovery");
+    let (events, _, _) = execute(&default, &mut state, plan);
+    let names = event_names(&events);
+    assert_eq!(
+        names.first(),
+        Some(&"context_compaction_start"),
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"context_compaction_end"), "{names:?}");
 }

@@ -225,6 +225,8 @@ pub enum MatchKind {
 pub struct Profiles {
     entries: BTreeMap<String, ModelProfile>,
     fallback: ModelProfile,
+    /// The default profile was set by the user (`[models.default]`), not built in.
+    fallback_configured: bool,
 }
 
 impl Default for Profiles {
@@ -243,6 +245,7 @@ impl Profiles {
         Profiles {
             entries,
             fallback: ModelProfile::fallback(),
+            fallback_configured: false,
         }
     }
 
@@ -251,6 +254,7 @@ impl Profiles {
         Profiles {
             entries: BTreeMap::new(),
             fallback: ModelProfile::fallback(),
+            fallback_configured: false,
         }
     }
 
@@ -299,6 +303,7 @@ impl Profiles {
         profile.validate().map_err(invalid)?;
         if key == DEFAULT_NAME {
             self.fallback = profile;
+            self.fallback_configured = true;
         } else {
             self.entries.insert(key, profile);
         }
@@ -310,6 +315,7 @@ impl Profiles {
         profile.name = profile.name.trim().to_ascii_lowercase();
         if profile.name == DEFAULT_NAME {
             self.fallback = profile;
+            self.fallback_configured = true;
         } else {
             self.entries.insert(profile.name.clone(), profile);
         }
@@ -323,6 +329,12 @@ impl Profiles {
     /// The default profile, used when nothing matches.
     pub fn fallback(&self) -> &ModelProfile {
         &self.fallback
+    }
+
+    /// Whether the default profile is the user's (`[models.default]`, or one inserted under
+    /// that name) rather than the built-in one: its window is then a window the user chose.
+    pub fn fallback_configured(&self) -> bool {
+        self.fallback_configured
     }
 
     /// The table's names, sorted.

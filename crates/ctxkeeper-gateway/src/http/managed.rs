@@ -192,9 +192,10 @@ pub(super) async fn run(
         compacted: step.prepared.compacted,
         input_tokens: step.prepared.input_tokens,
     };
-    // Request-time context goes after the stable prefix (`[gateway] context_providers`).
+    // Request-time context (`[gateway] context_providers`), where the policy places it.
     let added = crate::assembly::complete(
         &gw.config.context_providers,
+        gw.config.policy.provider_placement,
         gw.sessions.memory(),
         &managed.key,
         &mut step.prepared,
@@ -353,6 +354,7 @@ impl Managed {
         };
         crate::assembly::complete(
             &gw.config.context_providers,
+            gw.config.policy.provider_placement,
             gw.sessions.memory(),
             &self.key,
             &mut prepared,

@@ -218,6 +218,12 @@ impl Sessions {
                             tokens_after,
                             summary_degraded,
                             ..
+                        }
+                        | Event::Compaction {
+                            tokens_before,
+                            tokens_after,
+                            summary_degraded,
+                            ..
                         } => {
                             changed = true;
                             outbox.compactions += 1;

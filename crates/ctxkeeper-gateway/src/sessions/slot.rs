@@ -358,7 +358,7 @@ impl Sessions {
             _ => self.listed_window(&model),
         };
         let profile_window = known
-            .unwrap_or(profile.context_window)
+            .unwrap_or_else(|| self.policy.window_for(profile, &self.profiles))
             .max(incoming.requested_window.unwrap_or(0));
         let window = input_window(
             slot.client

@@ -264,6 +264,23 @@ impl Timeline {
     }
 }
 
+/// `tokens_before` as `tokensBefore`.
+fn camel_case(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// What one committed step adds to a timeline.
 struct Advanced {
     point: Option<StepPoint>,
@@ -284,20 +301,26 @@ fn advance(
     let step = totals.requests + 1;
     for event in events {
         let data = &event.data;
-        let n = |field: &str| data.get(field).and_then(Value::as_u64).unwrap_or(0);
+        // A compaction inside a request under `agentrail` is announced as its runtime does
+        // (`compaction`, fields in camelCase); every other event names them in snake_case.
+        let get = |field: &str| {
+            data.get(field)
+                .or_else(|| data.get(camel_case(field).as_str()))
+        };
+        let n = |field: &str| get(field).and_then(Value::as_u64).unwrap_or(0);
         match event.name.as_str() {
             "budget_used" => budget = Some((n("tokens"), n("window"))),
-            "context_compaction_end" => {
+            "context_compaction_end" | "compaction" => {
                 compacted = true;
                 shed += n("tokens_before").saturating_sub(n("tokens_after"));
                 let text = |field: &str| {
-                    data.get(field)
+                    get(field)
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_string()
                 };
                 let strings = |field: &str| -> Vec<String> {
-                    data.get(field)
+                    get(field)
                         .and_then(Value::as_array)
                         .map(|items| {
                             items
@@ -307,8 +330,7 @@ fn advance(
                         })
                         .unwrap_or_default()
                 };
-                let degraded = data
-                    .get("summary_degraded")
+                let degraded = get("summary_degraded")
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
                 totals.compactions += 1;

@@ -20,6 +20,7 @@ pub async fn run_all(name: &str, archive: Arc<dyn Offloader>) {
     hostile_ids_and_references(&*archive).await;
     tenant_isolation(&*archive).await;
     seed_layout_files(&*archive).await;
+    tool_results_folder(&*archive).await;
     eprintln!("{name}: offloader conformance passed");
 }
 
@@ -528,4 +529,65 @@ pub async fn seed_layout_files(archive: &dyn Offloader) {
             "{bad:?} was accepted"
         );
     }
+}
+
+/// Agentrail's `tool-results/<toolCallId>.txt`: each whole output in the session's folder,
+/// a repeated id numbered, a hostile id one sanitized file name inside that folder, and every
+/// file listed, grepped and read back like any item.
+pub async fn tool_results_folder(archive: &dyn Offloader) {
+    let sc = scope(&unique("toolresults"));
+    let first = archive
+        .offload_tool_result_file(&sc, "call_7", "first output")
+        .await
+        .unwrap();
+    assert_eq!(first.as_str(), "sessions/s1/tool-results/call_7.txt");
+    let again = archive
+        .offload_tool_result_file(&sc, "call_7", "second output")
+        .await
+        .unwrap();
+    assert_eq!(again.as_str(), "sessions/s1/tool-results/call_7(1).txt");
+    assert_eq!(
+        archive.read_all(&sc, &first).await.unwrap(),
+        b"first output"
+    );
+    assert_eq!(
+        archive.read_all(&sc, &again).await.unwrap(),
+        b"second output"
+    );
+    let long = "y".repeat(500);
+    for hostile in ["../../x", "/etc/passwd", "a\0b", "..", long.as_str()] {
+        let r = archive
+            .offload_tool_result_file(&sc, hostile, "hostile output")
+            .await
+            .unwrap();
+        let name = r
+            .as_str()
+            .strip_prefix("sessions/s1/tool-results/")
+            .unwrap_or_else(|| panic!("{hostile:?} left the folder: {r}"));
+        assert!(
+            !name.contains('/') && !name.starts_with('.') && name.len() < 200,
+            "{hostile:?} became {name:?}"
+        );
+        assert_eq!(archive.read_all(&sc, &r).await.unwrap(), b"hostile output");
+    }
+    let listed: Vec<String> = archive
+        .list(&sc)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.reference.0)
+        .collect();
+    assert_eq!(listed.len(), 7, "{listed:?}");
+    assert!(
+        listed.contains(&first.0) && listed.contains(&again.0),
+        "{listed:?}"
+    );
+    let hits = archive
+        .grep(&sc, &regex::Regex::new("second").unwrap(), 10)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].reference, again);
+    let globbed = archive.glob(&sc, "call_7*").await.unwrap();
+    assert_eq!(globbed.len(), 2, "{globbed:?}");
 }
