@@ -371,9 +371,12 @@ fn counts_none(lower: &str, at: usize, len: usize) -> bool {
     let mut before = lower[..at].trim_end();
     // One plain word may stand between the count and the failure word.
     for _ in 0..2 {
+        // After the last character that is not a letter or digit (it may be several bytes).
         let word_start = before
-            .rfind(|c: char| !c.is_ascii_alphanumeric())
-            .map_or(0, |i| i + 1);
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !c.is_ascii_alphanumeric())
+            .map_or(0, |(i, c)| i + c.len_utf8());
         let word = &before[word_start..];
         let stands_alone = word_start == 0 || !before[..word_start].ends_with(['.', '-', '_']);
         if stands_alone && matches!(word, "0" | "no" | "zero") {
@@ -448,6 +451,14 @@ mod tests {
             }
         });
         out
+    }
+
+    #[test]
+    fn a_failure_word_after_a_multibyte_character_is_read_safely() {
+        // A numbered listing (`738→`) right before the word: the word starts after the arrow.
+        assert!(is_error_line("[read] 738→error: missing field"));
+        assert!(!is_error_line("[read] 738→ 0 failed"));
+        assert!(is_error_line("→failed"));
     }
 
     #[test]
