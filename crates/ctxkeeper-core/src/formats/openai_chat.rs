@@ -176,7 +176,14 @@ fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, Pars
                     ));
                 }
             }
+            // The legacy call is the message's call only when it has no `tool_calls`: beside
+            // them it is a field of its own, kept as sent.
+            let has_tool_calls = message
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. }));
             match fields.get("function_call") {
+                Some(Value::Object(_)) if has_tool_calls => {}
                 Some(Value::Object(_)) => {
                     let call_path = fields.path_of("function_call");
                     let call = fields.take("function_call").unwrap_or(Value::Null);
@@ -1221,6 +1228,21 @@ mod tests {
             "data:image/png;base64,AAAA"
         );
         assert_eq!(out[3], json!({"role": "user", "content": "go on"}));
+    }
+
+    #[test]
+    fn a_legacy_function_call_beside_tool_calls_is_kept_as_sent() {
+        // Found by the fuzzer: both on one message came back as two tool calls.
+        let body = json!({"model": "m", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+             "function_call": {"name": "g", "arguments": "{\"x\":1}"}},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"}
+        ]});
+        let request = parse_request(&body).expect("parses");
+        assert_eq!(request.messages[1].tool_calls().count(), 1);
+        assert_eq!(emit_request(&request), body);
     }
 
     #[test]
