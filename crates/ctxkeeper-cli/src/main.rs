@@ -120,13 +120,68 @@ fn main() -> ExitCode {
                 Some(_) => 2,
                 None => 1,
             };
-            eprintln!("error: {}", one_line(&format!("{err:#}")));
+            eprintln!("error: {}", error_line(&err));
             ExitCode::from(code)
         }
     }
 }
 
+/// The error and its causes on one line, outermost first. A cause whose text the message
+/// already quotes is not repeated: library errors name their cause in their own message and
+/// also keep it as `source()`.
+pub(crate) fn error_line(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    one_line(&text)
+}
+
 /// Collapses a multi-line message into one line.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod error_line_tests {
+    use super::error_line;
+
+    /// Names its cause in its message and keeps it as the source, as library errors do.
+    #[derive(Debug)]
+    struct Quoting(std::io::Error);
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open the store x.db: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_printed_once() {
+        let io = std::io::Error::other("disk on fire");
+        let err = anyhow::Error::new(Quoting(io)).context("serve failed");
+        assert_eq!(
+            error_line(&err),
+            "serve failed: cannot open the store x.db: disk on fire"
+        );
+    }
+
+    #[test]
+    fn a_cause_the_message_does_not_quote_is_added() {
+        let err = anyhow::anyhow!("disk on fire").context("cannot open\n  the store");
+        assert_eq!(error_line(&err), "cannot open the store: disk on fire");
+    }
 }

@@ -124,7 +124,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let mut observer = |step: &StepView<'_>| -> Result<(), String> {
         progress.inc(1);
         if let Some(dir) = &args.emit_requests {
-            write_request(dir, wire, &loaded.model, step).map_err(|e| format!("{e:#}"))?;
+            write_request(dir, wire, &loaded.model, step).map_err(|e| crate::error_line(&e))?;
         }
         if keep_contexts {
             final_contexts.insert(step.session.id.clone(), step.request.to_vec());

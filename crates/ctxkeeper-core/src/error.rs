@@ -26,7 +26,8 @@ impl fmt::Display for Position {
 }
 
 /// Input that could not be parsed: its position and a reason a person can act on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{position}: {message}")]
 pub struct ParseError {
     pub position: Position,
     pub message: String,
@@ -77,11 +78,3 @@ impl ParseError {
         self
     }
 }
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.position, self.message)
-    }
-}
-
-impl std::error::Error for ParseError {}

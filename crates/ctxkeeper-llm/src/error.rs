@@ -1,6 +1,5 @@
 //! Errors of the summarizers.
 
-use std::fmt;
 use std::time::Duration;
 
 use ctxkeeper_core::overflow::Overflow;
@@ -10,16 +9,19 @@ use ctxkeeper_core::overflow::Overflow;
 /// [`LlmError::is_transient`] tells whether the same request may succeed later (the
 /// [`crate::Resilient`] wrapper retries those); the others need a change first (a key, a
 /// configuration, a smaller request).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LlmError {
     /// The request did not complete: connection refused or reset, TLS failure, a body that
     /// could not be read. The message never contains the API key.
+    #[error("request failed: {message}")]
     Transport { message: String },
     /// No complete answer within the configured timeout.
+    #[error("request timed out")]
     Timeout,
     /// The provider answered with an error status that no fallback handles. `body` is cut to a
     /// few kilobytes; `retry_after` comes from the `Retry-After` header when present.
+    #[error("provider answered HTTP {status}{}", colon_then(body))]
     Status {
         status: u16,
         body: String,
@@ -27,12 +29,27 @@ pub enum LlmError {
     },
     /// The summarization request itself did not fit the summarizer model's window, even after
     /// shrinking it within bounds.
+    #[error(
+        "the summarization request does not fit the summarizer model's window{}",
+        overflow.limit.map(|limit| format!(" ({limit} tokens)")).unwrap_or_default()
+    )]
     Overflow { overflow: Overflow },
     /// Every answer failed validation against the summary schema, `attempts` times.
+    #[error("no valid summary after {attempts} attempt(s): {problem}")]
     InvalidOutput { attempts: u32, problem: String },
     /// The summarizer is misconfigured (a base URL that does not parse, a header that cannot
     /// be sent).
+    #[error("summarizer configuration: {message}")]
     Config { message: String },
+}
+
+/// `": body"`, or nothing for an empty body.
+fn colon_then(body: &str) -> String {
+    if body.is_empty() {
+        String::new()
+    } else {
+        format!(": {body}")
+    }
 }
 
 impl LlmError {
@@ -58,37 +75,6 @@ impl LlmError {
         }
     }
 }
-
-impl fmt::Display for LlmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LlmError::Transport { message } => write!(f, "request failed: {message}"),
-            LlmError::Timeout => f.write_str("request timed out"),
-            LlmError::Status { status, body, .. } => {
-                write!(f, "provider answered HTTP {status}")?;
-                if !body.is_empty() {
-                    write!(f, ": {body}")?;
-                }
-                Ok(())
-            }
-            LlmError::Overflow { overflow } => {
-                f.write_str(
-                    "the summarization request does not fit the summarizer model's window",
-                )?;
-                if let Some(limit) = overflow.limit {
-                    write!(f, " ({limit} tokens)")?;
-                }
-                Ok(())
-            }
-            LlmError::InvalidOutput { attempts, problem } => {
-                write!(f, "no valid summary after {attempts} attempt(s): {problem}")
-            }
-            LlmError::Config { message } => write!(f, "summarizer configuration: {message}"),
-        }
-    }
-}
-
-impl std::error::Error for LlmError {}
 
 impl From<reqwest::Error> for LlmError {
     fn from(err: reqwest::Error) -> LlmError {

@@ -56,7 +56,6 @@ mod server;
 mod tenants;
 mod tools;
 
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -118,24 +117,21 @@ impl ServerConfig {
     pub async fn open(&self) -> Result<ContextServer, SetupError> {
         let options = self.options()?;
         let store = open_store(&self.store).await.map_err(|e| {
-            SetupError(format!(
-                "cannot open the store {}: {e}",
-                redact(&self.store)
-            ))
+            SetupError::caused(format!("cannot open the store {}", redact(&self.store)), e)
         })?;
         let workspace = self.workspace.to_string_lossy().into_owned();
         let archive = open_archive(&workspace)
             .await
-            .map_err(|e| SetupError(format!("cannot open the workspace {workspace}: {e}")))?;
+            .map_err(|e| SetupError::caused(format!("cannot open the workspace {workspace}"), e))?;
         let memory_root = self
             .memory_dir
             .clone()
             .unwrap_or_else(|| self.workspace.clone());
         let memory = LongTermMemory::new(&memory_root).map_err(|e| {
-            SetupError(format!(
-                "cannot open the memory directory {}: {e}",
-                memory_root.display()
-            ))
+            SetupError::caused(
+                format!("cannot open the memory directory {}", memory_root.display()),
+                e,
+            )
         })?;
         ContextServer::new(
             Services {
@@ -153,7 +149,7 @@ impl ServerConfig {
 
     /// The scope and budget settings, validated.
     pub fn options(&self) -> Result<Options, SetupError> {
-        let policy = presets::lookup(&self.policy).map_err(|e| SetupError(e.to_string()))?;
+        let policy = presets::lookup(&self.policy).map_err(|e| SetupError::new(e.to_string()))?;
         let profiles = Profiles::builtin();
         let model = TokenModel::for_model(&self.model, &profiles);
         let window = self
@@ -204,10 +200,10 @@ impl Services {
         };
         let memory = match directory {
             Some(dir) => Some(Arc::new(LongTermMemory::new(&dir).map_err(|e| {
-                SetupError(format!(
-                    "cannot open the memory directory {}: {e}",
-                    dir.display()
-                ))
+                SetupError::caused(
+                    format!("cannot open the memory directory {}", dir.display()),
+                    e,
+                )
             })?)),
             None => None,
         };
@@ -232,28 +228,47 @@ pub struct Options {
 
 impl Options {
     pub(crate) fn validate(&self) -> Result<(), SetupError> {
-        validate_identifier("tenant", &self.tenant).map_err(|e| SetupError(e.to_string()))?;
+        validate_identifier("tenant", &self.tenant).map_err(|e| SetupError::new(e.to_string()))?;
         if let Some(session) = &self.session {
-            validate_identifier("session", session).map_err(|e| SetupError(e.to_string()))?;
+            validate_identifier("session", session).map_err(|e| SetupError::new(e.to_string()))?;
         }
         if self.window == 0 {
-            return Err(SetupError("the window must be greater than 0".into()));
+            return Err(SetupError::new("the window must be greater than 0"));
         }
         Ok(())
     }
 }
 
-/// The server could not start: a bad option or an unreachable backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetupError(pub String);
-
-impl fmt::Display for SetupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// The server could not start: a bad option or an unreachable backend. `source()` is the
+/// backend's own error when there is one.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct SetupError {
+    message: String,
+    #[source]
+    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
-impl std::error::Error for SetupError {}
+impl SetupError {
+    /// A setup problem of its own (a bad option).
+    pub fn new(message: impl Into<String>) -> SetupError {
+        SetupError {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// `context: cause`, keeping the cause as the error's source.
+    pub fn caused(
+        context: impl std::fmt::Display,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> SetupError {
+        SetupError {
+            message: format!("{context}: {cause}"),
+            cause: Some(Box::new(cause)),
+        }
+    }
+}
 
 /// Serves MCP over stdin/stdout until the client disconnects. Stdout carries only protocol
 /// messages; nothing in this crate prints to it.
@@ -261,11 +276,11 @@ pub async fn serve_stdio(server: ContextServer) -> Result<(), SetupError> {
     let running = server
         .serve(rmcp::transport::stdio())
         .await
-        .map_err(|e| SetupError(format!("MCP handshake over stdio failed: {e}")))?;
+        .map_err(|e| SetupError::caused("MCP handshake over stdio failed", e))?;
     running
         .waiting()
         .await
-        .map_err(|e| SetupError(format!("MCP stdio session ended abnormally: {e}")))?;
+        .map_err(|e| SetupError::caused("MCP stdio session ended abnormally", e))?;
     Ok(())
 }
 
@@ -320,5 +335,5 @@ pub async fn serve_http(
             sessions.cancel();
         })
         .await
-        .map_err(|e| SetupError(format!("HTTP server failed: {e}")))
+        .map_err(|e| SetupError::caused("HTTP server failed", e))
 }

@@ -197,7 +197,7 @@ impl Inner {
             ..self.options.clone()
         };
         let server = ContextServer::new(self.services.clone(), options)
-            .map_err(|e| TenantRefusal::bad_request(e.0))?;
+            .map_err(|e| TenantRefusal::bad_request(e.to_string()))?;
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(self.limits.idle);
         let sessions = Arc::new(manager);
@@ -329,9 +329,7 @@ impl TenantEndpoint {
     ) -> Result<TenantEndpoint, SetupError> {
         options.validate()?;
         if limits.idle.is_zero() {
-            return Err(SetupError(
-                "the MCP idle limit must be greater than 0".into(),
-            ));
+            return Err(SetupError::new("the MCP idle limit must be greater than 0"));
         }
         Ok(TenantEndpoint {
             inner: Arc::new(Inner {

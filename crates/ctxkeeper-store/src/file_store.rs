@@ -420,7 +420,7 @@ fn ensure_key_file(context: &Dir, key: &SessionKey) -> Result<(), StoreError> {
         key: key.clone(),
         created_at_ms: now_ms(),
     })
-    .map_err(|err| StoreError::backend("file", err))?;
+    .map_err(|err| StoreError::backend_caused("file", err))?;
     context.create_new(KEY_FILE, &body)?;
     Ok(())
 }

@@ -49,7 +49,7 @@ struct ObjectBlobs {
 fn err(e: object_store::Error) -> StoreError {
     match e {
         object_store::Error::NotFound { path, .. } => StoreError::NotFound(path),
-        other => StoreError::backend("object store", other),
+        other => StoreError::backend_caused("object store", other),
     }
 }
 

@@ -88,45 +88,26 @@ pub struct Settings {
 }
 
 /// Errors of the context manager.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Archiving failed; the context is unchanged (nothing left it).
-    Archive(StoreError),
+    #[error("archiving failed, context left unchanged: {0}")]
+    Archive(#[from] StoreError),
     /// The policy override is invalid.
+    #[error("invalid policy: {0}")]
     Config(String),
     /// Overflow recovery gave up after its bounded attempts.
+    #[error("context still too long after {attempts} recovery attempts ({tokens} tokens)")]
     Unrecoverable { attempts: u32, tokens: u64 },
     /// What a recovery must keep (instructions, tool schemas, the capsule, the user's latest
     /// request and the newest round) is alone over the limit: sending less would leave the
     /// model nothing to work with, so nothing is sent.
+    #[error(
+        "the context cannot fit: the instructions, tool schemas, the user's latest request \
+         and the newest round alone need about {needed} tokens, over the limit of {limit}"
+    )]
     NoRoom { needed: u64, limit: u64 },
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Archive(err) => write!(f, "archiving failed, context left unchanged: {err}"),
-            Error::Config(message) => write!(f, "invalid policy: {message}"),
-            Error::Unrecoverable { attempts, tokens } => write!(
-                f,
-                "context still too long after {attempts} recovery attempts ({tokens} tokens)"
-            ),
-            Error::NoRoom { needed, limit } => write!(
-                f,
-                "the context cannot fit: the instructions, tool schemas, the user's latest request \
-                 and the newest round alone need about {needed} tokens, over the limit of {limit}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<StoreError> for Error {
-    fn from(err: StoreError) -> Error {
-        Error::Archive(err)
-    }
 }
 
 /// The messages to send for one model call.

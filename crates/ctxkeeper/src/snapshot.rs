@@ -210,24 +210,13 @@ struct GatewayRecordV1 {
 
 /// A stored state that cannot be read back as a session, with the shape it was read as and
 /// why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stored session ({shape}) unreadable: {cause}")]
 pub struct SnapshotError {
     /// `ctxkeeper/2`, `ctxkeeper-gateway/1`, `engine state`, or `state`.
     pub shape: String,
     pub cause: String,
 }
-
-impl std::fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "stored session ({}) unreadable: {}",
-            self.shape, self.cause
-        )
-    }
-}
-
-impl std::error::Error for SnapshotError {}
 
 impl Snapshot {
     /// A snapshot of `context` with no client record.
@@ -501,43 +490,18 @@ fn with_meta(
 }
 
 /// Why loading or saving a snapshot failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PersistError {
-    Store(StoreError),
+    #[error("session store: {0}")]
+    Store(#[from] StoreError),
+    #[error("session {session} (version {version}): {error}")]
     Unreadable {
         session: String,
         version: u64,
+        #[source]
         error: SnapshotError,
     },
-}
-
-impl std::fmt::Display for PersistError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PersistError::Store(err) => write!(f, "session store: {err}"),
-            PersistError::Unreadable {
-                session,
-                version,
-                error,
-            } => write!(f, "session {session} (version {version}): {error}"),
-        }
-    }
-}
-
-impl std::error::Error for PersistError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PersistError::Store(err) => Some(err),
-            PersistError::Unreadable { error, .. } => Some(error),
-        }
-    }
-}
-
-impl From<StoreError> for PersistError {
-    fn from(err: StoreError) -> PersistError {
-        PersistError::Store(err)
-    }
 }
 
 /// Loads a session's snapshot and its version (`None`: never saved). A snapshot read from a

@@ -477,13 +477,15 @@ fn dots_between_digits_to_dashes(name: &str) -> String {
 }
 
 /// A problem with profile overrides.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProfileError {
     /// The TOML does not parse, or has an unknown field or a value of the wrong type; the
     /// message gives the line and column.
+    #[error("model profiles: {0}")]
     Toml(String),
     /// An entry parses but makes no sense (a zero window, an unknown base model, …).
+    #[error("model profile [models.{model:?}]: {message}")]
     Invalid {
         /// The entry's name as written.
         model: String,
@@ -491,19 +493,6 @@ pub enum ProfileError {
         message: String,
     },
 }
-
-impl fmt::Display for ProfileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProfileError::Toml(message) => write!(f, "model profiles: {message}"),
-            ProfileError::Invalid { model, message } => {
-                write!(f, "model profile [models.{model:?}]: {message}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ProfileError {}
 
 /// A TOML document of profile overrides.
 #[derive(Debug, Deserialize)]

@@ -459,6 +459,7 @@ impl SessionStore for Flaky {
             return Err(StoreError::Backend {
                 backend: "flaky",
                 message: "injected".into(),
+                cause: None,
             });
         }
         self.inner.append(key, messages).await

@@ -97,7 +97,7 @@ impl EventBus for PgEventBus {
             .bind(payload)
             .execute(&self.pool)
             .await
-            .map_err(|e| StoreError::backend("postgres", e))?;
+            .map_err(|e| StoreError::backend_caused("postgres", e))?;
         Ok(())
     }
 

@@ -130,7 +130,7 @@ impl EventBus for RedisEventBus {
             .arg(payload)
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|e| StoreError::backend("redis", e))?;
+            .map_err(|e| StoreError::backend_caused("redis", e))?;
         Ok(())
     }
 

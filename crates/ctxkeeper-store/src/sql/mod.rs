@@ -202,7 +202,7 @@ impl SqlStore {
     }
 
     fn err(&self, err: sqlx::Error) -> StoreError {
-        StoreError::backend(self.dialect.name(), err)
+        StoreError::backend_caused(self.dialect.name(), err)
     }
 
     fn q(&self, text: &str) -> AssertSqlSafe<String> {

@@ -50,9 +50,14 @@ impl SqlStore {
                 }),
             _ => options.max_connections(8),
         };
-        let pool = options.connect(&url).await.map_err(|err| {
-            StoreError::backend(dialect.name(), format!("cannot connect to {shown}: {err}"))
-        })?;
+        let pool = options
+            .connect(&url)
+            .await
+            .map_err(|err| StoreError::Backend {
+                backend: dialect.name(),
+                message: format!("cannot connect to {shown}: {err}"),
+                cause: Some(std::sync::Arc::new(err)),
+            })?;
         let mut store = SqlStore {
             pool,
             dialect,

@@ -61,7 +61,7 @@ pub(super) struct Shared {
 }
 
 fn backend(err: rusqlite::Error) -> StoreError {
-    StoreError::backend("sqlite", err)
+    StoreError::backend_caused("sqlite", err)
 }
 
 impl WriterThread {
