@@ -3,18 +3,44 @@
 //! (`config show`, `replay`, `sessions`), never on the library alone: the documented value
 //! against the value observed. Every row must match.
 //!
+//! Each row also names the command that shows the behaviour (the last `ctxkeeper` invocation
+//! before the row was observed, with scratch paths cut to their file names), so a reader can
+//! run it on a generated conversation of the same shape.
+//!
 //! With `CTXKEEPER_CONFORMANCE_OUT=FILE` the table is also written to FILE as Markdown (it is
 //! the "Seed conformance" section of `bench/RESULTS.md`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
+/// The last command `run` executed, as a reader would type it.
+static LAST_COMMAND: Mutex<String> = Mutex::new(String::new());
+
+/// `args` as a command line: scratch paths become their file names (`images.json`, `ws`).
+fn shown_command(args: &[&str]) -> String {
+    let mut line = String::from("ctxkeeper");
+    for arg in args {
+        let path = Path::new(arg);
+        let shown = if path.is_absolute() {
+            path.file_name()
+                .map_or_else(|| arg.to_string(), |n| n.to_string_lossy().into_owned())
+        } else {
+            arg.to_string()
+        };
+        line.push(' ');
+        line.push_str(&shown);
+    }
+    line
+}
+
 fn run(args: &[&str]) -> Output {
+    *LAST_COMMAND.lock().expect("not poisoned") = shown_command(args);
     Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
         .args(args)
         .output()
@@ -41,6 +67,8 @@ struct Row {
     section: &'static str,
     preset: &'static str,
     behaviour: &'static str,
+    /// The command whose output (or files) shows the observed value.
+    command: String,
     documented: String,
     observed: String,
 }
@@ -63,6 +91,7 @@ impl Table {
             section,
             preset,
             behaviour,
+            command: LAST_COMMAND.lock().expect("not poisoned").clone(),
             documented: documented.to_string(),
             observed: observed.to_string(),
         });
@@ -70,7 +99,7 @@ impl Table {
 
     fn markdown(&self) -> String {
         let mut out = String::from(
-            "| seed | section | preset | behaviour | documented | observed | |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+            "| seed | section | preset | behaviour | shown by | documented | observed | |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for r in &self.rows {
             let mark = if r.documented == r.observed {
@@ -81,11 +110,12 @@ impl Table {
             // `<sid>` and the like are placeholders, not HTML.
             let cell = |text: &str| text.replace('<', "&lt;").replace('>', "&gt;");
             out.push_str(&format!(
-                "| {} | {} | `{}` | {} | {} | {} | {mark} |\n",
+                "| {} | {} | `{}` | {} | `{}` | {} | {} | {mark} |\n",
                 r.seed,
                 r.section,
                 r.preset,
                 cell(r.behaviour),
+                r.command.replace('|', "\\|"),
                 cell(&r.documented),
                 cell(&r.observed)
             ));
@@ -246,6 +276,20 @@ fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str
     let report = json_of(run(&refs));
     assert_eq!(report["unrecoverable_items"], 0, "{report}");
     report
+}
+
+/// Characters `a` and `b` share at their start, counted up to the first difference.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
+}
+
+/// Characters `a` and `b` share at their end.
+fn common_suffix(a: &str, b: &str) -> usize {
+    a.chars()
+        .rev()
+        .zip(b.chars().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 fn today_memory(workspace: &Path) -> String {
@@ -760,6 +804,12 @@ fn seed_conformance_table() {
         .collect();
     table.row(
         seed("Coordination with Memory (flushBeforeCompact)"),
+        "facts flushed to memory/ before compaction, extractive summarizer",
+        "decisions, paths, errors, constraints",
+        found.join(", "),
+    );
+    table.row(
+        seed("Coordination with Memory (flushBeforeCompact)"),
         "flushBeforeCompact (default true); serve: long-term memory",
         "true / true",
         format!(
@@ -768,11 +818,72 @@ fn seed_conformance_table() {
             serve_memory("harness")
         ),
     );
+
+    // Eviction: a shell result over 80,000 characters becomes head + tail with a pointer to
+    // the whole output in the workspace; a read_file result of the same size stays whole.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let big = |word: &str| -> String {
+        (0..4_000)
+            .map(|j| format!("{word} line {j:06} value {}\n", j * 7))
+            .collect()
+    };
+    let messages = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Read the build log and the notes."}),
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "shell_1", "type": "function", "function": {"name": "execute", "arguments": "{\"command\":\"cat build.log\"}"}},
+            {"id": "read_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"notes.txt\"}"}}
+        ]}),
+        json!({"role": "tool", "tool_call_id": "shell_1", "content": big("log")}),
+        json!({"role": "tool", "tool_call_id": "read_1", "content": big("note")}),
+        json!({"role": "assistant", "content": "Both read."}),
+    ];
+    let file = trace(scratch.path(), "big-outputs.json", messages);
+    replay(&file, "harness", 200_000, scratch.path(), &[]);
+    let last: Value = serde_json::from_str(&last_request(&scratch.path().join("req")))
+        .expect("the request is JSON");
+    let result = |id: &str| -> String {
+        last["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["tool_call_id"] == id)
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let shell = result("shell_1");
+    let pointer_resolves = shell
+        .split_whitespace()
+        .find(|w| w.contains("tool_result-shell_1.txt"))
+        .is_some_and(|reference| {
+            scratch
+                .path()
+                .join("ws")
+                .join(reference.trim_end_matches(['.', ',', ';']))
+                .is_file()
+        });
+    let original = big("log");
     table.row(
-        seed("Coordination with Memory (flushBeforeCompact)"),
-        "facts flushed to memory/ before compaction, extractive summarizer",
-        "decisions, paths, errors, constraints",
-        found.join(", "),
+        seed("Tool-result eviction"),
+        "a 110,000-char shell result: head + tail kept, the whole output in the workspace at the reference it names",
+        "head 2000 / tail 2000 / reference resolves",
+        format!(
+            "head {} / tail {} / reference {}",
+            common_prefix(&shell, &original),
+            common_suffix(&shell, &original),
+            if pointer_resolves { "resolves" } else { "missing" }
+        ),
+    );
+    table.row(
+        seed("Tool-result eviction"),
+        "read_file is excluded: a result of the same size stays whole",
+        "whole",
+        if result("read_1") == big("note") {
+            "whole"
+        } else {
+            "cut"
+        },
     );
 
     let markdown = table.markdown();
