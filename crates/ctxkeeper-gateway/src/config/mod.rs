@@ -47,7 +47,7 @@ use crate::compaction_items::ResponsesCompaction;
 use crate::summarize::SummarizerChoice;
 use crate::tenancy::TenantRule;
 pub use file::ConfigFile;
-pub use settings::GatewaySettings;
+pub use settings::{GatewaySettings, TelemetrySettings};
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -141,6 +141,10 @@ pub struct GatewayConfig {
     /// (`auto`), always the upstream, or always the gateway
     /// ([`crate::compaction_items`]).
     pub responses_compaction: ResponsesCompaction,
+    /// OpenTelemetry traces of the model calls (`None`: not exported): [`crate::telemetry`].
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
+    /// When a session's prompt cache counts as stalled (the `cache_stalled` event).
+    pub cache_stall: crate::telemetry::CacheStallRule,
 }
 
 impl GatewayConfig {
@@ -178,6 +182,8 @@ impl GatewayConfig {
             summary_wait: crate::sessions::DEFAULT_SUMMARY_WAIT,
             prepare_summaries_at: Some(crate::sessions::DEFAULT_PREPARE_AT),
             responses_compaction: ResponsesCompaction::Auto,
+            telemetry: None,
+            cache_stall: crate::telemetry::CacheStallRule::default(),
         }
     }
 

@@ -1,0 +1,381 @@
+//! The spans of one model request: one `{operation} {model}` CLIENT span per upstream call
+//! (an overflow recovery's retry is a second call, so a second span), and under the call that
+//! carried it one INTERNAL `compaction` span per compaction the step announced.
+//!
+//! The first call's span starts when the request arrives (the context is prepared, and
+//! compacted, inside it) and ends when the answer has reached the client (after the last
+//! streamed byte), when the usage is known. Each call goes upstream with a `traceparent`
+//! naming its own span, so the provider's spans nest under the gateway's.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, HeaderValue};
+use ctxkeeper_core::formats::Wire;
+use serde_json::Value;
+
+use super::context::{SpanId, TraceContext};
+use super::export::Exporter;
+use super::span::{SpanKind, SpanRecord, now_unix_nano};
+use super::usage::UsageReport;
+use crate::sessions::SessionEvent;
+
+/// The GenAI operation of every model call through the gateway.
+const OPERATION: &str = "chat";
+
+/// The traced state of one model request, carried from its arrival to its delivery.
+#[derive(Debug)]
+pub struct RequestTrace {
+    context: TraceContext,
+    exporter: Arc<Exporter>,
+    provider: &'static str,
+    server: Option<(String, u16)>,
+    /// The span of the current upstream call, and when it started.
+    call: SpanId,
+    call_started: u64,
+    /// When the context of the current call was prepared (its compactions ran then).
+    prepared: Option<(u64, u64)>,
+    /// The first call's span and when its context was prepared: the step's own compactions
+    /// belong there, an overflow recovery's to the call that retried.
+    first_call: SpanId,
+    first_prepared: Option<(u64, u64)>,
+    /// Compaction spans, sent with the call they belong to.
+    children: Vec<SpanRecord>,
+    pub model: Option<String>,
+    pub conversation: Option<String>,
+    pub stream: bool,
+    pub compacted: bool,
+    /// The gateway's count of the context it sent, and the share of the window it fills.
+    pub context_tokens: Option<u64>,
+    pub budget_used_pct: Option<f64>,
+    /// The session's prompt cache keeps missing ([`super::CacheStallRule`]).
+    pub cache_stalled: bool,
+    /// The messages sent, as `gen_ai.input.messages` JSON (only when content capture is on).
+    pub input_messages: Option<String>,
+    capture_content: bool,
+}
+
+impl RequestTrace {
+    /// The trace of a request with `headers` to the `wire` endpoint at `url`; `None` when the
+    /// client's trace context says it is not sampled.
+    pub fn begin(
+        exporter: Arc<Exporter>,
+        capture_content: bool,
+        headers: &HeaderMap,
+        wire: Wire,
+        url: &str,
+    ) -> Option<RequestTrace> {
+        let context = TraceContext::from_headers(headers);
+        if !context.sampled() {
+            return None;
+        }
+        let provider = match wire {
+            Wire::Anthropic => "anthropic",
+            _ => "openai",
+        };
+        let server = reqwest::Url::parse(url).ok().and_then(|url| {
+            let port = url.port_or_known_default()?;
+            Some((url.host_str()?.to_string(), port))
+        });
+        let call = SpanId::random();
+        Some(RequestTrace {
+            context,
+            exporter,
+            provider,
+            server,
+            call,
+            call_started: now_unix_nano(),
+            prepared: None,
+            first_call: call,
+            first_prepared: None,
+            children: Vec::new(),
+            model: None,
+            conversation: None,
+            stream: false,
+            compacted: false,
+            context_tokens: None,
+            budget_used_pct: None,
+            cache_stalled: false,
+            input_messages: None,
+            capture_content,
+        })
+    }
+
+    pub fn trace_id(&self) -> [u8; 16] {
+        self.context.trace_id
+    }
+
+    /// Whether message contents go into the spans (`capture_content`).
+    pub fn captures_content(&self) -> bool {
+        self.capture_content
+    }
+
+    /// Sets `traceparent` (the current call's span as the parent) and the client's
+    /// `tracestate` on the headers that go upstream.
+    pub fn propagate(&self, headers: &mut HeaderMap) {
+        if let Ok(value) = HeaderValue::from_str(&self.context.traceparent(self.call)) {
+            headers.insert("traceparent", value);
+        }
+        headers.remove("tracestate");
+        if !self.context.trace_state.is_empty()
+            && let Ok(value) = HeaderValue::from_str(&self.context.trace_state)
+        {
+            headers.insert("tracestate", value);
+        }
+    }
+
+    /// The context of the current call was prepared from `since` until now.
+    pub fn prepared_since(&mut self, since: u64) {
+        self.prepared = Some((since, now_unix_nano()));
+        if self.call == self.first_call {
+            self.first_prepared = self.prepared;
+        }
+    }
+
+    /// One `compaction` span per compaction among the events a committed step announced
+    /// (the events the session's subscribers received, so the figures are the same).
+    pub fn compactions(&mut self, events: &[SessionEvent], summarizer: &str) {
+        let downgraded = events.iter().any(|e| e.name == "summary_downgraded");
+        let prepared_used = events.iter().any(|e| {
+            e.name == "summary_prepared"
+                && e.data.get("outcome").and_then(Value::as_str) == Some("used")
+        });
+        for event in events {
+            if !matches!(event.name.as_str(), "context_compaction_end" | "compaction") {
+                continue;
+            }
+            let data = &event.data;
+            let reason = data.get("reason").and_then(Value::as_str);
+            let (parent, prepared) = if reason == Some("overflow") {
+                (self.call, self.prepared)
+            } else {
+                (self.first_call, self.first_prepared)
+            };
+            let (start, end) = prepared.unwrap_or((self.call_started, self.call_started));
+            // `compaction` (Agentrail's runtime event) names its fields in camelCase.
+            let number = |snake: &str, camel: &str| {
+                data.get(snake)
+                    .or_else(|| data.get(camel))
+                    .and_then(Value::as_u64)
+            };
+            let mut span = SpanRecord::new(
+                &self.context,
+                SpanId::random(),
+                "compaction",
+                SpanKind::Internal,
+                start,
+            )
+            .child_of(parent);
+            span.end(end)
+                .str("ctxkeeper.compaction.event", event.name.clone());
+            if let Some(reason) = reason {
+                span.str("ctxkeeper.compaction.trigger", reason);
+            }
+            if let Some(strategy) = data.get("strategy").and_then(Value::as_str) {
+                span.str("ctxkeeper.compaction.strategy", strategy);
+            }
+            let stages: Vec<String> = data
+                .get("stages")
+                .and_then(Value::as_array)
+                .map(|stages| {
+                    stages
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (tokens_before, tokens_after) = (
+                number("tokens_before", "tokensBefore"),
+                number("tokens_after", "tokensAfter"),
+            );
+            for (key, value) in [
+                ("ctxkeeper.compaction.tokens_before", tokens_before),
+                ("ctxkeeper.compaction.tokens_after", tokens_after),
+                (
+                    "ctxkeeper.compaction.messages_before",
+                    number("messages_before", "messagesBefore"),
+                ),
+                (
+                    "ctxkeeper.compaction.messages_after",
+                    number("messages_after", "messagesAfter"),
+                ),
+            ] {
+                if let Some(value) = value {
+                    span.int(key, value);
+                }
+            }
+            if let (Some(before), Some(after)) = (tokens_before, tokens_after) {
+                span.int(
+                    "ctxkeeper.compaction.tokens_saved",
+                    before.saturating_sub(after),
+                );
+            }
+            let degraded = data
+                .get("summary_degraded")
+                .or_else(|| data.get("summaryDegraded"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let summarizes = stages
+                .iter()
+                .any(|stage| stage.contains("summar") || stage.contains("compress"));
+            let outcome = match () {
+                () if !summarizes => "none",
+                () if degraded => "degraded",
+                () if downgraded => "extractive",
+                () if prepared_used => "prepared",
+                () => "written",
+            };
+            span.strs("ctxkeeper.compaction.stages", stages)
+                .str("ctxkeeper.compaction.summarizer", summarizer)
+                .str("ctxkeeper.compaction.summary_outcome", outcome);
+            if let Some(refs) = data.get("archive_refs").or_else(|| data.get("archiveRefs")) {
+                let count = refs.as_array().map_or(0, Vec::len);
+                span.int("ctxkeeper.compaction.archive_refs", count as u64);
+            }
+            if let Some(economics) = data.get("economics").filter(|e| e.is_object()) {
+                let billed = |field: &str| economics.get(field).and_then(Value::as_f64);
+                if let (Some(chosen), Some(configured)) = (
+                    billed("billed_per_step"),
+                    billed("billed_per_step_configured"),
+                ) {
+                    span.double(
+                        "ctxkeeper.compaction.billed_input_saved_per_step",
+                        configured - chosen,
+                    );
+                }
+            }
+            if let Some(conversation) = &self.conversation {
+                span.str("gen_ai.conversation.id", conversation.clone());
+            }
+            self.children.push(span);
+        }
+    }
+
+    /// The current call failed with `error_type` and the request goes upstream again: its
+    /// span is sent, and the next call gets a span of its own, starting now.
+    pub fn retry(&mut self, error_type: &str, status: Option<u16>) {
+        let finished = self.call_span(now_unix_nano());
+        self.send(finished, None, Some(error_type), status);
+        self.call = SpanId::random();
+        self.call_started = now_unix_nano();
+        self.prepared = None;
+    }
+
+    /// The last call failed with `error_type` (no answer, or an error answer passed to the
+    /// client).
+    pub fn fail(mut self, error_type: &str, status: Option<u16>) {
+        let span = self.call_span(now_unix_nano());
+        let children = std::mem::take(&mut self.children);
+        self.send(span, None, Some(error_type), status);
+        for child in children {
+            self.exporter.record(child);
+        }
+    }
+
+    /// The answer reached the client; `report` is what it said about itself.
+    pub fn finish(mut self, report: &UsageReport, status: u16) {
+        let span = self.call_span(now_unix_nano());
+        let children = std::mem::take(&mut self.children);
+        self.send(span, Some(report), None, Some(status));
+        for child in children {
+            self.exporter.record(child);
+        }
+    }
+
+    fn call_span(&self, end: u64) -> SpanRecord {
+        let name = match &self.model {
+            Some(model) => format!("{OPERATION} {model}"),
+            None => OPERATION.to_string(),
+        };
+        let mut span = SpanRecord::new(
+            &self.context,
+            self.call,
+            name,
+            SpanKind::Client,
+            self.call_started,
+        );
+        span.end(end);
+        span
+    }
+
+    fn send(
+        &self,
+        mut span: SpanRecord,
+        report: Option<&UsageReport>,
+        error_type: Option<&str>,
+        status: Option<u16>,
+    ) {
+        span.str("gen_ai.operation.name", OPERATION)
+            .str("gen_ai.provider.name", self.provider)
+            .bool("gen_ai.request.stream", self.stream);
+        if let Some(model) = &self.model {
+            span.str("gen_ai.request.model", model.clone());
+        }
+        if let Some(conversation) = &self.conversation {
+            span.str("gen_ai.conversation.id", conversation.clone());
+        }
+        if let Some((host, port)) = &self.server {
+            span.str("server.address", host.clone())
+                .int("server.port", u64::from(*port));
+        }
+        if let Some(status) = status.filter(|s| *s > 0) {
+            span.int("http.response.status_code", u64::from(status));
+        }
+        // The conventions set this only when true.
+        if self.compacted {
+            span.bool("gen_ai.conversation.compacted", true);
+        }
+        if let Some(tokens) = self.context_tokens {
+            span.int("ctxkeeper.context.input_tokens", tokens);
+        }
+        if let Some(pct) = self.budget_used_pct {
+            span.double("ctxkeeper.context.budget_used_pct", pct);
+        }
+        if self.cache_stalled {
+            span.bool("ctxkeeper.cache.stalled", true);
+        }
+        if let Some(messages) = &self.input_messages {
+            span.str("gen_ai.input.messages", messages.clone());
+        }
+        if let Some(report) = report {
+            let usage = [
+                ("gen_ai.usage.input_tokens", report.input_tokens),
+                ("gen_ai.usage.output_tokens", report.output_tokens),
+                (
+                    "gen_ai.usage.cache_read.input_tokens",
+                    report.cache_read_tokens,
+                ),
+                // The cache-write count under both names it has had.
+                (
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    report.cache_write_tokens,
+                ),
+                (
+                    "gen_ai.usage.cache_write.input_tokens",
+                    report.cache_write_tokens,
+                ),
+            ];
+            for (key, value) in usage {
+                if let Some(value) = value {
+                    span.int(key, value);
+                }
+            }
+            if !report.finish_reasons.is_empty() {
+                span.strs(
+                    "gen_ai.response.finish_reasons",
+                    report.finish_reasons.clone(),
+                );
+            }
+            if let Some(model) = &report.response_model {
+                span.str("gen_ai.response.model", model.clone());
+            }
+            if let Some(id) = &report.response_id {
+                span.str("gen_ai.response.id", id.clone());
+            }
+        }
+        if let Some(error_type) = error_type {
+            span.str("error.type", error_type).error(error_type);
+        }
+        self.exporter.record(span);
+    }
+}
