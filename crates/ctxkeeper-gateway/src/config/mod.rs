@@ -503,6 +503,88 @@ mod tests {
     }
 
     #[test]
+    fn telemetry_is_off_unless_an_endpoint_is_given() {
+        assert!(GatewayConfig::new("/tmp/x").telemetry.is_none());
+        let file = ConfigFile::parse(
+            "[gateway.telemetry]\nservice_name = \"gw\"\ncache_stall_calls = 5",
+        )
+        .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert!(config.telemetry.is_none(), "no endpoint, no export");
+        assert_eq!(config.cache_stall.calls, 5, "the alarm needs no export");
+        let file = ConfigFile::parse(
+            "[gateway.telemetry]\nendpoint = \"http://collector:4318/\"\n\
+             headers = { authorization = \"Bearer k%2F1\" }\nservice_name = \"gw\"\n\
+             resource_attributes = { \"deployment.environment\" = \"prod\" }\n\
+             schedule_delay_ms = 100\ncapture_content = true",
+        )
+        .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        let telemetry = config.telemetry.expect("on");
+        assert_eq!(telemetry.traces_url, "http://collector:4318/v1/traces");
+        assert_eq!(
+            telemetry.headers,
+            [("authorization".to_string(), "Bearer k/1".to_string())]
+        );
+        assert_eq!(telemetry.service_name, "gw");
+        assert_eq!(
+            telemetry.resource,
+            [("deployment.environment".to_string(), "prod".to_string())]
+        );
+        assert_eq!(telemetry.schedule_delay, Duration::from_millis(100));
+        assert!(telemetry.capture_content);
+        let file = ConfigFile::parse(
+            "[gateway.telemetry]\nendpoint = \"http://a:4318\"\n\
+             traces_endpoint = \"http://b:4318/custom/path\"",
+        )
+        .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert_eq!(
+            config.telemetry.expect("on").traces_url,
+            "http://b:4318/custom/path",
+            "the traces endpoint is used as it is, and wins"
+        );
+    }
+
+    #[test]
+    fn bad_telemetry_settings_are_named() {
+        let at = |text: &str| {
+            ConfigFile::parse(text).and_then(|file| file.into_config(GatewayConfig::new("/tmp/x")))
+        };
+        for (text, says) in [
+            (
+                "[gateway.telemetry]\nendpont = \"http://c:4318\"",
+                "endpont",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"collector:4318\"",
+                "telemetry.endpoint",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"http://c:4317\"\nprotocol = \"grpc\"",
+                "http/protobuf",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"http://c:4318\"\nheaders = [\"novalue\"]",
+                "KEY=VALUE",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"http://c:4318\"\nmax_queue_size = 0",
+                "max_queue_size",
+            ),
+        ] {
+            let err = at(text).expect_err(text);
+            assert!(err.0.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
     fn validation_rejects_non_http_upstreams() {
         let mut config = GatewayConfig::new("/tmp/x");
         config.upstream = "ftp://example.invalid".into();

@@ -492,7 +492,7 @@ impl TelemetrySettings {
             }
             if let Some(attributes) = &self.resource_attributes {
                 config.resource = parse_pairs(attributes, "resource_attributes")
-                    .map_err(|e| setting("resource_attributes", e))?;
+                    .map_err(|e| ConfigError(format!("telemetry.{e}")))?;
             }
             if let Some(capture) = self.capture_content {
                 config.capture_content = capture;
@@ -812,6 +812,28 @@ mod tests {
         assert_eq!(read, shown);
         let again = read.apply(GatewayConfig::new("/tmp/x")).unwrap();
         assert_eq!(GatewaySettings::effective(&again), shown);
+    }
+
+    #[test]
+    fn telemetry_shown_reads_back_without_its_headers() {
+        let file: GatewaySettings = toml::from_str(
+            "[telemetry]\nendpoint = \"http://c:4318\"\nheaders = { api-key = \"secret-1\" }\n\
+             resource_attributes = [\"team=core\"]\ncache_stall_min_fresh_tokens = 100",
+        )
+        .unwrap();
+        let config = file.apply(GatewayConfig::new("/tmp/x")).unwrap();
+        let shown = GatewaySettings::effective(&config);
+        let text = toml::to_string(&shown).unwrap();
+        assert!(!text.contains("secret-1"), "{text}");
+        let read: GatewaySettings = toml::from_str(&text).unwrap();
+        assert_eq!(read, shown);
+        let again = read.apply(GatewayConfig::new("/tmp/x")).unwrap();
+        assert_eq!(GatewaySettings::effective(&again), shown);
+        assert_eq!(again.cache_stall.min_fresh_tokens, 100);
+        assert_eq!(
+            again.telemetry.map(|t| t.resource),
+            Some(vec![("team".to_string(), "core".to_string())])
+        );
     }
 
     #[test]
