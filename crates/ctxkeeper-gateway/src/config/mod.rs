@@ -505,10 +505,9 @@ mod tests {
     #[test]
     fn telemetry_is_off_unless_an_endpoint_is_given() {
         assert!(GatewayConfig::new("/tmp/x").telemetry.is_none());
-        let file = ConfigFile::parse(
-            "[gateway.telemetry]\nservice_name = \"gw\"\ncache_stall_calls = 5",
-        )
-        .expect("valid");
+        let file =
+            ConfigFile::parse("[gateway.telemetry]\nservice_name = \"gw\"\ncache_stall_calls = 5")
+                .expect("valid");
         let config = file
             .into_config(GatewayConfig::new("/tmp/x"))
             .expect("valid");

@@ -368,9 +368,9 @@ pub struct TelemetrySettings {
     )]
     pub export_timeout_ms: Option<u64>,
 
-    /// Consecutive calls of a session without cache reads (each sending at least
-    /// --cache-stall-min-fresh-tokens uncached input tokens) that raise a cache_stalled event
-    /// (default 3; 0 turns the alarm off).
+    /// Consecutive calls of a session whose prompt cache served less than half the input
+    /// (each sending at least --cache-stall-min-fresh-tokens uncached input tokens) that raise
+    /// a cache_stalled event (default 3; 0 turns the alarm off).
     #[arg(
         long = "cache-stall-calls",
         value_name = "N",
@@ -472,13 +472,13 @@ impl TelemetrySettings {
                 ),
             ));
         }
-        fn endpoint(text: &String) -> Option<&str> {
+        fn endpoint(text: &str) -> Option<&str> {
             Some(text.trim()).filter(|text| !text.is_empty())
         }
-        if let Some(url) = self.traces_endpoint.as_ref().and_then(endpoint) {
+        if let Some(url) = self.traces_endpoint.as_deref().and_then(endpoint) {
             check_url(url).map_err(|e| setting("traces_endpoint", e))?;
             base.telemetry = Some(TelemetryConfig::to(url));
-        } else if let Some(url) = self.endpoint.as_ref().and_then(endpoint) {
+        } else if let Some(url) = self.endpoint.as_deref().and_then(endpoint) {
             base.telemetry =
                 Some(TelemetryConfig::from_endpoint(url).map_err(|e| setting("endpoint", e))?);
         }

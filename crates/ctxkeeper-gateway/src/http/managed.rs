@@ -45,6 +45,7 @@ use crate::resent::Reading;
 use crate::sessions::events::GatewayEvent;
 use crate::sessions::{Incoming, SessionError, SessionEvent, Ticket};
 use crate::summarize::UpstreamRoute;
+use crate::telemetry::RequestTrace;
 use crate::telemetry::span::now_unix_nano;
 
 /// Why a managed request could not go on.
@@ -145,6 +146,9 @@ pub(super) async fn run(
         .unwrap_or_else(|| identity::derived_session(model.as_deref(), &messages));
     let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, session)
         .map_err(ManagedError::SessionId)?;
+    if let Some(trace) = upstream.trace.as_mut() {
+        trace.conversation = Some(key.session().to_string());
+    }
     // Summaries written upstream go there as this caller, with this request's headers.
     let route = gw.sessions.summarizes_upstream().then(|| {
         Arc::new(UpstreamRoute {
@@ -155,6 +159,7 @@ pub(super) async fn run(
             model: model.clone(),
             tools: tools.clone(),
             timeout: gw.config.summary_timeout,
+            trace: upstream.trace.as_ref().map(RequestTrace::for_summaries),
         })
     });
     let reused = resent.as_mut().filter(|_| repairs.is_none());
@@ -210,9 +215,13 @@ pub(super) async fn run(
         trace.context_tokens = Some(report.input_tokens);
         trace.budget_used_pct = Some(report.budget_used_pct);
         if trace.captures_content() {
-            trace.input_messages = Some(crate::telemetry::content::input_messages(
-                &step.prepared.messages,
-            ));
+            // A step that forwards the client's messages verbatim copies none out.
+            let sent = if step.verbatim && step.prepared.messages.is_empty() {
+                &managed.incoming.messages
+            } else {
+                &step.prepared.messages
+            };
+            trace.input_messages = Some(crate::telemetry::content::input_messages(sent));
         }
     }
     let body = if step.verbatim && !added && managed.incoming.repairs.is_none() {

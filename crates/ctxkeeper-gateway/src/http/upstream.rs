@@ -241,7 +241,9 @@ impl Upstream {
         let elapsed = sent_at.elapsed();
         self.spent += elapsed;
         gw.metrics.upstream_latency(elapsed);
-        if let (Err(error), Some(trace)) = (&answer, self.trace.take()) {
+        if let Err(error) = &answer
+            && let Some(trace) = self.trace.take()
+        {
             trace.fail(error.kind(), None);
         }
         answer

@@ -56,9 +56,9 @@ pub enum GatewayEvent {
     HistoryRepaired {
         repairs: std::collections::BTreeMap<String, usize>,
     },
-    /// The provider served none of the session's last `calls` requests from its prompt cache
-    /// although each sent at least `min_fresh_tokens` uncached input tokens: the prefix keeps
-    /// changing, so every call pays for the whole input again
+    /// The provider's prompt cache served less than half of each of the session's last
+    /// `calls` requests, each sending at least `min_fresh_tokens` uncached input tokens: the
+    /// prefix keeps changing, so every call pays for nearly its whole input again
     /// ([`crate::telemetry::CacheStallRule`]). Raised once per run of such calls.
     CacheStalled {
         calls: u32,

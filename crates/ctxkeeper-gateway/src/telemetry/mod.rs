@@ -37,7 +37,7 @@ use std::time::Duration;
 
 pub use context::{SpanId, TraceContext};
 pub use export::Exporter;
-pub use request::RequestTrace;
+pub use request::{RequestTrace, SummarySpan, SummaryTrace};
 pub use span::{SpanKind, SpanRecord};
 pub use usage::UsageReport;
 
@@ -190,11 +190,14 @@ impl Telemetry {
     }
 }
 
-/// The cache-stall alarm: a session whose provider reports no cache reads on `calls`
-/// consecutive calls that each sent at least `min_fresh_tokens` input tokens the cache did not
-/// serve is stalled (its prefix keeps changing, so every call pays the whole input again).
-/// Calls whose answer does not report cache reads at all count neither way, so a provider
-/// without prompt caching never raises it; one call with cache reads ends the stall.
+/// The cache-stall alarm: a session is stalled when, on `calls` consecutive calls, the
+/// provider's prompt cache served less than half of the input and at least
+/// `min_fresh_tokens` input tokens were not served from it: its prefix keeps changing, so
+/// every call pays for nearly its whole input again. (Appending a large tool output to a cached
+/// history is not a miss: the cache still serves most of the input.) Calls whose answer
+/// reports no cache figures count neither way, so a provider without prompt caching never
+/// raises it, and neither do calls below `min_fresh_tokens`; one call the cache served at
+/// least half of ends the stall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStallRule {
     /// Consecutive missing calls that raise the alarm (0 turns it off).
@@ -241,7 +244,8 @@ impl CacheStallRule {
         else {
             return CacheVerdict::Fine;
         };
-        if read > 0 {
+        let input = report.input_tokens.unwrap_or(0);
+        if read.saturating_mul(2) >= input {
             *streak = CacheStreak::default();
             return CacheVerdict::Fine;
         }
@@ -288,8 +292,8 @@ mod tests {
             usage(5000, Some(0)),
             usage(5000, Some(0)), // the third miss
             usage(5000, Some(0)),
-            usage(5000, Some(4096)), // a read ends it
-            usage(5000, Some(0)),
+            usage(5000, Some(2500)), // the cache serves half: that ends it
+            usage(5000, Some(3)),    // a few tokens of a broken prefix are still a miss
         ]
         .iter()
         .map(|report| rule.observe(&mut streak, report))

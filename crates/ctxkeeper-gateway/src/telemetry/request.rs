@@ -104,6 +104,19 @@ impl RequestTrace {
         self.context.trace_id
     }
 
+    /// What a summary call made on this request's behalf needs to be traced: its spans are
+    /// children of the request's first call (a summary prepared in the background too).
+    pub fn for_summaries(&self) -> SummaryTrace {
+        let mut context = self.context.clone();
+        context.parent = Some(self.first_call);
+        SummaryTrace {
+            exporter: self.exporter.clone(),
+            context,
+            provider: self.provider,
+            conversation: self.conversation.clone(),
+        }
+    }
+
     /// Whether message contents go into the spans (`capture_content`).
     pub fn captures_content(&self) -> bool {
         self.capture_content
@@ -218,12 +231,16 @@ impl RequestTrace {
             let summarizes = stages
                 .iter()
                 .any(|stage| stage.contains("summar") || stage.contains("compress"));
-            let outcome = match () {
-                () if !summarizes => "none",
-                () if degraded => "degraded",
-                () if downgraded => "extractive",
-                () if prepared_used => "prepared",
-                () => "written",
+            let outcome = if !summarizes {
+                "none"
+            } else if degraded {
+                "degraded"
+            } else if downgraded {
+                "extractive"
+            } else if prepared_used {
+                "prepared"
+            } else {
+                "written"
             };
             span.strs("ctxkeeper.compaction.stages", stages)
                 .str("ctxkeeper.compaction.summarizer", summarizer)
@@ -377,5 +394,109 @@ impl RequestTrace {
             span.str("error.type", error_type).error(error_type);
         }
         self.exporter.record(span);
+    }
+}
+
+/// The trace summary calls of one request belong to ([`RequestTrace::for_summaries`]).
+#[derive(Debug, Clone)]
+pub struct SummaryTrace {
+    exporter: Arc<Exporter>,
+    context: TraceContext,
+    provider: &'static str,
+    conversation: Option<String>,
+}
+
+/// One summary call being traced: a `chat {model}` CLIENT span marked
+/// `ctxkeeper.call.purpose = summary`.
+#[derive(Debug)]
+pub struct SummarySpan {
+    trace: SummaryTrace,
+    id: SpanId,
+    started: u64,
+}
+
+impl SummaryTrace {
+    /// A span for a summary call starting now.
+    pub fn begin(&self) -> SummarySpan {
+        SummarySpan {
+            trace: self.clone(),
+            id: SpanId::random(),
+            started: now_unix_nano(),
+        }
+    }
+}
+
+impl SummarySpan {
+    /// Sets the `traceparent` naming this call's span on the headers it goes upstream with.
+    pub fn propagate(&self, headers: &mut HeaderMap) {
+        if let Ok(value) = HeaderValue::from_str(&self.trace.context.traceparent(self.id)) {
+            headers.insert("traceparent", value);
+        }
+    }
+
+    /// The call ended: with the answer's report, or with `error_type`.
+    pub fn end(
+        self,
+        model: Option<&str>,
+        report: Option<&UsageReport>,
+        status: Option<u16>,
+        error_type: Option<&str>,
+    ) {
+        let name = match model {
+            Some(model) => format!("{OPERATION} {model}"),
+            None => OPERATION.to_string(),
+        };
+        let mut span = SpanRecord::new(
+            &self.trace.context,
+            self.id,
+            name,
+            SpanKind::Client,
+            self.started,
+        );
+        span.end(now_unix_nano())
+            .str("gen_ai.operation.name", OPERATION)
+            .str("gen_ai.provider.name", self.trace.provider)
+            .str("ctxkeeper.call.purpose", "summary");
+        if let Some(model) = model {
+            span.str("gen_ai.request.model", model);
+        }
+        if let Some(conversation) = &self.trace.conversation {
+            span.str("gen_ai.conversation.id", conversation.clone());
+        }
+        if let Some(status) = status {
+            span.int("http.response.status_code", u64::from(status));
+        }
+        if let Some(report) = report {
+            for (key, value) in [
+                ("gen_ai.usage.input_tokens", report.input_tokens),
+                ("gen_ai.usage.output_tokens", report.output_tokens),
+                (
+                    "gen_ai.usage.cache_read.input_tokens",
+                    report.cache_read_tokens,
+                ),
+                (
+                    "gen_ai.usage.cache_creation.input_tokens",
+                    report.cache_write_tokens,
+                ),
+                (
+                    "gen_ai.usage.cache_write.input_tokens",
+                    report.cache_write_tokens,
+                ),
+            ] {
+                if let Some(value) = value {
+                    span.int(key, value);
+                }
+            }
+            if !report.finish_reasons.is_empty() {
+                span.strs(
+                    "gen_ai.response.finish_reasons",
+                    report.finish_reasons.clone(),
+                );
+            }
+        }
+        if let Some(error_type) = error_type {
+            span.str("error.type", error_type).error(error_type);
+        }
+        self.trace.exporter.record(span);
     }
 }
