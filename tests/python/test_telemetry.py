@@ -259,6 +259,51 @@ def test_an_agent_loop_that_compacts_is_traced_in_the_genai_conventions(tmp_path
     assert not any("gen_ai.input.messages" in attributes(s) for s in calls)
 
 
+def test_streamed_answers_end_their_span_with_the_usage(tmp_path, mock, collector):
+    import anthropic
+
+    gateway = start_gateway(mock.url, tmp_path, env=otel_env(collector.url))
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=KEY, max_retries=0)
+        chunks = list(
+            client.chat.completions.create(
+                model="gpt-4o",
+                messages=[{"role": "user", "content": "Stream it."}],
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_headers={"x-ctxkeeper-session": "otel-stream-chat"},
+            )
+        )
+        usage = next(c.usage for c in chunks if c.usage)
+        finish = next(ch.finish_reason for c in chunks for ch in c.choices if ch.finish_reason)
+        claude = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-telemetry", max_retries=0)
+        with claude.messages.stream(
+            model="claude-sonnet-4-6",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Stream a greeting."}],
+            extra_headers={"x-ctxkeeper-session": "otel-stream-messages"},
+        ) as stream:
+            "".join(stream.text_stream)
+            final = stream.get_final_message()
+        spans = {attributes(s)["gen_ai.conversation.id"]: s for s in collector.wait_for(is_call, 2)}
+    finally:
+        assert gateway.stop() == 0, gateway.logs()
+    chat = attributes(spans["otel-stream-chat"])
+    assert chat["gen_ai.request.stream"] is True
+    assert chat["gen_ai.provider.name"] == "openai"
+    assert chat["gen_ai.usage.input_tokens"] == usage.prompt_tokens
+    assert chat["gen_ai.usage.output_tokens"] == usage.completion_tokens
+    assert chat["gen_ai.response.finish_reasons"] == [finish]
+    messages = attributes(spans["otel-stream-messages"])
+    assert spans["otel-stream-messages"].name == "chat claude-sonnet-4-6"
+    assert messages["gen_ai.provider.name"] == "anthropic"
+    # Anthropic counts cached tokens apart; the conventions' input count includes them.
+    cached = (final.usage.cache_read_input_tokens or 0) + (final.usage.cache_creation_input_tokens or 0)
+    assert messages["gen_ai.usage.input_tokens"] == final.usage.input_tokens + cached
+    assert messages["gen_ai.usage.output_tokens"] == final.usage.output_tokens
+    assert messages["gen_ai.response.finish_reasons"] == [final.stop_reason]
+
+
 def test_summary_calls_are_spans_in_the_clients_trace(tmp_path, mock, collector):
     config = write_config(tmp_path / "ctxkeeper.toml", MODEL_CONFIG)
     # The default summarizer writes each summary on the request's own upstream.
