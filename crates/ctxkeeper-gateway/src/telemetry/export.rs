@@ -51,6 +51,14 @@ impl Exporter {
         Some(Exporter { queue, metrics })
     }
 
+    /// An exporter whose spans stay in the returned queue (tests read them there).
+    #[cfg(test)]
+    pub(crate) fn capturing(max_queue: usize) -> (Exporter, mpsc::Receiver<Span>) {
+        let (queue, receiver) = mpsc::channel(max_queue);
+        let metrics = Arc::new(Metrics::default());
+        (Exporter { queue, metrics }, receiver)
+    }
+
     /// Queues a finished span; never waits. A full queue drops it (counted).
     pub fn record(&self, span: SpanRecord) {
         if self.queue.try_send(span.into_proto()).is_err() {

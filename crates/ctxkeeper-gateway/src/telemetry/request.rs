@@ -500,3 +500,197 @@ impl SummarySpan {
         self.trace.exporter.record(span);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    use serde_json::json;
+
+    fn attribute<'a>(span: &'a Span, key: &str) -> Option<&'a Any> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+    }
+
+    fn int(span: &Span, key: &str) -> Option<i64> {
+        match attribute(span, key) {
+            Some(Any::IntValue(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    fn string<'a>(span: &'a Span, key: &str) -> Option<&'a str> {
+        match attribute(span, key) {
+            Some(Any::StringValue(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn traced() -> (RequestTrace, tokio::sync::mpsc::Receiver<Span>) {
+        let (exporter, spans) = Exporter::capturing(64);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        );
+        let trace = RequestTrace::begin(
+            Arc::new(exporter),
+            false,
+            &headers,
+            Wire::Anthropic,
+            "https://api.anthropic.com/v1/messages",
+        )
+        .expect("sampled");
+        (trace, spans)
+    }
+
+    #[test]
+    fn agentrail_compactions_and_the_economics_become_child_spans() {
+        let (mut trace, mut spans) = traced();
+        trace.model = Some("claude-x".into());
+        trace.conversation = Some("s1".into());
+        trace.compacted = true;
+        trace.prepared_since(now_unix_nano());
+        let events = [
+            SessionEvent {
+                name: "compaction".into(),
+                data: json!({"type": "compaction", "reason": "reactive_full",
+                    "strategy": "agentrail", "stages": ["summarize"], "messagesBefore": 40,
+                    "messagesAfter": 6, "tokensBefore": 9000, "tokensAfter": 1200,
+                    "archiveRefs": ["a", "b"], "summaryDegraded": true}),
+            },
+            SessionEvent {
+                name: "context_compaction_end".into(),
+                data: json!({"type": "context_compaction_end", "reason": "tokens",
+                    "strategy": "default", "stages": ["cap_results"], "tokens_before": 5000,
+                    "tokens_after": 3000, "messages_before": 20, "messages_after": 20,
+                    "archive_refs": [], "summary_degraded": false,
+                    "economics": {"billed_per_step": 1500.0, "billed_per_step_configured": 1800.5}}),
+            },
+            SessionEvent {
+                name: "budget_used".into(),
+                data: json!({"tokens": 1, "window": 2, "pct": 50.0}),
+            },
+        ];
+        trace.compactions(&events, "upstream");
+        let report = UsageReport {
+            input_tokens: Some(1300),
+            output_tokens: Some(20),
+            cache_read_tokens: Some(1000),
+            cache_write_tokens: Some(200),
+            finish_reasons: vec!["end_turn".into()],
+            ..UsageReport::default()
+        };
+        trace.finish(&report, 200);
+        let call = spans.try_recv().expect("the call's span");
+        let agentrail = spans.try_recv().expect("a span per compaction");
+        let tokens = spans.try_recv().expect("a span per compaction");
+        assert!(spans.try_recv().is_err(), "budget_used is no compaction");
+
+        assert_eq!(call.name, "chat claude-x");
+        assert_eq!(hex::encode(&call.parent_span_id), "b7ad6b7169203331");
+        assert_eq!(string(&call, "gen_ai.provider.name"), Some("anthropic"));
+        assert_eq!(string(&call, "server.address"), Some("api.anthropic.com"));
+        assert_eq!(int(&call, "server.port"), Some(443));
+        assert_eq!(
+            int(&call, "gen_ai.usage.cache_creation.input_tokens"),
+            Some(200)
+        );
+        assert_eq!(
+            int(&call, "gen_ai.usage.cache_write.input_tokens"),
+            Some(200)
+        );
+        assert!(matches!(
+            attribute(&call, "gen_ai.conversation.compacted"),
+            Some(Any::BoolValue(true))
+        ));
+
+        for child in [&agentrail, &tokens] {
+            assert_eq!(child.parent_span_id, call.span_id, "children of the call");
+            assert_eq!(child.trace_id, call.trace_id);
+        }
+        assert_eq!(
+            string(&agentrail, "ctxkeeper.compaction.trigger"),
+            Some("reactive_full")
+        );
+        assert_eq!(
+            int(&agentrail, "ctxkeeper.compaction.tokens_before"),
+            Some(9000)
+        );
+        assert_eq!(
+            int(&agentrail, "ctxkeeper.compaction.messages_after"),
+            Some(6)
+        );
+        assert_eq!(
+            int(&agentrail, "ctxkeeper.compaction.tokens_saved"),
+            Some(7800)
+        );
+        assert_eq!(
+            int(&agentrail, "ctxkeeper.compaction.archive_refs"),
+            Some(2)
+        );
+        assert_eq!(
+            string(&agentrail, "ctxkeeper.compaction.summary_outcome"),
+            Some("degraded")
+        );
+        assert_eq!(
+            string(&tokens, "ctxkeeper.compaction.summary_outcome"),
+            Some("none")
+        );
+        assert_eq!(
+            string(&tokens, "ctxkeeper.compaction.summarizer"),
+            Some("upstream")
+        );
+        assert!(matches!(
+            attribute(&tokens, "ctxkeeper.compaction.billed_input_saved_per_step"),
+            Some(Any::DoubleValue(saved)) if (saved - 300.5).abs() < 1e-9
+        ));
+    }
+
+    #[test]
+    fn a_retry_ends_the_first_call_with_its_error_and_an_overflow_compaction_joins_the_retry() {
+        let (mut trace, mut spans) = traced();
+        let first = trace.call;
+        let mut headers = HeaderMap::new();
+        trace.propagate(&mut headers);
+        assert!(
+            headers["traceparent"]
+                .to_str()
+                .unwrap()
+                .contains(&first.hex())
+        );
+        trace.retry("context_length_exceeded", Some(400));
+        trace.propagate(&mut headers);
+        let second = trace.call;
+        assert_ne!(first, second);
+        assert!(
+            headers["traceparent"]
+                .to_str()
+                .unwrap()
+                .contains(&second.hex())
+        );
+        trace.prepared_since(now_unix_nano());
+        let overflow = SessionEvent {
+            name: "context_compaction_end".into(),
+            data: json!({"reason": "overflow", "stages": ["summarize"], "tokens_before": 9,
+                "tokens_after": 3, "messages_before": 4, "messages_after": 2}),
+        };
+        trace.compactions(&[overflow], "extractive");
+        trace.fail("502", Some(502));
+        let failed = spans.try_recv().expect("the first call");
+        assert_eq!(failed.span_id, first.0.to_vec());
+        assert_eq!(
+            string(&failed, "error.type"),
+            Some("context_length_exceeded")
+        );
+        assert_eq!(int(&failed, "http.response.status_code"), Some(400));
+        let retried = spans.try_recv().expect("the retry");
+        assert_eq!(retried.span_id, second.0.to_vec());
+        assert_eq!(string(&retried, "error.type"), Some("502"));
+        let child = spans.try_recv().expect("the recovery's compaction");
+        assert_eq!(child.parent_span_id, second.0.to_vec());
+    }
+}
