@@ -2,6 +2,19 @@
 //! the span is dropped and counted, `ctxkeeper_spans_dropped_total`), and one background task
 //! sends them in batches as protobuf to the collector's `/v1/traces`. A collector that is down
 //! or slow delays nothing but that task: requests only ever `try_send`.
+//!
+//! ```no_run
+//! # async fn run() {
+//! use std::sync::Arc;
+//! use ctxkeeper_gateway::metrics::Metrics;
+//! use ctxkeeper_gateway::telemetry::{Exporter, SpanId, SpanKind, SpanRecord, TelemetryConfig, TraceContext};
+//!
+//! let config = TelemetryConfig::from_endpoint("http://127.0.0.1:4318").unwrap();
+//! let exporter = Exporter::start(&config, Arc::new(Metrics::default())).expect("in a runtime");
+//! let trace = TraceContext::root();
+//! exporter.record(SpanRecord::new(&trace, SpanId::random(), "chat m", SpanKind::Client, 0));
+//! # }
+//! ```
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -6,6 +6,15 @@
 //! compacted, inside it) and ends when the answer has reached the client (after the last
 //! streamed byte), when the usage is known. Each call goes upstream with a `traceparent`
 //! naming its own span, so the provider's spans nest under the gateway's.
+//!
+//! ```text
+//! client span (traceparent 00-T-C-01)
+//! └─ chat gpt-4o            CLIENT  gen_ai.*, error.type=context_length_exceeded
+//!    └─ compaction          INTERNAL  trigger=tokens (the step's own)
+//!    └─ chat gpt-4o         CLIENT  ctxkeeper.call.purpose=summary (a summary written upstream)
+//! └─ chat gpt-4o            CLIENT  the retry: gen_ai.usage.*, gen_ai.conversation.compacted
+//!    └─ compaction          INTERNAL  trigger=overflow (the recovery's)
+//! ```
 
 use std::sync::Arc;
 
