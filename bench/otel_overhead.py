@@ -28,6 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"listening on http://(\S+)")
+# Every process started, stopped at the end whatever happened.
+STARTED: list[subprocess.Popen] = []
 
 
 def binary(env_var: str, name: str) -> str:
@@ -46,6 +48,7 @@ def start(argv: list[str], env: dict[str, str] | None = None) -> tuple[subproces
         text=True,
         env={**os.environ, "RUST_LOG": "warn", **(env or {})},
     )
+    STARTED.append(proc)
     for line in proc.stdout:
         match = LISTENING.search(line)
         if match:
@@ -175,4 +178,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        for proc in STARTED:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
