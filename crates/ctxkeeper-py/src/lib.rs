@@ -48,7 +48,6 @@ mod manager;
 mod runtime;
 mod sessions;
 mod settings;
-mod wire;
 
 use pyo3::prelude::*;
 
