@@ -38,7 +38,7 @@ export function binary(envVar, name) {
 export async function startMock(window, ...extra) {
   const exe = binary("CTXKEEPER_MOCK_UPSTREAM_BIN", "ctxkeeper-mock-upstream");
   const child = spawn(exe, ["--listen", "127.0.0.1:0", "--window", String(window), ...extra], {
-    stdio: ["ignore", "pipe", "inherit"],
+    stdio: ["ignore", "pipe", "ignore"],
   });
   const url = await new Promise((resolveUrl, reject) => {
     let seen = "";
