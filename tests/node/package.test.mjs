@@ -133,3 +133,63 @@ test("a loop with big tool outputs never exceeds a small window; archives read b
   assert.match(text, /MARKER-3 build artifact checksum 23757/);
   await assert.rejects(cm.read("no/such/reference"), ck.CtxkeeperError);
 });
+
+test("onOverflow compacts below the provider's stated limit; other errors give null", async () => {
+  // The manager was told a larger window than the provider enforces: the error states the
+  // real limit (the case of tests/python/test_py_engine.py).
+  const seen = [];
+  const cm = await ck.ContextManager.open({ window: 6_000, onEvent: (event) => seen.push(event) });
+  await cm.ingest({ role: "user", content: "start" });
+  for (let i = 0; cm.countTokens() < 3_000; i++) {
+    const words = Array.from({ length: 60 }, (_, w) => `word${(i * 60 + w) % 97}`).join(" ");
+    await cm.ingest([
+      { role: "user", content: `question ${i}: ${words}` },
+      { role: "assistant", content: `answer ${i}: ${words}` },
+    ]);
+  }
+  const prepared = await cm.prepare();
+  assert.equal(prepared.compacted, false);
+  const limit = 2_400;
+
+  // Not an overflow: a rate limit.
+  const limited = { error: { message: "Rate limit reached", type: "rate_limit_error" } };
+  assert.equal(await cm.onOverflow(limited, { status: 429 }), null);
+
+  const body = {
+    error: {
+      message: `This model's maximum context length is ${limit} tokens. However, your messages resulted in ${prepared.inputTokens} tokens. Please reduce the length of the messages.`,
+      type: "invalid_request_error",
+      code: "context_length_exceeded",
+    },
+  };
+  const error = Object.assign(new Error("400 context length"), { status: 400, error: body.error });
+  const smaller = await cm.onOverflow(error);
+  assert.ok(smaller, "an overflow error gives a smaller request");
+  assert.equal(smaller.compacted, true);
+  assert.ok(cm.countTokens() <= limit, `${cm.countTokens()} > ${limit}`);
+  assert.deepEqual(smaller.messages, cm._emitFull());
+  assert.ok(seen.some((event) => typeof event.type === "string"), "onEvent received the engine's events");
+  assert.deepEqual(cm.events(), [], "events went to the callback");
+
+  // What must stay cannot fit a limit this small: a typed error with the figures.
+  await assert.rejects(cm.onOverflow(null, { limit: 10 }), (err) => {
+    assert.ok(err instanceof ck.NoRoomError && err instanceof ck.ContextOverflowError, err);
+    assert.equal(err.limit, 10);
+    assert.ok(err.needed > 10);
+    return true;
+  });
+});
+
+test("a stored session resumes where it was saved", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "ctxk-node-"));
+  const store = `sqlite://${join(dir, "sessions.db")}`;
+  const first = await ck.ContextManager.open({ window: 16_000, store, session: "resume-1" });
+  await first.prepare([{ role: "user", content: "remember the number 41" }, { role: "assistant", content: "noted" }]);
+  await first.save();
+  const again = await ck.ContextManager.open({ window: 16_000, store, session: "resume-1" });
+  assert.equal(again.session.session, "resume-1");
+  assert.equal(again.session.stored, true);
+  const next = await again.prepare([{ role: "user", content: "what was it?" }]);
+  assert.deepEqual(next.messages.map((m) => m.content), ["remember the number 41", "noted", "what was it?"]);
+  assert.equal(again.stats().ingested, 3);
+});
