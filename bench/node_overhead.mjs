@@ -9,7 +9,10 @@
 // summarizer, archive writes to a scratch directory. Prints one JSON object: p50 / p99 of quiet
 // steps (no compaction) and of all steps, the mean of compacting steps, in µs; medians over runs.
 //
-// Usage: node bench/node_overhead.mjs TRACE [--window 16000] [--runs 3]
+// With --memory the archive is in the process (no workspace): such a session can do no IO,
+// and its steps run on the caller's thread instead of libuv's thread pool.
+//
+// Usage: node bench/node_overhead.mjs TRACE [--window 16000] [--runs 3] [--memory]
 // (the package from CTXKEEPER_NODE_PROJECT, else .node-project: scripts/nodeproject).
 import { createRequire } from "node:module";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -26,7 +29,8 @@ const option = (name, fallback) => {
   const at = args.indexOf(name);
   return at >= 0 ? Number(args[at + 1]) : fallback;
 };
-const trace = args.find((a, i) => !a.startsWith("--") && !(i > 0 && args[i - 1].startsWith("--")));
+const memory = args.includes("--memory");
+const trace = args.find((a, i) => !a.startsWith("--") && !(i > 0 && ["--window", "--runs"].includes(args[i - 1])));
 const window = option("--window", 16_000);
 const runs = option("--runs", 3);
 
@@ -58,7 +62,12 @@ const round = (value) => (value === null ? null : Math.round(value * 10) / 10);
 async function oneRun(messages) {
   const workspace = mkdtempSync(join(tmpdir(), "ctxk-bench-"));
   try {
-    const manager = await ck.ContextManager.open({ policy: "default", model: "gpt-4o", window, workspace });
+    const manager = await ck.ContextManager.open({
+      policy: "default",
+      model: "gpt-4o",
+      window,
+      ...(memory ? {} : { workspace }),
+    });
     const quiet = [];
     const busy = [];
     let pending = [];
@@ -93,6 +102,7 @@ async function oneRun(messages) {
 const messages = loadConcatSession(trace);
 const results = [];
 for (let run = 0; run < runs; run++) results.push(await oneRun(messages));
-const summary = { system: `ctxkeeper-engine ${ck.version()} (default), from Node ${process.version}`, window, runs, messages: messages.length };
+const archive = memory ? "in-process archive" : "workspace archive";
+const summary = { system: `ctxkeeper-engine ${ck.version()} (default, ${archive}), from Node ${process.version}`, window, runs, messages: messages.length };
 for (const key of Object.keys(results[0])) summary[key] = round(median(results.map((r) => r[key])));
 console.log(JSON.stringify(summary, null, 2));

@@ -190,6 +190,7 @@ class ContextManager {
   #originals = new Map();
   #seq = 0;
   #session;
+  #ioFree;
 
   constructor(token, nativeSession, opened, onEvent) {
     if (token !== OPEN) throw new TypeError("use `await ContextManager.open(options)`");
@@ -197,6 +198,9 @@ class ContextManager {
     this.#wire = opened.wire;
     this.#tools = opened.tools ?? null;
     this.#session = opened.session;
+    // No store, an in-process archive, the extractive summarizer: no step can wait for IO,
+    // so steps run on this thread (the promise is resolved already) instead of a worker's.
+    this.#ioFree = opened.ioFree === true;
     this.#onEvent = onEvent ?? null;
   }
 
@@ -215,6 +219,7 @@ class ContextManager {
 
   async #run(op, args) {
     try {
+      if (this.#ioFree) return unwrap(this.#native.runSync(op, json(args)));
       return unwrap(await this.#native.run(op, json(args)));
     } finally {
       this.#dispatch();

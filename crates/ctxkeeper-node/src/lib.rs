@@ -82,10 +82,11 @@ impl NativeSession {
         })
     }
 
-    /// Runs `op` now; its JSON envelope. Operations that touch a store are refused here.
+    /// Runs `op` now; its JSON envelope. Operations that may do IO are refused here (see
+    /// `ops::Handle::needs_worker`).
     #[napi]
     pub fn run_sync(&self, op: String, args: String) -> String {
-        if ops::is_async(&op) {
+        if self.handle.needs_worker(&op) {
             return serde_json::json!({"error": {
                 "class": "CtxkeeperError",
                 "message": format!("{op} touches the store: call it with run()"),

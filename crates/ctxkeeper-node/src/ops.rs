@@ -19,6 +19,7 @@
 //! assert_eq!(ingested["error"]["class"], "InvalidInputError");
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ctxkeeper::core::overflow;
@@ -35,13 +36,24 @@ pub type Seq = u32;
 /// One session, opened by the `open` operation; shared with the worker threads that run
 /// the asynchronous operations.
 #[derive(Debug, Clone, Default)]
-pub struct Handle(Arc<Mutex<Option<Session<Seq>>>>);
+pub struct Handle {
+    session: Arc<Mutex<Option<Session<Seq>>>>,
+    /// The session can do no IO: no store, an in-process archive, the extractive summarizer.
+    io_free: Arc<AtomicBool>,
+}
 
 impl Handle {
     fn lock(&self) -> Result<MutexGuard<'_, Option<Session<Seq>>>, EmbedError> {
-        self.0
+        self.session
             .lock()
             .map_err(|_| EmbedError::Other("the manager is unusable: a call panicked".into()))
+    }
+
+    /// Whether `op` must run on a worker thread: `open`, and the operations that touch a
+    /// store, an archive or a summarizer model unless the session can do no IO (then a step
+    /// costs no hop to the thread pool and back).
+    pub fn needs_worker(&self, op: &str) -> bool {
+        op == "open" || (is_async(op) && !self.io_free.load(Ordering::Relaxed))
     }
 }
 
@@ -132,13 +144,18 @@ fn open(handle: &Handle, value: Value) -> Result<Value, EmbedError> {
         summarizer_url: given.summarizer_url,
         summarizer_model: given.summarizer_model,
     };
+    let io_free = options.store.is_none()
+        && options.summarizer == "extractive"
+        && ctxkeeper_embed::policy::archive_url(options.workspace.as_deref(), None) == "memory://";
     let session = Session::open(runtime()?, options)?;
     let answer = json!({
         "wire": session.wire().as_str(),
         "tools": session.tools(),
         "session": session.info(),
+        "ioFree": io_free,
     });
     *handle.lock()? = Some(session);
+    handle.io_free.store(io_free, Ordering::Relaxed);
     Ok(answer)
 }
 
@@ -483,6 +500,25 @@ mod tests {
         assert_eq!(refused["error"]["class"], "ConfigError");
         let message = refused["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("windw"), "{message}");
+    }
+
+    #[test]
+    fn only_a_session_that_does_no_io_runs_steps_on_the_callers_thread() {
+        let memory = Handle::default();
+        assert_eq!(ok(call(&memory, "open", json!({})))["ioFree"], true);
+        assert!(!memory.needs_worker("prepare"));
+        assert!(memory.needs_worker("open"));
+        let dir = std::env::temp_dir().join(format!("ctxk-node-ops-{}", std::process::id()));
+        let workspace = Handle::default();
+        let opened = ok(call(
+            &workspace,
+            "open",
+            json!({"workspace": dir.to_string_lossy()}),
+        ));
+        assert_eq!(opened["ioFree"], false);
+        assert!(workspace.needs_worker("prepare"));
+        assert!(!workspace.needs_worker("stats"));
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
