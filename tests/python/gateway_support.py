@@ -51,10 +51,12 @@ def start_gateway(
     *extra: str,
     store: str | None = None,
     workspace: Path | str | None = None,
+    env: dict[str, str] | None = None,
 ) -> RunningProcess:
     """`ctxkeeper serve` on a free port in front of the mock at `upstream` (http://ADDR),
     with its SQLite store and archive under `workdir` unless `store` / `workspace` name
-    others (several gateways sharing them behave as one service)."""
+    others (several gateways sharing them behave as one service); `env` adds environment
+    variables (`OTEL_*`)."""
     argv = [
         gateway_binary(),
         "serve",
@@ -70,7 +72,7 @@ def start_gateway(
         str(workspace or workdir / "workspace"),
         *extra,
     ]
-    return start_process(argv, LISTENING, env={"RUST_LOG": "info"})
+    return start_process(argv, LISTENING, env={"RUST_LOG": "info", **(env or {})})
 
 
 def write_config(path: Path, text: str) -> Path:

@@ -71,8 +71,12 @@ pub fn run(args: &ConfigArgs) -> Result<()> {
 /// [`GatewaySettings`] a file's `[gateway]` is read into), `[policy]` and `[models]`.
 fn render(config: &GatewayConfig) -> Result<String> {
     use toml::Value;
-    let gateway = Value::try_from(GatewaySettings::effective(config))
+    let mut gateway = Value::try_from(GatewaySettings::effective(config))
         .map_err(|e| InputError::BadOption(format!("cannot render the settings: {e}")))?;
+    // `[gateway.telemetry]` comes after the comments about `[gateway]`'s own keys.
+    let telemetry = gateway
+        .as_table_mut()
+        .and_then(|table| table.remove("telemetry"));
     let policy = Value::try_from(&config.policy)
         .map_err(|e| InputError::BadOption(format!("cannot render the policy: {e}")))?;
     let mut models = toml::Table::new();
@@ -130,8 +134,23 @@ fn render(config: &GatewayConfig) -> Result<String> {
             if config.memory_enabled() { "on" } else { "off" }
         ),
     };
+    let telemetry = match telemetry {
+        Some(table) => {
+            let mut gateway = toml::Table::new();
+            gateway.insert("telemetry".into(), table);
+            let headers = match &config.telemetry {
+                Some(telemetry) if !telemetry.headers.is_empty() => "set",
+                _ => "none",
+            };
+            format!(
+                "\n{}# telemetry headers: {headers}\n",
+                section("gateway", Value::Table(gateway))?
+            )
+        }
+        None => String::new(),
+    };
     Ok(format!(
-        "{}{memory}{secrets}\n{origin}{policy}\n{}",
+        "{}{memory}{secrets}{telemetry}\n{origin}{policy}\n{}",
         section("gateway", gateway)?,
         section("models", Value::Table(models))?
     ))

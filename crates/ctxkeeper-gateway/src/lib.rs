@@ -12,6 +12,8 @@
 //!   session it continues, and message fingerprints; [`cache_hints`]: the client's cache
 //!   markers on a managed context;
 //! - [`streaming`]: `usage` from streamed and plain answers;
+//! - [`telemetry`]: OpenTelemetry GenAI spans of the model calls and their compactions, over
+//!   OTLP/HTTP, and the cache-stall alarm;
 //! - [`admin`]: the admin API; [`ui`]: the web console; [`metrics`]: Prometheus metrics; [`error`]: errors in each
 //!   provider's shape; [`limits`]: the cap on request bytes in flight.
 //!
@@ -45,6 +47,7 @@ pub mod router;
 pub mod sessions;
 pub mod streaming;
 pub mod summarize;
+pub mod telemetry;
 pub mod tenancy;
 pub mod ui;
 
@@ -65,6 +68,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// Request body bytes held at once, over every request.
     pub inflight: limits::InflightBytes,
+    /// The span exporter, when traces are exported (`[gateway.telemetry]`).
+    pub telemetry: Option<telemetry::Telemetry>,
     client: reqwest::Client,
     /// Fingerprints of recently seen messages: a resent history is not serialized again.
     fingerprints: identity::FingerprintMemo,
@@ -103,6 +108,7 @@ impl Gateway {
         .with_summary_preparation(config.prepare_summaries_at)
         .with_summary_wait(config.summary_wait)
         .with_metrics(metrics.clone())
+        .with_cache_stall(config.cache_stall)
         .with_event_bus(bus);
         let sessions = match open_memory(&config)? {
             Some(memory) => sessions.with_memory(memory),
@@ -128,11 +134,16 @@ impl Gateway {
             .map_err(GatewayError::Client)?;
         let inflight = limits::InflightBytes::new(config.max_inflight_bytes, metrics.clone());
         let resent = resent::ResentPrefixes::new(config.resent_prefix_bytes);
+        let telemetry = config
+            .telemetry
+            .as_ref()
+            .and_then(|telemetry| telemetry::Telemetry::start(telemetry, metrics.clone()));
         Ok(Arc::new(Gateway {
             config,
             sessions,
             metrics,
             inflight,
+            telemetry,
             client,
             fingerprints: identity::FingerprintMemo::default(),
             resent,

@@ -29,6 +29,10 @@
 //! | `ctxkeeper_bodies_forwarded_early_total` | counter (large bodies sent upstream while they arrived) | |
 //! | `ctxkeeper_early_forwards_cut_total` | counter (of those, uploads cut because the gateway sent another body or none) | |
 //! | `ctxkeeper_events_dropped_total` | counter (the event publisher's queue was full) | |
+//! | `ctxkeeper_spans_exported_total` | counter (spans the OTLP collector accepted) | |
+//! | `ctxkeeper_spans_dropped_total` | counter (spans dropped: the export queue was full) | |
+//! | `ctxkeeper_spans_export_failed_total` | counter (spans of export requests that failed) | |
+//! | `ctxkeeper_cache_stalls_total` | counter (sessions whose prompt cache stopped serving: `cache_stalled`) | |
 //! | `ctxkeeper_warm_sessions` | gauge | |
 //! | `ctxkeeper_event_subscriptions` | gauge (open `/v1/sessions/{id}/events` streams) | |
 //! | `ctxkeeper_event_channels` | gauge (sessions with at least one subscriber) | |
@@ -132,6 +136,10 @@ pub struct Metrics {
     pub resent_messages_reused: AtomicU64,
     pub bodies_forwarded_early: AtomicU64,
     pub early_forwards_cut: AtomicU64,
+    pub spans_exported: AtomicU64,
+    pub spans_dropped: AtomicU64,
+    pub spans_export_failed: AtomicU64,
+    pub cache_stalls: AtomicU64,
     /// Gauges, kept up to date by their owners.
     pub warm_sessions: AtomicU64,
     pub event_subscriptions: AtomicU64,
@@ -329,6 +337,26 @@ impl Metrics {
                 "ctxkeeper_events_dropped_total",
                 "Session events dropped because the publisher's queue was full.",
                 &self.events_dropped,
+            ),
+            (
+                "ctxkeeper_spans_exported_total",
+                "Trace spans the OTLP collector accepted.",
+                &self.spans_exported,
+            ),
+            (
+                "ctxkeeper_spans_dropped_total",
+                "Trace spans dropped because the export queue was full (a collector down or slow).",
+                &self.spans_dropped,
+            ),
+            (
+                "ctxkeeper_spans_export_failed_total",
+                "Trace spans in export requests that failed (collector unreachable or refusing).",
+                &self.spans_export_failed,
+            ),
+            (
+                "ctxkeeper_cache_stalls_total",
+                "Sessions that sent many fresh input tokens with no cache reads over several calls in a row (cache_stalled events).",
+                &self.cache_stalls,
             ),
             (
                 "ctxkeeper_sessions_evicted_total",

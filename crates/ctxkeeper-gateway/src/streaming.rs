@@ -25,6 +25,9 @@
 
 use serde_json::Value;
 
+use crate::telemetry::UsageReport;
+use crate::telemetry::usage::event_may_report;
+
 /// The input tokens an answer body reports, if any.
 pub fn input_tokens(body: &Value) -> Option<u64> {
     let usage = body
@@ -103,6 +106,7 @@ pub struct SseUsage {
     splitter: SseSplitter,
     input_tokens: Option<u64>,
     called_tools: bool,
+    report: UsageReport,
 }
 
 impl SseUsage {
@@ -110,14 +114,27 @@ impl SseUsage {
     pub fn feed(&mut self, chunk: &[u8]) {
         let mut found = self.input_tokens;
         let mut called = self.called_tools;
+        let report = &mut self.report;
         self.splitter.feed(chunk, |raw| {
-            if let Some(tokens) = usage_of_event(raw) {
-                found = Some(tokens);
+            // Cheap filter first: most events are content deltas without usage.
+            if event_may_report(raw)
+                && let Some((_, data)) = parse_event(raw)
+                && let Ok(value) = serde_json::from_str::<Value>(&data)
+            {
+                if let Some(tokens) = input_tokens(&value).filter(|tokens| *tokens > 0) {
+                    found = Some(tokens);
+                }
+                report.merge(&value);
             }
             called = called || event_calls_tools(raw);
         });
         self.input_tokens = found;
         self.called_tools = called;
+    }
+
+    /// Everything the events so far reported about usage and how the answer ended.
+    pub fn report(&self) -> &UsageReport {
+        &self.report
     }
 
     /// The input tokens of the last event that reported them.
@@ -208,16 +225,6 @@ fn event_calls_tools(raw: &[u8]) -> bool {
     parse_event(raw)
         .and_then(|(_, data)| serde_json::from_str::<Value>(&data).ok())
         .is_some_and(|value| calls_tools(&value))
-}
-
-fn usage_of_event(raw: &[u8]) -> Option<u64> {
-    // Cheap filter first: most events are content deltas without usage.
-    if !raw.windows(5).any(|w| w == b"usage") {
-        return None;
-    }
-    let (_, data) = parse_event(raw)?;
-    let value = serde_json::from_str::<Value>(&data).ok()?;
-    input_tokens(&value).filter(|tokens| *tokens > 0)
 }
 
 /// What the opening events of a streamed answer decided.

@@ -40,6 +40,8 @@ use ctxkeeper_llm::prompt::in_context_instruction;
 use ctxkeeper_llm::{LlmError, Summarizer, extract_json};
 use serde_json::{Map, Value, json};
 
+use crate::telemetry::{SummaryTrace, UsageReport};
+
 /// The opening words of the closing instruction; the mock upstream answers requests ending
 /// with them like a model that follows the instruction.
 pub const SUMMARY_REQUEST_MARK: &str = "[ctxkeeper summary request]";
@@ -104,6 +106,8 @@ pub struct UpstreamRoute {
     pub tools: Vec<ToolSpec>,
     /// Time allowed for the summary call.
     pub timeout: Duration,
+    /// The trace a summary call's span joins, when traces are exported.
+    pub trace: Option<SummaryTrace>,
 }
 
 impl fmt::Debug for UpstreamRoute {
@@ -226,23 +230,52 @@ impl Summarizer for UpstreamSummarizer {
 }
 
 impl UpstreamSummarizer {
+    /// One summary call, traced as a span of its own when the request is traced.
     async fn call(
         &self,
         request: &SummaryRequest,
         prefix: Option<&Bytes>,
     ) -> Result<Summary, LlmError> {
         let body = self.body_over(request, prefix);
+        let mut headers = self.route.headers.clone();
+        let span = self.route.trace.as_ref().map(SummaryTrace::begin);
+        if let Some(span) = &span {
+            span.propagate(&mut headers);
+        }
+        let mut seen = Seen::default();
+        let summary = self.exchange(request, &body, headers, &mut seen).await;
+        if let Some(span) = span {
+            let model = body.get("model").and_then(Value::as_str);
+            let error = summary.as_ref().err().map(|error| match error {
+                LlmError::Timeout => "timeout",
+                LlmError::Status { .. } => "status",
+                LlmError::InvalidOutput { .. } => "invalid_output",
+                _ => "transport",
+            });
+            span.end(model, seen.report.as_ref(), seen.status, error);
+        }
+        summary
+    }
+
+    async fn exchange(
+        &self,
+        request: &SummaryRequest,
+        body: &Map<String, Value>,
+        headers: HeaderMap,
+        seen: &mut Seen,
+    ) -> Result<Summary, LlmError> {
         let answer = self
             .route
             .client
             .post(&self.route.url)
-            .headers(self.route.headers.clone())
+            .headers(headers)
             .timeout(self.route.timeout)
-            .json(&body)
+            .json(body)
             .send()
             .await
             .map_err(transport)?;
         let status = answer.status().as_u16();
+        seen.status = Some(status);
         let bytes = answer.bytes().await.map_err(transport)?;
         if !(200..300).contains(&status) {
             let text = String::from_utf8_lossy(&bytes);
@@ -257,6 +290,7 @@ impl UpstreamSummarizer {
                 attempts: 1,
                 problem: format!("the answer is not JSON: {e}"),
             })?;
+        seen.report = Some(UsageReport::from_body(&answer));
         let (input, cached) = usage(self.route.wire, &answer);
         tracing::info!(
             summarizer = %self.name,
@@ -276,6 +310,13 @@ impl UpstreamSummarizer {
             }
         })
     }
+}
+
+/// What a summary call saw of its answer, for its span.
+#[derive(Debug, Default)]
+struct Seen {
+    status: Option<u16>,
+    report: Option<UsageReport>,
 }
 
 fn transport(err: reqwest::Error) -> LlmError {
@@ -444,6 +485,7 @@ mod tests {
             model: Some("claude-x".into()),
             tools: Vec::new(),
             timeout: Duration::from_secs(1),
+            trace: None,
         })
     }
 

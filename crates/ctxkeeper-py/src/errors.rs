@@ -7,57 +7,30 @@
 
 use std::error::Error as StdError;
 
-use ctxkeeper_core::ParseError;
+use ctxkeeper_embed::EmbedError;
 use ctxkeeper_store::StoreError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
 
-/// The exception classes, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Base,
-    InvalidInput,
-    Config,
-    Store,
-    Conflict,
-    NotFound,
-    Archive,
-    NoRoom,
-    Unrecoverable,
-}
+/// The exception classes: the shared hierarchy of every face.
+pub use ctxkeeper_embed::Class as Kind;
 
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Base => "CtxkeeperError",
-            Kind::InvalidInput => "InvalidInputError",
-            Kind::Config => "ConfigError",
-            Kind::Store => "StoreError",
-            Kind::Conflict => "ConflictError",
-            Kind::NotFound => "NotFoundError",
-            Kind::Archive => "ArchiveError",
-            Kind::NoRoom => "NoRoomError",
-            Kind::Unrecoverable => "UnrecoverableError",
-        }
-    }
-
-    fn class<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyType>> {
-        static CLASSES: [PyOnceLock<Py<PyType>>; 9] = [
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-            PyOnceLock::new(),
-        ];
-        CLASSES[self as usize]
-            .import(py, "ctxkeeper_engine.errors", self.name())
-            .cloned()
-    }
+fn class<'py>(py: Python<'py>, kind: Kind) -> PyResult<Bound<'py, PyType>> {
+    static CLASSES: [PyOnceLock<Py<PyType>>; 9] = [
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+        PyOnceLock::new(),
+    ];
+    CLASSES[kind as usize]
+        .import(py, "ctxkeeper_engine.errors", kind.name())
+        .cloned()
 }
 
 /// An exception of class `kind` with `message` and keyword attributes (`path=…`, `index=…`).
@@ -78,7 +51,7 @@ pub enum Attr {
 }
 
 fn build(py: Python<'_>, kind: Kind, message: &str, attrs: &[(&str, Attr)]) -> PyResult<PyErr> {
-    let class = kind.class(py)?;
+    let class = class(py, kind)?;
     let kwargs = PyDict::new(py);
     for (name, value) in attrs {
         match value {
@@ -91,34 +64,10 @@ fn build(py: Python<'_>, kind: Kind, message: &str, attrs: &[(&str, Attr)]) -> P
     Ok(PyErr::from_value(instance))
 }
 
-/// A parse error of the caller's input (`what`: `messages`, `tools`, `system`).
-pub fn parse(what: &str, err: &ParseError) -> PyErr {
-    let path = err.position.to_string();
-    let path = path.strip_prefix("at ").unwrap_or(&path).to_string();
-    let shown = path.replacen('$', what, 1);
-    raise(
-        Kind::InvalidInput,
-        format!("{shown}: {}", err.message),
-        &[("path", Attr::Str(shown.clone()))],
-    )
-}
-
 /// A store error, with its class and its cause chain.
 pub fn store(err: &StoreError) -> PyErr {
-    let kind = store_kind(err);
+    let kind = Kind::of_store(err);
     chained(kind, err)
-}
-
-fn store_kind(err: &StoreError) -> Kind {
-    if err.is_conflict() {
-        Kind::Conflict
-    } else if err.is_not_found() {
-        Kind::NotFound
-    } else if matches!(err, StoreError::InvalidInput(_)) || err.is_forbidden() {
-        Kind::InvalidInput
-    } else {
-        Kind::Store
-    }
 }
 
 /// An error of the context manager.
@@ -154,7 +103,7 @@ pub fn chained(kind: Kind, err: &(dyn StdError + 'static)) -> PyErr {
     let top = raise(kind, err.to_string(), &[]);
     if let Some(source) = err.source() {
         let kind = match source.downcast_ref::<StoreError>() {
-            Some(store) => store_kind(store),
+            Some(store) => Kind::of_store(store),
             None => Kind::Base,
         };
         let cause = chained(kind, source);
@@ -171,4 +120,40 @@ pub fn config(message: impl Into<String>) -> PyErr {
 /// Refused input.
 pub fn invalid(message: impl Into<String>) -> PyErr {
     raise(Kind::InvalidInput, message, &[])
+}
+
+/// An error of the shared session layer, as its exception (with its cause chain).
+pub fn embed(py: Python<'_>, err: EmbedError) -> PyErr {
+    let text = err.to_string();
+    match err {
+        EmbedError::InvalidInput {
+            message,
+            path,
+            index,
+            kind,
+        } => raise(
+            Kind::InvalidInput,
+            message,
+            &[
+                ("path", path.map_or(Attr::None, Attr::Str)),
+                ("index", index.map_or(Attr::None, |i| Attr::Int(i as u64))),
+                ("kind", kind.map_or(Attr::None, |k| Attr::Str(k.into()))),
+            ],
+        ),
+        EmbedError::Config(message) => config(message),
+        EmbedError::Open { source, .. } => {
+            let top = raise(Kind::Store, text, &[]);
+            top.set_cause(py, Some(store(&source)));
+            top
+        }
+        EmbedError::Store(err) => store(&err),
+        EmbedError::Manager(err) => manager(&err),
+        EmbedError::Ingest { index, source } => {
+            let top = manager(&source);
+            let note = format!("messages[{index}] and later were not ingested");
+            let _ = top.value(py).call_method1("add_note", (note,));
+            top
+        }
+        EmbedError::Other(message) => raise(Kind::Base, message, &[]),
+    }
 }

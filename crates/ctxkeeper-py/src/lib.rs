@@ -11,7 +11,8 @@
 //! # The API shape (shared by every language face)
 //!
 //! The faces over the library facade (`ctxkeeper::ContextManager`) keep one shape, so the
-//! npm package and this one read alike. Messages cross the boundary as plain objects in the
+//! npm package and this one read alike: both bind `ctxkeeper_embed::Session`, which holds
+//! everything but the conversions of this crate (Python objects, exceptions, the GIL). Messages cross the boundary as plain objects in the
 //! caller's own wire shape (OpenAI Chat `messages`, Responses `input` items, Anthropic
 //! `messages` with `system` apart), never as ctxkeeper types.
 //!
@@ -48,7 +49,6 @@ mod manager;
 mod runtime;
 mod sessions;
 mod settings;
-mod wire;
 
 use pyo3::prelude::*;
 

@@ -1,165 +1,30 @@
-//! What a manager is built from: the policy (a preset, a config file or a dict), the model's
-//! token profile, the window, the summarizer, the archive and the store.
+//! `policy=` of the constructor as the shared layer's [`PolicySpec`].
 
-use std::path::Path;
-
-use ctxkeeper_core::engine::{PolicyConfig, presets};
-use ctxkeeper_core::tokens::Profiles;
+use ctxkeeper_embed::PolicySpec;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use serde_json::Value;
 
 use crate::errors;
 
-/// A resolved policy and the model profiles that go with it (a config file may add some).
-#[derive(Debug)]
-pub struct Policy {
-    pub config: PolicyConfig,
-    pub profiles: Profiles,
-}
-
-/// Resolves `policy=`: a preset name, the path of a TOML configuration file (the file
-/// `ctxkeeper serve --config` reads: `[gateway] policy` names the preset, `[policy]`
-/// overrides it, `[models."NAME"]` adds model profiles), or a dict of `[policy]` overrides
-/// (`"preset"` names the base, `default` otherwise).
-pub fn resolve_policy(policy: &Bound<'_, PyAny>) -> PyResult<Policy> {
+/// A preset name, the path of a TOML configuration file (a `str` or any path-like), or a
+/// dict of `[policy]` overrides (`"preset"` names the base).
+pub fn policy_spec(policy: &Bound<'_, PyAny>) -> PyResult<PolicySpec> {
     if let Ok(dict) = policy.cast::<PyDict>() {
-        return from_dict(dict);
+        let value: Value = pythonize::depythonize(dict.as_any())
+            .map_err(|e| errors::config(format!("policy dict: {e}")))?;
+        return Ok(PolicySpec::Overrides(value));
     }
-    let text = if let Ok(text) = policy.cast::<PyString>() {
-        text.to_str()?.to_string()
-    } else if policy.hasattr("__fspath__")? {
-        policy.call_method0("__fspath__")?.extract::<String>()?
-    } else {
-        return Err(errors::config(format!(
-            "policy must be a preset name, a config file path or a dict, not {}",
-            policy.get_type().name()?
-        )));
-    };
-    if let Some(config) = presets::preset(&text) {
-        return Ok(Policy {
-            config,
-            profiles: Profiles::builtin(),
-        });
+    if let Ok(text) = policy.cast::<PyString>() {
+        return Ok(PolicySpec::Named(text.to_str()?.to_string()));
     }
-    let path = Path::new(&text);
-    if path.is_file() || text.ends_with(".toml") {
-        return from_file(path);
+    if policy.hasattr("__fspath__")? {
+        return Ok(PolicySpec::Named(
+            policy.call_method0("__fspath__")?.extract::<String>()?,
+        ));
     }
     Err(errors::config(format!(
-        "unknown policy {text:?}: expected a preset ({}), the path of a TOML config file, or a dict",
-        presets::NAMES.join(", ")
+        "policy must be a preset name, a config file path or a dict, not {}",
+        policy.get_type().name()?
     )))
-}
-
-fn preset(name: &str) -> PyResult<PolicyConfig> {
-    presets::preset(name).ok_or_else(|| {
-        errors::config(format!(
-            "unknown preset {name:?} (available: {})",
-            presets::NAMES.join(", ")
-        ))
-    })
-}
-
-fn from_dict(dict: &Bound<'_, PyDict>) -> PyResult<Policy> {
-    let value: Value = pythonize::depythonize(dict.as_any())
-        .map_err(|e| errors::config(format!("policy dict: {e}")))?;
-    let Value::Object(mut fields) = value else {
-        return Err(errors::config("policy dict must be a dict"));
-    };
-    let base = match fields.remove("preset") {
-        Some(Value::String(name)) => preset(&name)?,
-        Some(other) => {
-            return Err(errors::config(format!(
-                "policy[\"preset\"] must be a preset name, not {other}"
-            )));
-        }
-        None => preset("default")?,
-    };
-    if fields.is_empty() {
-        return Ok(Policy {
-            config: base,
-            profiles: Profiles::builtin(),
-        });
-    }
-    let table: toml::Table = serde_json::from_value(Value::Object(fields))
-        .map_err(|e| errors::config(format!("policy dict: {e} (TOML has no null)")))?;
-    let config = base
-        .with_overrides(&table.to_string())
-        .map_err(|e| errors::config(format!("policy dict: {e}")))?;
-    Ok(Policy {
-        config,
-        profiles: Profiles::builtin(),
-    })
-}
-
-fn from_file(path: &Path) -> PyResult<Policy> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| errors::config(format!("cannot read the config file {shown}: {e}")))?;
-    let bad = |message: String| errors::config(format!("{shown}: {message}"));
-    let mut table: toml::Table =
-        toml::from_str(&text).map_err(|e| bad(e.to_string().trim().to_string()))?;
-    let name = match table.remove("gateway") {
-        Some(toml::Value::Table(gateway)) => match gateway.get("policy") {
-            Some(toml::Value::String(name)) => name.clone(),
-            Some(_) => return Err(bad("[gateway] policy must be a preset name".into())),
-            None => "default".to_string(),
-        },
-        Some(_) => return Err(bad("[gateway] must be a table".into())),
-        None => "default".to_string(),
-    };
-    let profiles = match table.remove("models") {
-        Some(models) => {
-            let mut wrapper = toml::Table::new();
-            wrapper.insert("models".into(), models);
-            Profiles::from_toml_str(&wrapper.to_string()).map_err(|e| bad(e.to_string()))?
-        }
-        None => Profiles::builtin(),
-    };
-    let base = preset(&name).map_err(|_| {
-        bad(format!(
-            "unknown policy {name:?} in [gateway] (available: {})",
-            presets::NAMES.join(", ")
-        ))
-    })?;
-    let config = match table.remove("policy") {
-        Some(toml::Value::Table(policy)) => base
-            .with_overrides(&policy.to_string())
-            .map_err(|e| bad(format!("[policy]: {e}")))?,
-        Some(_) => return Err(bad("[policy] must be a table".into())),
-        None => base,
-    };
-    if let Some(unknown) = table.keys().next() {
-        return Err(bad(format!(
-            "unknown section {unknown:?} (expected [gateway], [models.\"NAME\"] or [policy])"
-        )));
-    }
-    Ok(Policy { config, profiles })
-}
-
-/// The archive a manager writes to: `workspace=` when given (a directory or an archive URL),
-/// else the store's own database or directory, else an in-process archive.
-pub fn archive_url(workspace: Option<&str>, store: Option<&str>) -> String {
-    if let Some(workspace) = workspace {
-        return workspace.to_string();
-    }
-    match store {
-        Some(url) if is_sql(url) || url.starts_with("file://") || !url.contains("://") => {
-            url.to_string()
-        }
-        _ => "memory://".to_string(),
-    }
-}
-
-fn is_sql(url: &str) -> bool {
-    [
-        "sqlite://",
-        "postgres://",
-        "postgresql://",
-        "mysql://",
-        "mariadb://",
-    ]
-    .iter()
-    .any(|scheme| url.starts_with(scheme))
 }

@@ -42,10 +42,13 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use ctxkeeper_core::engine::{Event, LogSpan};
+use ctxkeeper_core::engine::{CompactionReason, Event, LogSpan, PlanRequest};
 use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use ctxkeeper_llm::Summarizer;
+
+use crate::ContextManager;
 
 /// What a preparation's request says in place of archive references: the dry run that built
 /// it archived nothing, so no reference exists yet (and no internal marker may leave).
@@ -148,5 +151,144 @@ pub(crate) fn prepared_event(span: LogSpan, outcome: &str, cause: Option<String>
         messages: span.count,
         outcome: outcome.to_string(),
         cause,
+    }
+}
+
+/// The manager's side: what to prepare, and taking a prepared summary back.
+impl ContextManager {
+    /// The summary the next compaction would ask for, to write ahead of time: `Some` once the
+    /// request passes `soft_ratio` of the active token trigger, when the compaction would
+    /// summarize (one request, over messages of the log) and nothing is prepared or being
+    /// prepared for this context yet. Run it off the session's lock and hand the result to
+    /// [`ContextManager::accept_prepared`]. It summarizes with the manager's own summarizer.
+    pub fn summary_to_prepare(&mut self, soft_ratio: f64) -> Option<SummaryPreparation> {
+        let summarizer = Arc::clone(&self.summarizer);
+        self.summary_to_prepare_with(soft_ratio, summarizer)
+    }
+
+    /// [`Self::summary_to_prepare`], to be written by `summarizer`: the preparation holds it
+    /// until it has run, the manager never does.
+    pub fn summary_to_prepare_with(
+        &mut self,
+        soft_ratio: f64,
+        summarizer: Arc<dyn Summarizer>,
+    ) -> Option<SummaryPreparation> {
+        let compactions = self.state.compactions;
+        if self.preparing == Some(compactions)
+            || self
+                .prepared
+                .as_ref()
+                .is_some_and(|p| p.compactions == compactions)
+        {
+            return None;
+        }
+        let budget = self.budget();
+        let (trigger, _) = self.engine.active_trigger(&self.state, &budget)?;
+        let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
+        if (tokens as f64) < trigger as f64 * soft_ratio || tokens >= trigger {
+            return None;
+        }
+        // A tight window summarizes extractively: nothing to prepare.
+        if self.tight_window(summarizer.as_ref()).is_some() {
+            return None;
+        }
+        // The dry run works on a copy: planning teaches the state the growth per step, which
+        // only the step's own plan may do.
+        let mut draft = self.state.clone();
+        let request = PlanRequest {
+            force: Some(CompactionReason::Tokens),
+            ..PlanRequest::default()
+        };
+        let started = Instant::now();
+        let plan = self.engine.plan(&mut draft, &budget, &request);
+        self.clock.engine += started.elapsed();
+        let mut plan = plan?;
+        if plan.summaries.len() != 1 {
+            return None;
+        }
+        let span = plan.summary_spans.first().copied().flatten()?;
+        let request = plan.summaries.pop()?;
+        self.preparing = Some(compactions);
+        Some(SummaryPreparation::new(
+            compactions,
+            span,
+            request,
+            plan.archive.len(),
+            summarizer,
+        ))
+    }
+
+    /// Keeps a prepared summary for the next compaction, unless the context was compacted
+    /// since it was asked for (then it is discarded). Emits `summary_prepared`.
+    pub fn accept_prepared(&mut self, prepared: PreparedSummary) {
+        if self.preparing == Some(prepared.compactions) {
+            self.preparing = None;
+        }
+        let (outcome, cause) = match &prepared.summary {
+            Err(cause) => ("failed", Some(cause.clone())),
+            Ok(_) if !self.still_applies(&prepared) => ("discarded", None),
+            Ok(_) => ("ready", None),
+        };
+        self.emit(vec![prepared_event(prepared.span, outcome, cause)]);
+        if outcome == "ready" {
+            self.prepared = Some(prepared);
+        }
+    }
+
+    /// Whether `prepared` was written for the context as it is: no compaction since, and the
+    /// newest message it read still in place.
+    pub(crate) fn still_applies(&self, prepared: &PreparedSummary) -> bool {
+        prepared.compactions == self.state.compactions
+            && self
+                .state
+                .entries
+                .iter()
+                .any(|e| e.meta.log_index == Some(prepared.span.last))
+    }
+
+    /// Moves out what this manager prepared or is preparing, for a host that rebuilds the
+    /// manager around the same context (new settings, a replaced newest message): hand it to
+    /// the new one with [`ContextManager::restore_preparations`].
+    pub fn take_preparations(&mut self) -> Preparations {
+        Preparations {
+            prepared: self.prepared.take(),
+            preparing: self.preparing.take(),
+        }
+    }
+
+    /// Takes over what [`ContextManager::take_preparations`] moved out, keeping a prepared
+    /// summary only while it still applies to this context.
+    pub fn restore_preparations(&mut self, preparations: Preparations) {
+        self.preparing = preparations.preparing;
+        self.prepared = preparations
+            .prepared
+            .filter(|prepared| self.still_applies(prepared));
+    }
+
+    /// Whether a summary is being prepared for the context as it is.
+    pub fn preparing_summary(&self) -> bool {
+        self.preparing == Some(self.state.compactions)
+    }
+
+    /// The span of a ready prepared summary for the context as it is.
+    pub(crate) fn prepared_span(&self) -> Option<ctxkeeper_core::engine::LogSpan> {
+        self.prepared
+            .as_ref()
+            .filter(|p| p.compactions == self.state.compactions && p.summary.is_ok())
+            .map(|p| p.span)
+    }
+
+    /// The prepared summary, when it was written for exactly the messages of `span`.
+    pub(crate) fn take_prepared(
+        &mut self,
+        span: Option<ctxkeeper_core::engine::LogSpan>,
+    ) -> Option<ctxkeeper_core::summary::Summary> {
+        let span = span?;
+        if self.prepared_span() != Some(span) {
+            return None;
+        }
+        let prepared = self.prepared.take()?;
+        self.emit(vec![prepared_event(span, "used", None)]);
+        prepared.summary.ok()
     }
 }

@@ -47,7 +47,7 @@ use crate::compaction_items::ResponsesCompaction;
 use crate::summarize::SummarizerChoice;
 use crate::tenancy::TenantRule;
 pub use file::ConfigFile;
-pub use settings::GatewaySettings;
+pub use settings::{GatewaySettings, TelemetrySettings};
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -141,6 +141,10 @@ pub struct GatewayConfig {
     /// (`auto`), always the upstream, or always the gateway
     /// ([`crate::compaction_items`]).
     pub responses_compaction: ResponsesCompaction,
+    /// OpenTelemetry traces of the model calls (`None`: not exported): [`crate::telemetry`].
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
+    /// When a session's prompt cache counts as stalled (the `cache_stalled` event).
+    pub cache_stall: crate::telemetry::CacheStallRule,
 }
 
 impl GatewayConfig {
@@ -178,6 +182,8 @@ impl GatewayConfig {
             summary_wait: crate::sessions::DEFAULT_SUMMARY_WAIT,
             prepare_summaries_at: Some(crate::sessions::DEFAULT_PREPARE_AT),
             responses_compaction: ResponsesCompaction::Auto,
+            telemetry: None,
+            cache_stall: crate::telemetry::CacheStallRule::default(),
         }
     }
 
@@ -494,6 +500,87 @@ mod tests {
             err.0.contains("context_providers") && err.0.contains("weather"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn telemetry_is_off_unless_an_endpoint_is_given() {
+        assert!(GatewayConfig::new("/tmp/x").telemetry.is_none());
+        let file =
+            ConfigFile::parse("[gateway.telemetry]\nservice_name = \"gw\"\ncache_stall_calls = 5")
+                .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert!(config.telemetry.is_none(), "no endpoint, no export");
+        assert_eq!(config.cache_stall.calls, 5, "the alarm needs no export");
+        let file = ConfigFile::parse(
+            "[gateway.telemetry]\nendpoint = \"http://collector:4318/\"\n\
+             headers = { authorization = \"Bearer k%2F1\" }\nservice_name = \"gw\"\n\
+             resource_attributes = { \"deployment.environment\" = \"prod\" }\n\
+             schedule_delay_ms = 100\ncapture_content = true",
+        )
+        .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        let telemetry = config.telemetry.expect("on");
+        assert_eq!(telemetry.traces_url, "http://collector:4318/v1/traces");
+        assert_eq!(
+            telemetry.headers,
+            [("authorization".to_string(), "Bearer k/1".to_string())]
+        );
+        assert_eq!(telemetry.service_name, "gw");
+        assert_eq!(
+            telemetry.resource,
+            [("deployment.environment".to_string(), "prod".to_string())]
+        );
+        assert_eq!(telemetry.schedule_delay, Duration::from_millis(100));
+        assert!(telemetry.capture_content);
+        let file = ConfigFile::parse(
+            "[gateway.telemetry]\nendpoint = \"http://a:4318\"\n\
+             traces_endpoint = \"http://b:4318/custom/path\"",
+        )
+        .expect("valid");
+        let config = file
+            .into_config(GatewayConfig::new("/tmp/x"))
+            .expect("valid");
+        assert_eq!(
+            config.telemetry.expect("on").traces_url,
+            "http://b:4318/custom/path",
+            "the traces endpoint is used as it is, and wins"
+        );
+    }
+
+    #[test]
+    fn bad_telemetry_settings_are_named() {
+        let at = |text: &str| {
+            ConfigFile::parse(text).and_then(|file| file.into_config(GatewayConfig::new("/tmp/x")))
+        };
+        for (text, says) in [
+            (
+                "[gateway.telemetry]\nendpont = \"http://c:4318\"",
+                "endpont",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"collector:4318\"",
+                "telemetry.endpoint",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"http://c:4317\"\nprotocol = \"grpc\"",
+                "http/protobuf",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"http://c:4318\"\nheaders = [\"novalue\"]",
+                "KEY=VALUE",
+            ),
+            (
+                "[gateway.telemetry]\nendpoint = \"http://c:4318\"\nmax_queue_size = 0",
+                "max_queue_size",
+            ),
+        ] {
+            let err = at(text).expect_err(text);
+            assert!(err.0.contains(says), "{text}: {err}");
+        }
     }
 
     #[test]

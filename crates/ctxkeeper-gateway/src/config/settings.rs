@@ -30,6 +30,7 @@ use super::{ConfigError, GatewayConfig, listen_address, prepare_share};
 use crate::assembly::ContextProvider;
 use crate::compaction_items::ResponsesCompaction;
 use crate::summarize::SummarizerChoice;
+use crate::telemetry::{TelemetryConfig, check_url, parse_pairs};
 
 /// Every setting of the gateway; `None` leaves it to the layer below (in the end, to
 /// [`GatewayConfig::new`]'s defaults).
@@ -253,6 +254,312 @@ pub struct GatewaySettings {
     /// compacts the session and returns one compaction item).
     #[arg(long, value_name = "MODE", env = "CTXKEEPER_RESPONSES_COMPACTION")]
     pub responses_compaction: Option<String>,
+
+    /// OpenTelemetry traces (`[gateway.telemetry]` in a file).
+    #[command(flatten)]
+    #[serde(default, skip_serializing_if = "TelemetrySettings::is_empty")]
+    pub telemetry: TelemetrySettings,
+}
+
+/// `[gateway.telemetry]`: OpenTelemetry traces of the model calls, exported over OTLP/HTTP
+/// (protobuf), and the cache-stall alarm. Export is off unless an endpoint is given; the
+/// standard `OTEL_*` variables set what their names say.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// The OTLP collector's base URL; spans go to its /v1/traces (OTLP/HTTP, protobuf).
+    /// Default: no export.
+    #[arg(
+        long = "otlp-endpoint",
+        value_name = "URL",
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )]
+    pub endpoint: Option<String>,
+
+    /// The collector's traces URL, used as it is (wins over --otlp-endpoint).
+    #[arg(
+        long = "otlp-traces-endpoint",
+        value_name = "URL",
+        env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )]
+    pub traces_endpoint: Option<String>,
+
+    /// Headers sent with every export, KEY=VALUE (repeatable or comma-separated, values
+    /// percent-encoded). In a file, a table `headers = { KEY = "VALUE" }`.
+    #[arg(
+        long = "otlp-header",
+        value_name = "KEY=VALUE",
+        env = "OTEL_EXPORTER_OTLP_HEADERS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    #[serde(default, skip_serializing, deserialize_with = "pairs")]
+    pub headers: Option<Vec<String>>,
+
+    /// The OTLP protocol: only http/protobuf is spoken (default).
+    #[arg(
+        long = "otlp-protocol",
+        value_name = "PROTOCOL",
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )]
+    pub protocol: Option<String>,
+
+    /// The `service.name` of the spans (default ctxkeeper).
+    #[arg(
+        long = "otel-service-name",
+        value_name = "NAME",
+        env = "OTEL_SERVICE_NAME"
+    )]
+    pub service_name: Option<String>,
+
+    /// More resource attributes, KEY=VALUE (comma-separated). In a file, a table.
+    #[arg(
+        long = "otel-resource-attributes",
+        value_name = "KEY=VALUE",
+        env = "OTEL_RESOURCE_ATTRIBUTES",
+        value_delimiter = ','
+    )]
+    #[serde(default, deserialize_with = "pairs")]
+    pub resource_attributes: Option<Vec<String>>,
+
+    /// Record the messages sent in the spans (`gen_ai.input.messages`): true, or
+    /// SPAN_ONLY / SPAN_AND_EVENT; default false (no message content leaves the gateway).
+    #[arg(
+        long = "otel-capture-content",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = capture_mode,
+        env = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    )]
+    pub capture_content: Option<bool>,
+
+    /// Spans waiting for export at most; past it new spans are dropped and counted in
+    /// ctxkeeper_spans_dropped_total (default 2048).
+    #[arg(
+        long = "otel-max-queue",
+        value_name = "SPANS",
+        env = "OTEL_BSP_MAX_QUEUE_SIZE"
+    )]
+    pub max_queue_size: Option<usize>,
+
+    /// Spans per export request at most (default 512).
+    #[arg(
+        long = "otel-max-batch",
+        value_name = "SPANS",
+        env = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+    )]
+    pub max_export_batch_size: Option<usize>,
+
+    /// Milliseconds a batch waits to fill before it is exported (default 5000).
+    #[arg(
+        long = "otel-schedule-delay",
+        value_name = "MS",
+        env = "OTEL_BSP_SCHEDULE_DELAY"
+    )]
+    pub schedule_delay_ms: Option<u64>,
+
+    /// Milliseconds allowed for one export request (default 10000).
+    #[arg(
+        long = "otlp-timeout",
+        value_name = "MS",
+        env = "OTEL_EXPORTER_OTLP_TIMEOUT"
+    )]
+    pub export_timeout_ms: Option<u64>,
+
+    /// Consecutive calls of a session whose prompt cache served less than half the input
+    /// (each sending at least --cache-stall-min-fresh-tokens uncached input tokens) that raise
+    /// a cache_stalled event (default 3; 0 turns the alarm off).
+    #[arg(
+        long = "cache-stall-calls",
+        value_name = "N",
+        env = "CTXKEEPER_CACHE_STALL_CALLS"
+    )]
+    pub cache_stall_calls: Option<u32>,
+
+    /// Uncached input tokens a call must send to count towards a cache stall (default 4096).
+    #[arg(
+        long = "cache-stall-min-fresh-tokens",
+        value_name = "TOKENS",
+        env = "CTXKEEPER_CACHE_STALL_MIN_FRESH_TOKENS"
+    )]
+    pub cache_stall_min_fresh_tokens: Option<u64>,
+}
+
+/// Whether message contents are captured, from a boolean or the content-capture modes of the
+/// OpenTelemetry GenAI instrumentations (`SPAN_ONLY`, `SPAN_AND_EVENT` capture on spans;
+/// `EVENT_ONLY`, `NO_CONTENT` do not).
+fn capture_mode(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" | "span_only" | "span_and_event" => Ok(true),
+        "false" | "0" | "no" | "off" | "" | "event_only" | "no_content" => Ok(false),
+        other => Err(format!(
+            "{other:?} is not a capture mode: give true, false, SPAN_ONLY, SPAN_AND_EVENT, \
+             EVENT_ONLY or NO_CONTENT"
+        )),
+    }
+}
+
+/// `KEY=VALUE` pairs from a file: a table `{ KEY = "VALUE" }` or a list of `"KEY=VALUE"`.
+fn pairs<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Table(std::collections::BTreeMap<String, String>),
+        List(Vec<String>),
+    }
+    Ok(Option::<Form>::deserialize(de)?.map(|form| match form {
+        Form::Table(table) => table
+            .into_iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect(),
+        Form::List(list) => list,
+    }))
+}
+
+/// Every telemetry field, for the one merge ([`TelemetrySettings::over`]).
+macro_rules! each_telemetry_setting {
+    ($m:ident) => {
+        $m!(
+            endpoint,
+            traces_endpoint,
+            headers,
+            protocol,
+            service_name,
+            resource_attributes,
+            capture_content,
+            max_queue_size,
+            max_export_batch_size,
+            schedule_delay_ms,
+            export_timeout_ms,
+            cache_stall_calls,
+            cache_stall_min_fresh_tokens
+        )
+    };
+}
+
+impl TelemetrySettings {
+    fn is_empty(&self) -> bool {
+        *self == TelemetrySettings::default()
+    }
+
+    /// `later` over `self`: each setting `later` gives replaces this one's.
+    pub fn over(mut self, mut later: TelemetrySettings) -> TelemetrySettings {
+        macro_rules! merge {
+            ($($field:ident),*) => {
+                $( self.$field = later.$field.take().or(self.$field.take()); )*
+            };
+        }
+        each_telemetry_setting!(merge);
+        self
+    }
+
+    /// Applies the settings given to `base` (its telemetry and cache-stall rule); an error
+    /// names the setting.
+    pub fn apply(&self, base: &mut GatewayConfig) -> Result<(), ConfigError> {
+        let setting = |name: &str, e: String| ConfigError(format!("telemetry.{name}: {e}"));
+        if let Some(protocol) = self.protocol.as_deref().map(str::trim)
+            && !protocol.is_empty()
+            && protocol != "http/protobuf"
+        {
+            return Err(setting(
+                "protocol",
+                format!(
+                    "{protocol:?} is not spoken: the gateway exports OTLP over HTTP with \
+                     protobuf bodies (http/protobuf); point it at the collector's HTTP port \
+                     (4318)"
+                ),
+            ));
+        }
+        fn endpoint(text: &str) -> Option<&str> {
+            Some(text.trim()).filter(|text| !text.is_empty())
+        }
+        if let Some(url) = self.traces_endpoint.as_deref().and_then(endpoint) {
+            check_url(url).map_err(|e| setting("traces_endpoint", e))?;
+            base.telemetry = Some(TelemetryConfig::to(url));
+        } else if let Some(url) = self.endpoint.as_deref().and_then(endpoint) {
+            base.telemetry =
+                Some(TelemetryConfig::from_endpoint(url).map_err(|e| setting("endpoint", e))?);
+        }
+        if let Some(config) = base.telemetry.as_mut() {
+            if let Some(headers) = &self.headers {
+                config.headers =
+                    parse_pairs(headers, "headers").map_err(|e| setting("headers", e))?;
+            }
+            if let Some(name) = self.service_name.as_ref().filter(|n| !n.trim().is_empty()) {
+                config.service_name = name.trim().to_string();
+            }
+            if let Some(attributes) = &self.resource_attributes {
+                config.resource = parse_pairs(attributes, "resource_attributes")
+                    .map_err(|e| ConfigError(format!("telemetry.{e}")))?;
+            }
+            if let Some(capture) = self.capture_content {
+                config.capture_content = capture;
+            }
+            if let Some(size) = self.max_queue_size {
+                if size == 0 {
+                    return Err(setting("max_queue_size", "must be greater than 0".into()));
+                }
+                config.max_queue = size;
+            }
+            if let Some(size) = self.max_export_batch_size {
+                if size == 0 {
+                    return Err(setting(
+                        "max_export_batch_size",
+                        "must be greater than 0".into(),
+                    ));
+                }
+                config.max_batch = size;
+            }
+            if let Some(ms) = self.schedule_delay_ms {
+                config.schedule_delay = Duration::from_millis(ms);
+            }
+            if let Some(ms) = self.export_timeout_ms {
+                if ms == 0 {
+                    return Err(setting(
+                        "export_timeout_ms",
+                        "must be greater than 0".into(),
+                    ));
+                }
+                config.export_timeout = Duration::from_millis(ms);
+            }
+        }
+        if let Some(calls) = self.cache_stall_calls {
+            base.cache_stall.calls = calls;
+        }
+        if let Some(tokens) = self.cache_stall_min_fresh_tokens {
+            base.cache_stall.min_fresh_tokens = tokens;
+        }
+        Ok(())
+    }
+
+    /// The settings `config` runs with (credentials left out).
+    pub fn effective(config: &GatewayConfig) -> TelemetrySettings {
+        let millis = |d: Duration| Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut settings = TelemetrySettings {
+            cache_stall_calls: Some(config.cache_stall.calls),
+            cache_stall_min_fresh_tokens: Some(config.cache_stall.min_fresh_tokens),
+            ..TelemetrySettings::default()
+        };
+        if let Some(telemetry) = &config.telemetry {
+            settings.traces_endpoint = Some(telemetry.traces_url.clone());
+            settings.service_name = Some(telemetry.service_name.clone());
+            settings.resource_attributes = Some(
+                telemetry
+                    .resource
+                    .iter()
+                    .map(|(key, value)| format!("{key}={value}"))
+                    .collect(),
+            );
+            settings.capture_content = Some(telemetry.capture_content);
+            settings.max_queue_size = Some(telemetry.max_queue);
+            settings.max_export_batch_size = Some(telemetry.max_batch);
+            settings.schedule_delay_ms = millis(telemetry.schedule_delay);
+            settings.export_timeout_ms = millis(telemetry.export_timeout);
+        }
+        settings
+    }
 }
 
 /// A file's `listen`, a host name resolved as `--listen` resolves it ([`listen_address`]).
@@ -324,6 +631,7 @@ impl GatewaySettings {
             };
         }
         each_setting!(merge);
+        early.telemetry = early.telemetry.over(later.telemetry);
         early
     }
 
@@ -413,6 +721,7 @@ impl GatewaySettings {
             base.responses_compaction =
                 ResponsesCompaction::parse(mode).map_err(|e| setting("responses_compaction", e))?;
         }
+        this.telemetry.apply(&mut base)?;
         Ok(base)
     }
 
@@ -468,6 +777,7 @@ impl GatewaySettings {
             summary_wait_secs: secs(config.summary_wait),
             prepare_summaries_at: Some(config.prepare_summaries_at.unwrap_or(0.0)),
             responses_compaction: Some(config.responses_compaction.name().to_string()),
+            telemetry: TelemetrySettings::effective(config),
         }
     }
 }
@@ -502,6 +812,28 @@ mod tests {
         assert_eq!(read, shown);
         let again = read.apply(GatewayConfig::new("/tmp/x")).unwrap();
         assert_eq!(GatewaySettings::effective(&again), shown);
+    }
+
+    #[test]
+    fn telemetry_shown_reads_back_without_its_headers() {
+        let file: GatewaySettings = toml::from_str(
+            "[telemetry]\nendpoint = \"http://c:4318\"\nheaders = { api-key = \"secret-1\" }\n\
+             resource_attributes = [\"team=core\"]\ncache_stall_min_fresh_tokens = 100",
+        )
+        .unwrap();
+        let config = file.apply(GatewayConfig::new("/tmp/x")).unwrap();
+        let shown = GatewaySettings::effective(&config);
+        let text = toml::to_string(&shown).unwrap();
+        assert!(!text.contains("secret-1"), "{text}");
+        let read: GatewaySettings = toml::from_str(&text).unwrap();
+        assert_eq!(read, shown);
+        let again = read.apply(GatewayConfig::new("/tmp/x")).unwrap();
+        assert_eq!(GatewaySettings::effective(&again), shown);
+        assert_eq!(again.cache_stall.min_fresh_tokens, 100);
+        assert_eq!(
+            again.telemetry.map(|t| t.resource),
+            Some(vec![("team".to_string(), "core".to_string())])
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::compaction_items::CompactionAnswer;
 use crate::sessions::Answered;
 use crate::streaming::{SseUsage, calls_tools, input_tokens};
 use crate::summarize::UpstreamRoute;
+use crate::telemetry::{RequestTrace, UsageReport};
 
 /// What the gateway reports on an answer (`x-ctxkeeper-*` headers).
 #[derive(Debug, Clone)]
@@ -76,23 +77,31 @@ pub(super) struct Finish {
 }
 
 impl Finish {
-    fn answered(&self, input_tokens: Option<u64>, called_tools: bool) -> Answered {
+    fn answered(
+        &self,
+        input_tokens: Option<u64>,
+        called_tools: bool,
+        usage: Option<UsageReport>,
+    ) -> Answered {
         Answered {
             input_tokens,
             ends_turn: self.offered_tools && !called_tools,
             route: self.route.clone(),
+            usage,
         }
     }
 }
 
 /// Builds the client's response from an upstream answer; for a managed session (`finish`),
 /// the session hears how the answer ended (the usage it reports, whether it called a tool):
-/// at once for a plain body, at the end of a stream.
+/// at once for a plain body, at the end of a stream. The call's span (`trace`) ends then too,
+/// with the usage the answer reported, or with the error it is.
 pub(super) async fn answer(
     gw: &Arc<Gateway>,
     answer: Answer,
     finish: Option<Finish>,
     report: Option<&Report>,
+    trace: Option<RequestTrace>,
 ) -> Response {
     match answer {
         Answer::Whole {
@@ -100,17 +109,51 @@ pub(super) async fn answer(
             headers,
             body,
         } => {
-            if status.is_success()
-                && let Some(finish) = finish
-            {
-                let value = serde_json::from_slice::<Value>(&body).ok();
+            if !status.is_success() {
+                if let Some(trace) = trace {
+                    trace.fail(&status.as_u16().to_string(), Some(status.as_u16()));
+                }
+                return whole(status, headers, body, report);
+            }
+            let value = (finish.is_some() || trace.is_some())
+                .then(|| serde_json::from_slice::<Value>(&body).ok())
+                .flatten();
+            let usage = value.as_ref().map(UsageReport::from_body);
+            let mut stalled = false;
+            if let Some(finish) = finish {
                 let tokens = value.as_ref().and_then(input_tokens);
                 // An unreadable body is no evidence that the turn ended.
                 let called = value.as_ref().is_none_or(calls_tools);
-                let answered = finish.answered(tokens, called);
-                gw.sessions.answered(&finish.key, answered).await;
+                let answered = finish.answered(tokens, called, usage.clone());
+                stalled = gw.sessions.answered(&finish.key, answered).await;
+            }
+            if let Some(mut trace) = trace {
+                trace.cache_stalled = stalled;
+                trace.finish(&usage.unwrap_or_default(), status.as_u16());
             }
             whole(status, headers, body, report)
+        }
+        Answer::Stream {
+            status,
+            headers,
+            error: Some(_),
+            held,
+            rest,
+        } => {
+            // An error event before any content, passed to the client as it came.
+            if let Some(trace) = trace {
+                trace.fail("stream_error", Some(status.as_u16()));
+            }
+            stream(
+                gw.clone(),
+                status,
+                headers,
+                held,
+                rest,
+                finish,
+                report,
+                None,
+            )
         }
         Answer::Stream {
             status,
@@ -118,7 +161,16 @@ pub(super) async fn answer(
             held,
             rest,
             ..
-        } => stream(gw.clone(), status, headers, held, rest, finish, report),
+        } => stream(
+            gw.clone(),
+            status,
+            headers,
+            held,
+            rest,
+            finish,
+            report,
+            trace,
+        ),
     }
 }
 
@@ -138,8 +190,43 @@ pub(super) fn whole(
     response
 }
 
+/// What a stream's end reports to: the session (a managed one), the call's span.
+struct StreamEnd {
+    gw: Arc<Gateway>,
+    finish: Option<Finish>,
+    trace: Option<RequestTrace>,
+    status: u16,
+}
+
+impl StreamEnd {
+    async fn ended(&mut self, usage: &SseUsage) {
+        let mut stalled = false;
+        if let Some(finish) = self.finish.take() {
+            let answered = finish.answered(
+                usage.input_tokens(),
+                usage.called_tools(),
+                Some(usage.report().clone()),
+            );
+            stalled = self.gw.sessions.answered(&finish.key, answered).await;
+        }
+        if let Some(mut trace) = self.trace.take() {
+            trace.cache_stalled = stalled;
+            trace.finish(usage.report(), self.status);
+        }
+    }
+
+    fn broke(&mut self) {
+        // The session hears nothing of an answer that broke off.
+        self.finish = None;
+        if let Some(trace) = self.trace.take() {
+            trace.fail("stream_interrupted", Some(self.status));
+        }
+    }
+}
+
 /// Streams the upstream's answer to the client unchanged (the held-back opening first, then
 /// the rest as it arrives), reading its usage on the way.
+#[allow(clippy::too_many_arguments)]
 fn stream(
     gw: Arc<Gateway>,
     status: StatusCode,
@@ -148,28 +235,31 @@ fn stream(
     rest: ByteStream,
     finish: Option<Finish>,
     report: Option<&Report>,
+    trace: Option<RequestTrace>,
 ) -> Response {
     let upstream = futures_util::stream::iter(held.into_iter().map(Ok)).chain(rest);
     let upstream = Box::pin(upstream);
-    let finish = finish.map(|finish| (gw, finish));
+    let end = StreamEnd {
+        gw,
+        finish,
+        trace,
+        status: status.as_u16(),
+    };
     let body = futures_util::stream::unfold(
-        (upstream, SseUsage::default(), finish),
-        |(mut upstream, mut usage, mut finish)| async move {
+        (upstream, SseUsage::default(), end),
+        |(mut upstream, mut usage, mut end)| async move {
             match upstream.next().await {
                 Some(Ok(chunk)) => {
                     usage.feed(&chunk);
-                    Some((Ok::<Bytes, io::Error>(chunk), (upstream, usage, finish)))
+                    Some((Ok::<Bytes, io::Error>(chunk), (upstream, usage, end)))
                 }
                 Some(Err(err)) => {
                     // The client sees the stream break off, as it would without the gateway.
-                    finish = None;
-                    Some((Err(io::Error::other(err)), (upstream, usage, finish)))
+                    end.broke();
+                    Some((Err(io::Error::other(err)), (upstream, usage, end)))
                 }
                 None => {
-                    if let Some((gw, finish)) = finish.take() {
-                        let answered = finish.answered(usage.input_tokens(), usage.called_tools());
-                        gw.sessions.answered(&finish.key, answered).await;
-                    }
+                    end.ended(&usage).await;
                     None
                 }
             }

@@ -43,8 +43,10 @@ use crate::error::ApiError;
 use crate::identity;
 use crate::resent::Reading;
 use crate::sessions::events::GatewayEvent;
-use crate::sessions::{Incoming, SessionError, Ticket};
+use crate::sessions::{Incoming, SessionError, SessionEvent, Ticket};
 use crate::summarize::UpstreamRoute;
+use crate::telemetry::RequestTrace;
+use crate::telemetry::span::now_unix_nano;
 
 /// Why a managed request could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +146,9 @@ pub(super) async fn run(
         .unwrap_or_else(|| identity::derived_session(model.as_deref(), &messages));
     let key = SessionKey::new(tenant, SessionKey::DEFAULT, SessionKey::DEFAULT, session)
         .map_err(ManagedError::SessionId)?;
+    if let Some(trace) = upstream.trace.as_mut() {
+        trace.conversation = Some(key.session().to_string());
+    }
     // Summaries written upstream go there as this caller, with this request's headers.
     let route = gw.sessions.summarizes_upstream().then(|| {
         Arc::new(UpstreamRoute {
@@ -154,6 +159,7 @@ pub(super) async fn run(
             model: model.clone(),
             tools: tools.clone(),
             timeout: gw.config.summary_timeout,
+            trace: upstream.trace.as_ref().map(RequestTrace::for_summaries),
         })
     });
     let reused = resent.as_mut().filter(|_| repairs.is_none());
@@ -168,6 +174,7 @@ pub(super) async fn run(
         .with_route(route)
         .with_repairs(repairs)
         .with_forwards_verbatim(forwards_verbatim);
+    let preparing = now_unix_nano();
     let mut step = gw
         .sessions
         .begin(&key, &incoming, &tools)
@@ -201,6 +208,22 @@ pub(super) async fn run(
         &mut step.prepared,
     )
     .await;
+    if let Some(trace) = upstream.trace.as_mut() {
+        trace.prepared_since(preparing);
+        trace.conversation = Some(managed.key.session().to_string());
+        trace.compacted = report.compacted;
+        trace.context_tokens = Some(report.input_tokens);
+        trace.budget_used_pct = Some(report.budget_used_pct);
+        if trace.captures_content() {
+            // A step that forwards the client's messages verbatim copies none out.
+            let sent = if step.verbatim && step.prepared.messages.is_empty() {
+                &managed.incoming.messages
+            } else {
+                &step.prepared.messages
+            };
+            trace.input_messages = Some(crate::telemetry::content::input_messages(sent));
+        }
+    }
     let body = if step.verbatim && !added && managed.incoming.repairs.is_none() {
         bytes
     } else {
@@ -295,17 +318,30 @@ impl Managed {
                 }
             };
             let Some((status_code, failure)) = answer.failure() else {
-                self.commit(gw).await;
+                let compactions = self.commit(gw).await;
+                let mut trace = upstream.trace.take();
+                if let Some(trace) = trace.as_mut() {
+                    trace.compactions(&compactions, &gw.config.summarizer.name());
+                }
                 let finish = deliver::Finish {
                     key: self.key.clone(),
                     offered_tools: !self.template.tools.is_empty(),
                     route: self.incoming.route.clone(),
                 };
-                return Ok(deliver::answer(gw, answer, Some(finish), Some(&report)).await);
+                return Ok(deliver::answer(gw, answer, Some(finish), Some(&report), trace).await);
             };
             if let Some(found) = overflow::classify(status_code, &failure) {
                 attempt += 1;
+                let status = answer.status().as_u16();
+                let recovering = now_unix_nano();
+                upstream.retrying("context_length_exceeded", status);
                 if let Some(retry) = self.recover(gw, &found, attempt, &mut report).await {
+                    if let Some(trace) = upstream.trace.as_mut() {
+                        trace.prepared_since(recovering);
+                        trace.compacted = true;
+                        trace.context_tokens = Some(report.input_tokens);
+                        trace.budget_used_pct = Some(report.budget_used_pct);
+                    }
                     body = retry;
                     continue;
                 }
@@ -316,7 +352,8 @@ impl Managed {
             gw.sessions
                 .announce(&self.key, &GatewayEvent::UpstreamError { status });
             // Any other error goes to the client exactly as the upstream sent it.
-            return Ok(deliver::answer(gw, answer, None, Some(&report)).await);
+            let trace = upstream.trace.take();
+            return Ok(deliver::answer(gw, answer, None, Some(&report), trace).await);
         }
     }
 
@@ -381,15 +418,18 @@ impl Managed {
     /// Commits the step of a request the upstream accepted. The model's answer is delivered
     /// even when the store fails here: the client resends its history, so the next step
     /// commits these messages too.
-    async fn commit(&self, gw: &Gateway) {
+    ///
+    /// Returns the compaction events the step announced (none when the commit failed).
+    async fn commit(&self, gw: &Gateway) -> Vec<SessionEvent> {
         let committed = gw
             .sessions
             .commit(&self.key, &self.incoming, &self.template.tools, self.ticket)
             .await;
-        if let Err(err) = committed {
+        committed.unwrap_or_else(|err| {
             gw.metrics.commit_failed();
             tracing::warn!(session = %self.key, %err, "could not commit the session step; the next request carries its messages");
-        }
+            Vec::new()
+        })
     }
 
     /// Answers a Responses `compaction_trigger` in the provider's shape: the session is

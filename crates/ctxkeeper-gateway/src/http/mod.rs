@@ -88,11 +88,17 @@ pub(crate) async fn proxy(
     let received = intake::receive(gw, endpoint, &parts.headers, body, upstream).await?;
     let request = interpret::interpret(gw, endpoint, &parts.headers, received)?;
     upstream.stream = request.stream;
+    if let Some(trace) = upstream.trace.as_mut() {
+        trace.model.clone_from(&request.request.model);
+        trace.stream = request.stream;
+        trace.conversation.clone_from(&request.header_session);
+    }
     if request.managed() {
         return managed::run(gw, &parts.headers, request, upstream).await;
     }
     // Unmanaged: forwarded as it came, answered as the upstream answers.
     let report = request.header_session.clone().map(Report::unmanaged);
     let answer = upstream.send(gw, request.body.clone()).await?;
-    Ok(deliver::answer(gw, answer, None, report.as_ref()).await)
+    let trace = upstream.trace.take();
+    Ok(deliver::answer(gw, answer, None, report.as_ref(), trace).await)
 }

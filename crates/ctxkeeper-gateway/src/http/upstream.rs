@@ -28,6 +28,7 @@ use crate::Gateway;
 use crate::early::{EarlyRequest, same_buffer};
 use crate::error::ApiError;
 use crate::streaming::{Opening, StreamHead};
+use crate::telemetry::RequestTrace;
 
 /// Why the upstream gave no answer.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,16 @@ impl From<reqwest::Error> for UpstreamError {
 }
 
 impl UpstreamError {
+    /// The error's kind, as a span's `error.type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::Unreachable(_) => "unreachable",
+            UpstreamError::Failed(_) => "upstream_failed",
+            UpstreamError::Incomplete => "incomplete_stream",
+        }
+    }
+
     pub(crate) fn into_api(self) -> ApiError {
         // The client (often an agent a newcomer just pointed at the gateway) sees only this
         // message, so it names the URL tried and why, and the operator sees it at WARN.
@@ -139,6 +150,9 @@ pub struct Upstream {
     early: Option<(EarlyRequest, Bytes)>,
     /// Time spent waiting for the upstream, over every attempt.
     pub spent: Duration,
+    /// The request's spans, when traces are exported: each attempt goes upstream with a
+    /// `traceparent` naming its own span ([`crate::telemetry`]).
+    pub trace: Option<RequestTrace>,
 }
 
 impl Upstream {
@@ -155,12 +169,22 @@ impl Upstream {
             Endpoint::Responses => join(&config.upstream, "/responses"),
             Endpoint::Messages => join(&config.anthropic_upstream, "/v1/messages"),
         };
+        let url = with_query(base, query);
+        let mut forwarded = forward_headers(headers);
+        let trace = gw
+            .telemetry
+            .as_ref()
+            .and_then(|telemetry| telemetry.begin(headers, endpoint.wire(), &url));
+        if let Some(trace) = &trace {
+            trace.propagate(&mut forwarded);
+        }
         Upstream {
-            url: with_query(base, query),
-            headers: forward_headers(headers),
+            url,
+            headers: forwarded,
             stream: false,
             early: None,
             spent: Duration::ZERO,
+            trace,
         }
     }
 
@@ -217,7 +241,21 @@ impl Upstream {
         let elapsed = sent_at.elapsed();
         self.spent += elapsed;
         gw.metrics.upstream_latency(elapsed);
+        if let Err(error) = &answer
+            && let Some(trace) = self.trace.take()
+        {
+            trace.fail(error.kind(), None);
+        }
         answer
+    }
+
+    /// The current attempt failed with `error_type` and another one follows: its span ends
+    /// and the next attempt goes upstream under a span of its own.
+    pub(super) fn retrying(&mut self, error_type: &str, status: u16) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.retry(error_type, Some(status));
+            trace.propagate(&mut self.headers);
+        }
     }
 }
 

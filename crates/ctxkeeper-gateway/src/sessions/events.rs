@@ -56,6 +56,15 @@ pub enum GatewayEvent {
     HistoryRepaired {
         repairs: std::collections::BTreeMap<String, usize>,
     },
+    /// The provider's prompt cache served less than half of each of the session's last
+    /// `calls` requests, each sending at least `min_fresh_tokens` uncached input tokens: the
+    /// prefix keeps changing, so every call pays for nearly its whole input again
+    /// ([`crate::telemetry::CacheStallRule`]). Raised once per run of such calls.
+    CacheStalled {
+        calls: u32,
+        fresh_input_tokens: u64,
+        min_fresh_tokens: u64,
+    },
 }
 
 impl GatewayEvent {
@@ -76,6 +85,16 @@ pub(super) fn engine_event(event: &Event) -> SessionEvent {
         data: serde_json::to_value(event).unwrap_or(Value::Null),
     }
 }
+
+/// The events a committed step returns to its request ([`Sessions::commit`]): the
+/// compactions and what their summaries did.
+pub const COMPACTION_EVENTS: [&str; 5] = [
+    "context_compaction_end",
+    "compaction",
+    "summary_failed",
+    "summary_downgraded",
+    "summary_prepared",
+];
 
 /// How many events may wait for the publisher before new ones are dropped (and counted).
 const EVENT_QUEUE: usize = 4_096;
@@ -225,8 +244,9 @@ impl Sessions {
         self.events.publish(key, event);
     }
 
-    /// Announces what a committed step did: metrics, then subscribers.
-    pub(super) fn release(&self, key: &SessionKey, outbox: Outbox) {
+    /// Announces what a committed step did: metrics, then subscribers. Returns its
+    /// compaction events ([`COMPACTION_EVENTS`]).
+    pub(super) fn release(&self, key: &SessionKey, outbox: Outbox) -> Vec<SessionEvent> {
         Metrics::add(&self.metrics.compactions, outbox.compactions);
         Metrics::add(&self.metrics.tokens_saved, outbox.tokens_saved);
         Metrics::add(
@@ -238,9 +258,14 @@ impl Sessions {
         Metrics::add(&self.metrics.client_compactions, outbox.client_compactions);
         Metrics::add(&self.metrics.summaries_failed, outbox.summaries_failed);
         Metrics::add(&self.metrics.summaries_degraded, outbox.summaries_degraded);
+        let mut compactions = Vec::new();
         for event in outbox.events {
+            if COMPACTION_EVENTS.contains(&event.name.as_str()) {
+                compactions.push(event.clone());
+            }
             self.publish(key, event);
         }
+        compactions
     }
 
     /// Publishes a gateway event to the session's subscribers.

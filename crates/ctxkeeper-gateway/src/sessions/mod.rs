@@ -67,6 +67,7 @@ use ctxkeeper_store::{SessionKey, SessionStore, StoreError};
 use crate::identity::{self, common_prefix};
 use crate::metrics::Metrics;
 use crate::summarize::{SummarizerChoice, UpstreamRoute, UpstreamSummarizer};
+use crate::telemetry::{CacheStallRule, CacheVerdict, UsageReport};
 use advance::{Advance, MAX_FORK_DEPTH};
 use bytes::Bytes;
 use events::{Events, GatewayEvent};
@@ -347,6 +348,8 @@ pub struct Sessions {
     /// Model windows stated by a provider's model list ([`Sessions::learn_model_list`]),
     /// by lowercase model id.
     listed_windows: StdMutex<HashMap<String, u64>>,
+    /// When a session's prompt cache counts as stalled ([`Sessions::with_cache_stall`]).
+    cache_stall: CacheStallRule,
 }
 
 impl Sessions {
@@ -379,7 +382,16 @@ impl Sessions {
             prepare_at: Some(prepare::DEFAULT_PREPARE_AT),
             summary_wait: wait::DEFAULT_SUMMARY_WAIT,
             listed_windows: StdMutex::new(HashMap::new()),
+            cache_stall: CacheStallRule::default(),
         }
+    }
+
+    /// Raises `cache_stalled` (an event, `ctxkeeper_cache_stalls_total`) for a session whose
+    /// provider stops serving its prompt from cache, as `rule` says (default
+    /// [`CacheStallRule::default`]).
+    pub fn with_cache_stall(mut self, rule: CacheStallRule) -> Sessions {
+        self.cache_stall = rule;
+        self
     }
 
     /// Drops a warm session from memory once it has been idle this long (default
@@ -567,20 +579,23 @@ impl Sessions {
     /// events. A step that a newer one of the same session superseded commits nothing (the
     /// newer one carries its messages). A lost swap reloads, brings the stored state up to
     /// `incoming` and tries again within the retry budget.
+    ///
+    /// Returns the compaction events the commit announced (what a trace's compaction spans
+    /// are made of, [`crate::telemetry::RequestTrace::compactions`]).
     pub async fn commit(
         &self,
         key: &SessionKey,
         incoming: &Incoming,
         tools: &[ToolSpec],
         ticket: Ticket,
-    ) -> Result<(), SessionError> {
+    ) -> Result<Vec<SessionEvent>, SessionError> {
         let cell = self.slot(key);
         let mut slot = cell.lock().await;
         let Some(pending) = slot
             .pending
             .take_if(|pending| pending.generation == ticket.0)
         else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let mut outbox = pending.outbox;
         let mut conflicts = 0;
@@ -610,8 +625,7 @@ impl Sessions {
                 slot.unsaved = false;
                 slot.stored_hashes.clone_from(&slot.client.hashes);
                 slot.last_forwarded.clone_from(&incoming.forwarded);
-                self.release(key, outbox);
-                return Ok(());
+                return Ok(self.release(key, outbox));
             }
             // Another writer moved the session on: redo the step on what it stored. Only
             // what the redone step does is announced, and the fork that created this session
@@ -807,16 +821,45 @@ impl Sessions {
     /// or the end of a stream): the usage it reported calibrates the session's counts, and
     /// the next compaction's summary is prepared when it is due and the answer did not end
     /// the agent's turn ([`Self::with_summary_preparation`]).
-    pub async fn answered(&self, key: &SessionKey, answered: Answered) {
+    ///
+    /// Returns whether the session's prompt cache is stalled after this answer
+    /// ([`Sessions::with_cache_stall`]).
+    pub async fn answered(&self, key: &SessionKey, answered: Answered) -> bool {
         let cell = self.slot(key);
         let mut slot = cell.lock().await;
         self.observe(key, &mut slot, &answered);
+        let stalled = self.watch_cache(key, &mut slot, answered.usage.as_ref());
         self.prepare_ahead(
             &cell,
             &mut slot,
             answered.route.as_ref(),
             answered.ends_turn,
         );
+        stalled
+    }
+
+    /// Feeds an answer's usage to the session's cache-stall streak; announces the stall
+    /// when this answer made it.
+    fn watch_cache(&self, key: &SessionKey, slot: &mut Slot, usage: Option<&UsageReport>) -> bool {
+        let Some(usage) = usage else {
+            return false;
+        };
+        match self.cache_stall.observe(&mut slot.cache_streak, usage) {
+            CacheVerdict::Fine => false,
+            CacheVerdict::StillStalled => true,
+            CacheVerdict::Stalled => {
+                Metrics::add(&self.metrics.cache_stalls, 1);
+                let streak = slot.cache_streak;
+                tracing::info!(session = %key, calls = streak.misses, fresh_tokens = streak.fresh_tokens, "prompt cache stalled");
+                let event = GatewayEvent::CacheStalled {
+                    calls: streak.misses,
+                    fresh_input_tokens: streak.fresh_tokens,
+                    min_fresh_tokens: self.cache_stall.min_fresh_tokens,
+                };
+                self.publish(key, event.to_session_event());
+                true
+            }
+        }
     }
 
     fn observe(&self, key: &SessionKey, slot: &mut Slot, answered: &Answered) {
@@ -843,6 +886,8 @@ pub struct Answered {
     pub ends_turn: bool,
     /// How the request reached its upstream (a summary prepared now goes the same way).
     pub route: Option<Arc<UpstreamRoute>>,
+    /// Everything the answer reported about its usage (the cache-stall alarm reads it).
+    pub usage: Option<UsageReport>,
 }
 
 /// Most model windows a provider's model list may teach: a real list is far shorter, and a

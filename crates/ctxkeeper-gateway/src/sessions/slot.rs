@@ -118,6 +118,8 @@ pub(super) struct Slot {
     pub(super) preparations: ctxkeeper::Preparations,
     /// Steps to wait before preparing a summary again, after prepared summaries failed.
     pub(super) prepare_backoff: super::prepare::Backoff,
+    /// The session's run of calls without prompt-cache reads (the cache-stall alarm).
+    pub(super) cache_streak: crate::telemetry::CacheStreak,
 }
 
 impl Slot {

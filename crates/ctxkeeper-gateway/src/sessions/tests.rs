@@ -865,6 +865,7 @@ mod cancelled {
             model: Some("sum-model".into()),
             tools: Vec::new(),
             timeout: Duration::from_secs(300),
+            trace: None,
         });
         let key = SessionKey::simple("dropped").unwrap();
         let mut dropped = false;

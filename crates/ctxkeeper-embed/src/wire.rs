@@ -12,6 +12,7 @@ use ctxkeeper_core::model::{Message, Request, ToolSpec};
 use serde_json::{Value, json};
 
 /// The request fields that hold the conversation in each shape.
+#[derive(Debug, Clone, Copy)]
 pub struct Fields {
     /// `messages` or `input`.
     pub messages: &'static str,
