@@ -21,7 +21,6 @@
 //!     max_output_tokens: 500,
 //!     must_keep: Vec::new(),
 //!     instructions: None,
-//!     request_in_context: None,
 //! };
 //! let summary = fallback_truncation(&request);
 //! assert!(summary.degraded);
@@ -176,7 +175,6 @@ mod tests {
             max_output_tokens,
             must_keep: Vec::new(),
             instructions: None,
-            request_in_context: None,
         }
     }
 

@@ -88,7 +88,6 @@ fn request(
         max_output_tokens,
         must_keep: Vec::new(),
         instructions: None,
-        request_in_context: None,
     }
 }
 
