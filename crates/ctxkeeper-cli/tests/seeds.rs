@@ -819,6 +819,35 @@ fn seed_conformance_table() {
         ),
     );
 
+    // The summary's SESSION INTENT names the user's request, also when the request itself stays
+    // in the context (only tool rounds were summarized).
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = coding_session(20, 3);
+    messages.pop();
+    messages.push(json!({"role": "assistant", "content": "Done."}));
+    let file = trace(scratch.path(), "one-request.json", messages);
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let last = last_request(&scratch.path().join("req"));
+    let last: Value = serde_json::from_str(&last).expect("the request is JSON");
+    let intent = last["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .find_map(|text| text.split("## SESSION INTENT").nth(1))
+        .map(|rest| rest.split("\n## ").next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    table.row(
+        seed("Compaction"),
+        "the summary's SESSION INTENT names the user's request (here kept in the context, only tool rounds summarized)",
+        "names it",
+        if intent.contains("Fix the failing invoice totals") {
+            "names it"
+        } else {
+            "empty"
+        },
+    );
+
     // Eviction: a shell result over 80,000 characters becomes head + tail with a pointer to
     // the whole output in the workspace; a read_file result of the same size stays whole.
     let scratch = tempfile::tempdir().expect("temp dir");

@@ -145,6 +145,10 @@ pub struct SummaryRequest {
     /// The operator's own instructions (`[policy.summary] instructions`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// The user's latest request when it stays in the context after this compaction (so it is
+    /// not among `messages`): the summary's goal field names it instead of staying empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_in_context: Option<String>,
 }
 
 impl SummaryRequest {
@@ -164,6 +168,14 @@ impl SummaryRequest {
             && !focus.is_empty()
         {
             parts.push(focus.to_string());
+        }
+        if let Some(request) = self.request_in_context.as_deref().map(str::trim)
+            && !request.is_empty()
+        {
+            parts.push(format!(
+                "The user's current request stays in the conversation after this summary; state the session's goal with it in mind: {}",
+                one_line(request, 1_000)
+            ));
         }
         if !self.must_keep.is_empty() {
             let mut orders = String::from(
@@ -771,6 +783,7 @@ mod tests {
             max_output_tokens: 600,
             must_keep: Vec::new(),
             instructions: None,
+            request_in_context: None,
         }
     }
 

@@ -503,6 +503,7 @@ mod tests {
             max_output_tokens: 700,
             must_keep: Vec::new(),
             instructions: None,
+            request_in_context: None,
         }
     }
 

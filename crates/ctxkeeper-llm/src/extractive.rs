@@ -51,6 +51,7 @@
 //!     max_output_tokens: 600,
 //!     must_keep: Vec::new(),
 //!     instructions: None,
+//!     request_in_context: None,
 //! };
 //! let summary = ExtractiveSummarizer::new().summarize_now(&request);
 //! assert_eq!(summary.produced_by, "extractive");
@@ -624,6 +625,19 @@ impl Facts {
         facts.decisions = dedup(std::mem::take(&mut facts.decisions));
         facts.references = references.into_lines();
         facts.preserve.extend(facts.references.iter().cloned());
+        // No request among the summarized messages: the goal is the one the user's request
+        // still in the conversation states, named rather than left as a bare label.
+        if facts.task.is_empty()
+            && let Some(request) = request.request_in_context.as_deref()
+        {
+            let flat = collapse(&strip_boilerplate(request));
+            if !flat.is_empty() {
+                facts.task.push(format!(
+                    "User (the request is still in the conversation): {}",
+                    cut(&flat, 600)
+                ));
+            }
+        }
         facts
     }
 
@@ -641,6 +655,7 @@ impl Facts {
             max_output_tokens: 0,
             must_keep: Vec::new(),
             instructions: None,
+            request_in_context: None,
         };
         let facts = Facts::gather(&request);
         let mut out = Vec::new();

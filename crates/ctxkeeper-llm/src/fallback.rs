@@ -21,6 +21,7 @@
 //!     max_output_tokens: 500,
 //!     must_keep: Vec::new(),
 //!     instructions: None,
+//!     request_in_context: None,
 //! };
 //! let summary = fallback_truncation(&request);
 //! assert!(summary.degraded);
@@ -175,6 +176,7 @@ mod tests {
             max_output_tokens,
             must_keep: Vec::new(),
             instructions: None,
+            request_in_context: None,
         }
     }
 

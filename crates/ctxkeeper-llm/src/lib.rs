@@ -41,6 +41,7 @@
 //!     max_output_tokens: 500,
 //!     must_keep: Vec::new(),
 //!     instructions: None,
+//!     request_in_context: None,
 //! };
 //! let summary = summarizer.summarize(&request).await.unwrap();
 //! let text = summary.render(&request.schema);

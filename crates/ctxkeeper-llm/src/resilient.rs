@@ -26,6 +26,7 @@
 //!     max_output_tokens: 400,
 //!     must_keep: Vec::new(),
 //!     instructions: None,
+//!     request_in_context: None,
 //! };
 //! let outcome = summarizer.summarize_reported(&request).await;
 //! assert!(outcome.failure.is_none());
@@ -233,6 +234,7 @@ mod tests {
             max_output_tokens: 200,
             must_keep: Vec::new(),
             instructions: None,
+            request_in_context: None,
         }
     }
 

@@ -88,6 +88,7 @@ fn request(
         max_output_tokens,
         must_keep: Vec::new(),
         instructions: None,
+        request_in_context: None,
     }
 }
 

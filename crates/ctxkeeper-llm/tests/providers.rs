@@ -281,6 +281,7 @@ fn request(messages: Vec<Message>) -> SummaryRequest {
         max_output_tokens: 500,
         must_keep: Vec::new(),
         instructions: None,
+        request_in_context: None,
     }
 }
 

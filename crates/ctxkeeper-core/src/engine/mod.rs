@@ -804,6 +804,7 @@ impl Engine {
             max_output_tokens: self.config.summary.max_summary_tokens,
             must_keep: Vec::new(),
             instructions: self.config.summary.instructions.clone(),
+            request_in_context: None,
         }
     }
 }

@@ -69,6 +69,7 @@ pub fn extractive_summary(data: &[u8]) {
         max_output_tokens: 50 + u32::from(session.knobs[0]) * 20,
         must_keep: session.trusted.iter().take(4).cloned().collect(),
         instructions: None,
+        request_in_context: None,
     };
     let mut summary = ExtractiveSummarizer::new().summarize_now(&request);
     assert_schema_sections(&summary.render(&schema), &summary, &schema);

@@ -16,6 +16,7 @@ fn request(messages: Vec<Message>, previous: Option<Summary>) -> SummaryRequest 
         max_output_tokens: 800,
         must_keep: Vec::new(),
         instructions: None,
+        request_in_context: None,
     }
 }
 
@@ -496,4 +497,44 @@ fn fit_lines_keeps_head_and_tail_with_a_marker() {
     assert!(text.contains("earlier lines omitted"));
     let tail_only = fit_lines(&lines, 300, 0.0);
     assert!(!tail_only.contains("line 000"));
+}
+
+#[test]
+fn a_request_kept_in_the_conversation_names_the_goal_when_no_summarized_message_asks() {
+    // Only tool rounds are summarized: the user's request stays in the context after the
+    // summary (Harness keeps its last messages, the engine keeps the latest request).
+    let rounds: Vec<Message> = session()
+        .into_iter()
+        .filter(|m| m.role != Role::User || m.has_tool_results())
+        .collect();
+    let field = |name: &str| ctxkeeper_core::summary::SummaryField {
+        name: name.into(),
+        title: name.to_uppercase().replace('_', " "),
+        description: String::new(),
+    };
+    let mut harness = request(rounds, None);
+    harness.schema = SummarySchema {
+        fields: vec![field("session_intent"), field("summary")],
+    };
+    let without = ExtractiveSummarizer::new().summarize_now(&harness);
+    assert!(
+        !without.get("session_intent").contains("invoice"),
+        "nothing asked in the summarized messages: {}",
+        without.get("session_intent")
+    );
+    harness.request_in_context =
+        Some("Fix the failing invoice totals in src/billing/invoice.rs.".into());
+    let with = ExtractiveSummarizer::new().summarize_now(&harness);
+    assert!(
+        with.get("session_intent")
+            .contains("Fix the failing invoice totals in src/billing/invoice.rs."),
+        "{}",
+        with.get("session_intent")
+    );
+    // A model summarizer is told the same in its guidance.
+    assert!(
+        harness
+            .guidance()
+            .is_some_and(|g| g.contains("Fix the failing invoice totals"))
+    );
 }

@@ -127,6 +127,23 @@ impl Draft<'_> {
                 compacted.push(entry);
             }
         }
+        // The user's latest request when the compaction keeps it: the summary names the goal
+        // from it instead of leaving its goal field empty.
+        let request_in_context = kept
+            .iter()
+            .chain(tail.iter())
+            .rev()
+            .find(|e| {
+                e.message.role == Role::User
+                    && !e.meta.synthetic
+                    && !e.meta.summary
+                    && e.message.starts_turn()
+            })
+            .map(|e| e.message.text())
+            // A harness's own compaction prompt or summary is not the user's request.
+            .filter(|text| {
+                !text.trim().is_empty() && !crate::harness::is_client_compaction_text(text)
+            });
         let groups = split_groups(compacted, group_threshold, self.model());
         let placement = self.engine.config.summary.placement;
         let total_groups = groups.len();
@@ -174,6 +191,7 @@ impl Draft<'_> {
                 self.reason,
                 self.focus.clone(),
             );
+            request.request_in_context = request_in_context.clone();
             // The standing orders the user set in these messages: the summary must carry them.
             if let Some(capsule) = &self.capsule {
                 request.must_keep = capsule
