@@ -364,34 +364,7 @@ impl RequestTrace {
             span.str("gen_ai.input.messages", messages.clone());
         }
         if let Some(report) = report {
-            let usage = [
-                ("gen_ai.usage.input_tokens", report.input_tokens),
-                ("gen_ai.usage.output_tokens", report.output_tokens),
-                (
-                    "gen_ai.usage.cache_read.input_tokens",
-                    report.cache_read_tokens,
-                ),
-                // The cache-write count under both names it has had.
-                (
-                    "gen_ai.usage.cache_creation.input_tokens",
-                    report.cache_write_tokens,
-                ),
-                (
-                    "gen_ai.usage.cache_write.input_tokens",
-                    report.cache_write_tokens,
-                ),
-            ];
-            for (key, value) in usage {
-                if let Some(value) = value {
-                    span.int(key, value);
-                }
-            }
-            if !report.finish_reasons.is_empty() {
-                span.strs(
-                    "gen_ai.response.finish_reasons",
-                    report.finish_reasons.clone(),
-                );
-            }
+            usage_attributes(&mut span, report);
             if let Some(model) = &report.response_model {
                 span.str("gen_ai.response.model", model.clone());
             }
@@ -476,37 +449,44 @@ impl SummarySpan {
             span.int("http.response.status_code", u64::from(status));
         }
         if let Some(report) = report {
-            for (key, value) in [
-                ("gen_ai.usage.input_tokens", report.input_tokens),
-                ("gen_ai.usage.output_tokens", report.output_tokens),
-                (
-                    "gen_ai.usage.cache_read.input_tokens",
-                    report.cache_read_tokens,
-                ),
-                (
-                    "gen_ai.usage.cache_creation.input_tokens",
-                    report.cache_write_tokens,
-                ),
-                (
-                    "gen_ai.usage.cache_write.input_tokens",
-                    report.cache_write_tokens,
-                ),
-            ] {
-                if let Some(value) = value {
-                    span.int(key, value);
-                }
-            }
-            if !report.finish_reasons.is_empty() {
-                span.strs(
-                    "gen_ai.response.finish_reasons",
-                    report.finish_reasons.clone(),
-                );
-            }
+            usage_attributes(&mut span, report);
         }
         if let Some(error_type) = error_type {
             span.str("error.type", error_type).error(error_type);
         }
         self.trace.exporter.record(span);
+    }
+}
+
+/// The provider's usage report on an inference or summary span: token counts (the cache-write
+/// count under both names it has had) and finish reasons.
+fn usage_attributes(span: &mut SpanRecord, report: &UsageReport) {
+    let usage = [
+        ("gen_ai.usage.input_tokens", report.input_tokens),
+        ("gen_ai.usage.output_tokens", report.output_tokens),
+        (
+            "gen_ai.usage.cache_read.input_tokens",
+            report.cache_read_tokens,
+        ),
+        (
+            "gen_ai.usage.cache_creation.input_tokens",
+            report.cache_write_tokens,
+        ),
+        (
+            "gen_ai.usage.cache_write.input_tokens",
+            report.cache_write_tokens,
+        ),
+    ];
+    for (key, value) in usage {
+        if let Some(value) = value {
+            span.int(key, value);
+        }
+    }
+    if !report.finish_reasons.is_empty() {
+        span.strs(
+            "gen_ai.response.finish_reasons",
+            report.finish_reasons.clone(),
+        );
     }
 }
 
