@@ -2,11 +2,13 @@
 with the official `opentelemetry-proto` package: an agent loop that compacts yields one
 `chat {model}` CLIENT span per model call with the GenAI attributes, one `compaction` child
 span per compaction with the figures of the session's SSE events, and the trace the client
-began (`traceparent`) continued and passed upstream; a session whose prompt cache keeps
+began (`traceparent`) continued and passed upstream; every MCP tool call at `/mcp` is one
+`execute_tool {tool}` SERVER span in its caller's trace; a session whose prompt cache keeps
 missing raises `cache_stalled`; a collector that is down changes no response."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import http.server
 import json
@@ -20,6 +22,7 @@ import pytest
 
 from conftest import start_mock_upstream
 from gateway_support import TOOLS, WORDS, SessionEvents, metric, start_gateway, write_config
+from mcp_client import http_session, is_error, structured
 
 try:
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -377,6 +380,63 @@ def test_a_prompt_cache_that_keeps_missing_raises_the_alarm(tmp_path, mock, coll
     assert sent[1] == {"role": "user", "parts": [{"type": "text", "content": "Go on."}]}
     assert sent[2]["role"] == "assistant" and sent[2]["parts"][0]["type"] == "tool_call"
     assert sent[3]["parts"][0] == {"type": "tool_call_response", "id": sent[2]["parts"][0]["id"], "response": "result 0"}
+
+
+def test_mcp_tool_calls_are_execute_tool_spans_in_the_callers_trace(tmp_path, mock, collector):
+    config = write_config(tmp_path / "ctxkeeper.toml", MODEL_CONFIG)
+    gateway = start_gateway(
+        mock.url, tmp_path, "--config", str(config), "--summarizer", "extractive",
+        env=otel_env(collector.url),
+    )
+    session = "otel-mcp"
+    # The agent's own credentials and trace: /mcp serves the agent's tenant, in its trace.
+    headers = {"authorization": f"Bearer {KEY}", "traceparent": TRACEPARENT, "tracestate": TRACESTATE}
+
+    async def retrieve():
+        async with http_session(f"{gateway.url}/mcp", headers=headers) as mcp:
+            found = await mcp.call_tool("session_search", {"query": "invoice", "session": session})
+            missing = await mcp.call_tool(
+                "context_read", {"reference": f"sessions/{session}/tool_result-nope.txt", "session": session}
+            )
+            stats = await mcp.call_tool("context_stats", {"session": session})
+            return found, missing, stats
+
+    try:
+        agent_loop(gateway.url, 12, session)
+        found, missing, stats = asyncio.run(retrieve())
+        tools = sorted(
+            collector.wait_for(lambda s: s.name.startswith("execute_tool"), 3),
+            key=lambda s: s.start_time_unix_nano,
+        )
+    finally:
+        assert gateway.stop() == 0, gateway.logs()
+
+    assert structured(found)["hits"], "the agent's own session is searchable at /mcp"
+    assert is_error(missing) and not is_error(stats)
+    assert [s.name for s in tools] == [
+        "execute_tool session_search",
+        "execute_tool context_read",
+        "execute_tool context_stats",
+    ]
+    mcp_sessions = set()
+    for span in tools:
+        attrs = attributes(span)
+        assert span.kind == trace_pb2.Span.SPAN_KIND_SERVER
+        assert span.trace_id.hex() == CLIENT_TRACE and span.parent_span_id.hex() == CLIENT_SPAN
+        assert span.trace_state == TRACESTATE
+        assert span.end_time_unix_nano > span.start_time_unix_nano
+        assert attrs["gen_ai.operation.name"] == "execute_tool"
+        assert attrs["gen_ai.tool.name"] == span.name.removeprefix("execute_tool ")
+        assert attrs["mcp.method.name"] == "tools/call"
+        assert attrs["gen_ai.conversation.id"] == session
+        assert attrs["jsonrpc.request.id"]
+        mcp_sessions.add(attrs["mcp.session.id"])
+    assert len(mcp_sessions) == 1, "one MCP session served the three calls"
+    # The failed read says why, in `error.type` and the span's status.
+    read = attributes(tools[1])
+    assert read["error.type"] == "not found"
+    assert tools[1].status.code == trace_pb2.Status.STATUS_CODE_ERROR
+    assert "error.type" not in attributes(tools[0]) and "error.type" not in attributes(tools[2])
 
 
 def test_a_collector_that_is_down_changes_no_response(tmp_path, mock):

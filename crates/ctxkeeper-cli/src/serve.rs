@@ -11,9 +11,12 @@ use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper_gateway::config::{ConfigFile, GatewayConfig, GatewaySettings};
 use ctxkeeper_gateway::error::GatewayError;
 use ctxkeeper_gateway::router::Server;
+use ctxkeeper_gateway::telemetry::span::unix_nano;
+use ctxkeeper_gateway::telemetry::{Telemetry, ToolCallSpan};
 use ctxkeeper_gateway::tenancy::{TENANT_HEADER, TenantError, TenantRule};
 use ctxkeeper_mcp::{
     Options, Services, TenantEndpoint, TenantLimits, TenantRefusal, TenantResolver,
+    ToolCallObserver, ToolCallRecord,
 };
 
 use crate::trace_input::InputError;
@@ -207,6 +210,9 @@ pub(crate) async fn mcp_endpoint(
             {
                 services.summarizer = summarizer.clone();
             }
+            if let Some(telemetry) = &gateway.telemetry {
+                services.tool_calls = Some(Arc::new(ToolSpans(telemetry.clone())));
+            }
             services
         }
         Err(e) => {
@@ -224,6 +230,28 @@ pub(crate) async fn mcp_endpoint(
         TenantEndpoint::with_limits(services, options, &args.mcp_allow_hosts, resolve, limits)
             .map_err(|e| InputError::BadOption(e.to_string()))?;
     Ok(Some(endpoint))
+}
+
+/// Exports every `/mcp` tool call as an `execute_tool` span through the gateway's own exporter.
+#[derive(Debug)]
+struct ToolSpans(Telemetry);
+
+impl ToolCallObserver for ToolSpans {
+    fn tool_called(&self, call: &ToolCallRecord) {
+        let start = unix_nano(call.started);
+        self.0.tool_call(&ToolCallSpan {
+            tool: &call.tool,
+            conversation: call.session.as_deref(),
+            request_id: &call.request_id,
+            mcp_session: call.mcp_session.as_deref(),
+            traceparent: call.traceparent.as_deref(),
+            tracestate: call.tracestate.as_deref(),
+            start_unix_nano: start,
+            end_unix_nano: start
+                .saturating_add(u64::try_from(call.duration.as_nanos()).unwrap_or(u64::MAX)),
+            error: call.error.as_deref(),
+        });
+    }
 }
 
 /// Runs the command until ctrl-c or SIGTERM.

@@ -353,3 +353,90 @@ async fn no_summary_is_prepared_after_an_answer_that_ends_the_agents_turn() {
         }
     }
 }
+
+/// A request whose client leaves while its summary is being written upstream (the handler's
+/// future is dropped mid-summary) leaves nothing of that caller in the shared warm session: the
+/// next request of the same session, from another caller of the same tenant, is summarized
+/// on its own credentials, never on the departed caller's.
+#[tokio::test]
+async fn a_cancelled_request_leaves_no_summarizer_or_credential_in_the_warm_session() {
+    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+        window: 60_000,
+        summary_delay: Duration::from_millis(2_500),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    // Summaries written inline, in the request that needs them, and never timed out here.
+    cfg.prepare_summaries_at = None;
+    cfg.summary_timeout = Duration::from_secs(30);
+    // One tenant, two callers with their own keys (a team sharing a session).
+    cfg.tenants = ctxkeeper_gateway::tenancy::TenantRule::default().trust_header(true);
+    let gw = common::start(cfg).await;
+    let send_as = |key: &'static str, body: Value, timeout: Duration| {
+        let request = client()
+            .post(gw.url("/v1/messages"))
+            .header("x-api-key", key)
+            .header("x-ctxkeeper-tenant", "team")
+            .header("anthropic-version", "2023-06-01")
+            .timeout(timeout)
+            .json(&body);
+        async move { request.send().await }
+    };
+    const FIRST: &str = "sk-ant-first-caller-0000000001";
+    const SECOND: &str = "sk-ant-second-caller-000000002";
+
+    // The first caller grows the conversation until a step has to summarize: that step waits
+    // on the slow summary, and its client gives up and disconnects.
+    let mut cancelled_at = None;
+    for turns in 1..14 {
+        match send_as(FIRST, conversation(turns), Duration::from_millis(1_200)).await {
+            Ok(response) => assert_eq!(response.status(), 200),
+            Err(e) if e.is_timeout() => {
+                cancelled_at = Some(turns);
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let turns = cancelled_at.expect("a step had to summarize, and its client left during it");
+    // The summary call never answered the departed request.
+    assert!(
+        !upstream.requests().iter().any(|r| is_summary_call(&r.body)),
+        "the first caller's summary call was cut off with its request"
+    );
+
+    // The second caller sends the same step, then the next one.
+    for step in [turns, turns + 1] {
+        let response = send_as(SECOND, conversation(step), Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    }
+    let summary_calls: Vec<_> = upstream
+        .requests()
+        .into_iter()
+        .filter(|r| is_summary_call(&r.body))
+        .collect();
+    assert!(
+        !summary_calls.is_empty(),
+        "the second caller's step summarized"
+    );
+    for call in &summary_calls {
+        assert_eq!(
+            call.header("x-api-key"),
+            Some(SECOND),
+            "a summary after the cancellation went out on the departed caller's key"
+        );
+    }
+    let agent_calls: Vec<_> = upstream
+        .requests()
+        .into_iter()
+        .filter(|r| !is_summary_call(&r.body))
+        .collect();
+    let last = agent_calls.last().unwrap();
+    assert_eq!(last.header("x-api-key"), Some(SECOND));
+    assert!(last.body.to_string().contains("mock summary of the"));
+}

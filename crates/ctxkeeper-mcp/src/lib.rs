@@ -52,6 +52,7 @@
 //! # });
 //! ```
 
+pub mod observe;
 mod server;
 mod tenants;
 mod tools;
@@ -71,6 +72,7 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 
+pub use observe::{ToolCallObserver, ToolCallRecord};
 pub use server::ContextServer;
 pub use tenants::{MAX_TENANTS, TenantEndpoint, TenantLimits, TenantRefusal, TenantResolver};
 
@@ -142,6 +144,7 @@ impl ServerConfig {
                     .summarizer
                     .clone()
                     .unwrap_or_else(|| Arc::new(ExtractiveSummarizer::default())),
+                tool_calls: None,
             },
             options,
         )
@@ -176,6 +179,8 @@ pub struct Services {
     pub memory: Option<Arc<LongTermMemory>>,
     /// The summarizer `compact` uses.
     pub summarizer: Arc<dyn Summarizer>,
+    /// Told of every answered tool call (the host's tracing), when set.
+    pub tool_calls: Option<Arc<dyn ToolCallObserver>>,
 }
 
 impl Services {
@@ -212,6 +217,7 @@ impl Services {
             archive,
             memory,
             summarizer: Arc::new(ExtractiveSummarizer::default()),
+            tool_calls: None,
         })
     }
 }

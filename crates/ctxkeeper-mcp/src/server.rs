@@ -6,13 +6,20 @@
 //! the model can read and correct, instead of a JSON-RPC error it may never see.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::model::{CallToolResult, Implementation, JsonObject, ServerCapabilities, ServerConfig};
-use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
+    NumberOrString, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde_json::Value;
 
+use crate::observe::{ERROR_KIND_META, ToolCallRecord};
 use crate::tools::{self, Backend};
 use crate::{Options, Services, SetupError};
 
@@ -73,6 +80,55 @@ impl ContextServer {
             }
         };
         tools::dispatch(&self.backend, name, arguments).await
+    }
+
+    /// What the observer is told of a call, before it runs: who asked, in which trace.
+    fn record_of(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> ToolCallRecord {
+        let http = context.extensions.get::<axum::http::request::Parts>();
+        let header = |name: &str| {
+            http.and_then(|parts| parts.headers.get(name))
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string)
+        };
+        // An MCP client propagates its trace in the request's `_meta` (any transport); over
+        // HTTP an instrumented client may send the headers instead.
+        let meta = request.meta.as_ref();
+        let traceparent = meta
+            .and_then(|m| m.get_traceparent())
+            .or_else(|| context.meta.get_traceparent())
+            .map(str::to_string)
+            .or_else(|| header("traceparent"));
+        let tracestate = meta
+            .and_then(|m| m.get_tracestate())
+            .or_else(|| context.meta.get_tracestate())
+            .map(str::to_string)
+            .or_else(|| header("tracestate"));
+        let session = request
+            .arguments
+            .as_ref()
+            .and_then(|arguments| arguments.get("session"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| self.backend.options.session.clone());
+        ToolCallRecord {
+            tool: request.name.to_string(),
+            tenant: self.backend.options.tenant.clone(),
+            session,
+            request_id: match &context.id {
+                NumberOrString::Number(n) => n.to_string(),
+                NumberOrString::String(s) => s.to_string(),
+            },
+            mcp_session: header("mcp-session-id"),
+            traceparent,
+            tracestate,
+            started: SystemTime::now(),
+            duration: Duration::ZERO,
+            error: None,
+        }
     }
 
     /// The names of every tool this server offers.
@@ -218,6 +274,42 @@ impl ContextServer {
 
 #[tool_handler]
 impl ServerHandler for ContextServer {
+    /// The router's call, timed and reported to the host's observer when there is one.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        let Some(observer) = self.backend.services.tool_calls.clone() else {
+            return self
+                .tool_router
+                .call(ToolCallContext::new(self, request, context))
+                .await;
+        };
+        let mut record = self.record_of(&request, &context);
+        let started = Instant::now();
+        let answer = self
+            .tool_router
+            .call(ToolCallContext::new(self, request, context))
+            .await;
+        record.duration = started.elapsed();
+        record.error = match &answer {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => Some(
+                result
+                    .meta
+                    .as_ref()
+                    .and_then(|meta| meta.get(ERROR_KIND_META))
+                    .and_then(Value::as_str)
+                    .unwrap_or("tool error")
+                    .to_string(),
+            ),
+            Ok(_) => None,
+            Err(error) => Some(format!("jsonrpc {}", error.code.0)),
+        };
+        observer.tool_called(&record);
+        answer
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("ctxkeeper", env!("CARGO_PKG_VERSION")))

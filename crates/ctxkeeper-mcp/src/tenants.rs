@@ -441,6 +441,7 @@ mod tests {
             archive: Arc::new(LocalWorkspace::new(dir.join("workspace")).unwrap()),
             memory: None,
             summarizer: Arc::new(ExtractiveSummarizer::default()),
+            tool_calls: None,
         };
         let options = Options {
             tenant: "default".into(),

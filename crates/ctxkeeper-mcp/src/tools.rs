@@ -30,7 +30,7 @@ use ctxkeeper::store::state::validate_identifier;
 use ctxkeeper::store::{
     HistoryPage, SearchQuery, SessionFilter, SessionInfo, SessionKey, StoreError, format_timestamp,
 };
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -116,11 +116,17 @@ impl From<StoreError> for ToolError {
     }
 }
 
+/// A failed call as the model reads it (`kind: message`), with the kind also in `_meta`
+/// ([`crate::observe::ERROR_KIND_META`]) for programs.
 pub(crate) fn error_result(err: &ToolError) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(format!(
+    let mut result = CallToolResult::error(vec![ContentBlock::text(format!(
         "{}: {}",
         err.kind, err.message
-    ))])
+    ))]);
+    let mut meta = MetaObject::new();
+    meta.insert(crate::observe::ERROR_KIND_META.into(), json!(err.kind));
+    result.meta = Some(meta);
+    result
 }
 
 pub(crate) fn kind_of(value: &Value) -> &'static str {

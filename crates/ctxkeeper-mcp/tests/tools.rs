@@ -176,6 +176,7 @@ fn server_with_policy(
             archive: f.archive.clone(),
             memory: Some(f.memory.clone()),
             summarizer: Arc::new(ExtractiveSummarizer::default()),
+            tool_calls: None,
         },
         Options {
             tenant: tenant.into(),
@@ -878,6 +879,7 @@ async fn bad_server_scopes_are_refused_at_start() {
         archive: f.archive.clone(),
         memory: None,
         summarizer: Arc::new(ExtractiveSummarizer::default()),
+        tool_calls: None,
     };
     let options = |tenant: &str, session: Option<&str>| Options {
         tenant: tenant.into(),
@@ -957,6 +959,9 @@ async fn the_rmcp_client_sees_schemas_results_and_tool_errors() -> anyhow_free::
     running.abort();
     Ok(())
 }
+
+#[path = "tools/observed.rs"]
+mod observed;
 
 /// `Box<dyn Error>` results without pulling in anyhow.
 mod anyhow_free {

@@ -52,21 +52,27 @@ impl TraceContext {
     /// The trace context of a request: its valid `traceparent` (and `tracestate`), else a
     /// new sampled trace. An invalid `traceparent` is ignored, as the W3C spec asks.
     pub fn from_headers(headers: &HeaderMap) -> TraceContext {
-        let parsed = headers
+        let state = headers
+            .get_all("tracestate")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",");
+        let parent = headers
             .get("traceparent")
-            .and_then(|value| value.to_str().ok())
-            .and_then(parse_traceparent);
-        match parsed {
+            .and_then(|value| value.to_str().ok());
+        TraceContext::from_values(parent, Some(&state))
+    }
+
+    /// The trace context `traceparent` and `tracestate` name (as an MCP request's `_meta`
+    /// carries them), else a new sampled trace.
+    pub fn from_values(traceparent: Option<&str>, tracestate: Option<&str>) -> TraceContext {
+        match traceparent.and_then(parse_traceparent) {
             Some((trace_id, parent, flags)) => TraceContext {
                 trace_id,
                 parent: Some(parent),
                 flags,
-                trace_state: headers
-                    .get_all("tracestate")
-                    .iter()
-                    .filter_map(|value| value.to_str().ok())
-                    .collect::<Vec<_>>()
-                    .join(","),
+                trace_state: tracestate.unwrap_or_default().to_string(),
             },
             None => TraceContext::root(),
         }

@@ -7,12 +7,13 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` appended), or `endpoint` in
 //! `[gateway.telemetry]` ([`TelemetrySettings`](crate::config::TelemetrySettings)).
 //! What is recorded ([`request`]): one `chat {model}` CLIENT span per upstream call, with the
-//! provider's usage report ([`usage`]); one `compaction` INTERNAL span under it per
-//! compaction the call's step announced, with the figures of the very event the session's
-//! subscribers received. A client's `traceparent` / `tracestate` ([`context`]) is continued
-//! and passed upstream with the gateway's span as the parent. Spans leave through a bounded
-//! queue and one background task ([`export`]); recording never waits, and a collector that is
-//! down costs a request nothing.
+//! provider's usage report ([`usage`]); one `compaction` INTERNAL span under it per compaction
+//! the call's step announced, with the figures of the very event the session's subscribers
+//! received. A client's `traceparent` / `tracestate` ([`context`]) is continued and passed
+//! upstream with the gateway's span as the parent. An MCP tool call served at `/mcp` is one
+//! `execute_tool {tool}` SERVER span ([`tool`]), in the caller's trace. Spans leave through a
+//! bounded queue and one background task ([`export`]); recording never waits, and a collector
+//! that is down costs a request nothing.
 //!
 //! The cache-stall alarm ([`CacheStallRule`]) watches each session's cache reads whether or
 //! not spans are exported.
@@ -30,6 +31,7 @@ pub mod context;
 pub mod export;
 pub mod request;
 pub mod span;
+pub mod tool;
 pub mod usage;
 
 use std::sync::Arc;
@@ -39,6 +41,7 @@ pub use context::{SpanId, TraceContext};
 pub use export::Exporter;
 pub use request::{RequestTrace, SummarySpan, SummaryTrace};
 pub use span::{SpanKind, SpanRecord};
+pub use tool::ToolCallSpan;
 pub use usage::UsageReport;
 
 /// Defaults of the batch span processor, as the OpenTelemetry SDKs name them
@@ -187,6 +190,14 @@ impl Telemetry {
             wire,
             url,
         )
+    }
+
+    /// Records the `execute_tool` span of an MCP tool call (unless its caller's trace is not
+    /// sampled).
+    pub fn tool_call(&self, call: &ToolCallSpan) {
+        if let Some(span) = call.record() {
+            self.exporter.record(span);
+        }
     }
 }
 

@@ -25,6 +25,8 @@ pub enum SpanKind {
     Client,
     /// Work inside the gateway (a compaction).
     Internal,
+    /// A call the gateway serves (an MCP tool call at `/mcp`).
+    Server,
 }
 
 /// A span being filled in, and once ended, sent.
@@ -45,6 +47,7 @@ impl SpanRecord {
         let kind = match kind {
             SpanKind::Client => span::SpanKind::Client,
             SpanKind::Internal => span::SpanKind::Internal,
+            SpanKind::Server => span::SpanKind::Server,
         };
         SpanRecord {
             proto: Span {
@@ -150,8 +153,12 @@ impl SpanRecord {
 
 /// The current time in nanoseconds since the Unix epoch.
 pub fn now_unix_nano() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    unix_nano(std::time::SystemTime::now())
+}
+
+/// `at` in nanoseconds since the Unix epoch (0 before it).
+pub fn unix_nano(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
