@@ -278,6 +278,30 @@ fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str
     report
 }
 
+/// Every request a replay emitted, in step order.
+fn requests(dir: &Path) -> Vec<Value> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| n.starts_with("step-"))
+        .map(|n| {
+            let text = std::fs::read_to_string(dir.join(n)).expect("read request");
+            serde_json::from_str(&text).expect("the request is JSON")
+        })
+        .collect()
+}
+
+/// `compacted; every request ≤ LIMIT` when the replay compacted and its largest request
+/// stayed within `limit` tokens, else what happened instead.
+fn within(report: &Value, limit: u64) -> String {
+    let compactions = report["compactions"].as_u64().unwrap_or(0);
+    let peak = report["peak_input_tokens"].as_u64().unwrap_or(u64::MAX);
+    match (compactions, peak <= limit) {
+        (0, _) => format!("never compacted (peak {peak})"),
+        (_, true) => format!("compacted; every request ≤ {limit}"),
+        (_, false) => format!("compacted; a request of {peak}"),
+    }
+}
+
 /// Characters `a` and `b` share at their start, counted up to the first difference.
 fn common_prefix(a: &str, b: &str) -> usize {
     a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
@@ -432,6 +456,18 @@ fn seed_conformance_table() {
             .find(|n| n.starts_with("tool_result-"))
             .cloned()
             .unwrap_or_default(),
+    );
+
+    // The trigger in action: a session growing well past 80 % of a 16k window is compacted
+    // before any request goes over that share.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "growing.json", coding_session(60, 12));
+    let report = replay(&file, "agentscope", 16_000, scratch.path(), &[]);
+    table.row(
+        seed("Configure ContextConfig"),
+        "a tool loop growing to about 29,000 tokens in a 16k window: compacted, and no request over trigger_ratio × 16,000 tokens",
+        "compacted; every request ≤ 12800",
+        within(&report, 12_800),
     );
 
     // ---- 001 ReMe ---------------------------------------------------------------------------
@@ -652,6 +688,23 @@ fn seed_conformance_table() {
         at(&p, "provider_placement"),
     );
 
+    // preserveRecentApiRounds in action: after every compaction of a long tool loop, the
+    // newest API rounds are still there verbatim.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "rounds.json", coding_session(60, 12));
+    let report = replay(&file, "agentrail", 16_000, scratch.path(), &[]);
+    let kept = report["min_recent_rounds_verbatim"].as_u64();
+    table.row(
+        seed("Configuration"),
+        "after every compaction of a 60-round tool loop, the last API rounds kept verbatim (fewest seen)",
+        "at least 2",
+        match (report["compactions"].as_u64().unwrap_or(0), kept) {
+            (0, _) => "no compaction".to_string(),
+            (_, Some(k)) if k >= 2 => "at least 2".to_string(),
+            (_, k) => format!("{k:?}"),
+        },
+    );
+
     // ---- 003 CowAgent -----------------------------------------------------------------------
     let seed = |section| ("003 CowAgent", section, "cowagent");
     let p = policy("cowagent");
@@ -751,6 +804,67 @@ fn seed_conformance_table() {
         "sessions gc --policy cowagent age (days)",
         30,
         gc["older_than_secs"].as_u64().unwrap_or(0) / 86_400,
+    );
+
+    // agent_max_context_turns in action: a chat of 30 short turns never shows the model more
+    // than 20 of them.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut chat = vec![json!({"role": "system", "content": "You are a helpful assistant."})];
+    for i in 0..30 {
+        chat.push(
+            json!({"role": "user", "content": format!("Question {i}: what is {i} squared?")}),
+        );
+        chat.push(json!({"role": "assistant", "content": format!("{i} squared is {}.", i * i)}));
+    }
+    let file = trace(scratch.path(), "chat.json", chat);
+    replay(&file, "cowagent", 128_000, scratch.path(), &[]);
+    let most_turns = requests(&scratch.path().join("req"))
+        .iter()
+        .map(|body| {
+            body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["role"] == "user")
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    table.row(
+        seed("Key Configuration"),
+        "a chat of 30 turns: user turns in any request",
+        "at most 20",
+        if most_turns <= 20 {
+            "at most 20".to_string()
+        } else {
+            most_turns.to_string()
+        },
+    );
+
+    // agent_max_context_tokens in action: eight turns of tool rounds grow past 50,000 tokens
+    // in a 128k window; with five turns or more the oldest half is dropped, so no request
+    // goes over the budget. (A single turn in progress is never cut: its tool chain is the
+    // current turn's, as in CowAgent.)
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = coding_session(20, 12);
+    messages.pop();
+    for turn in 1..8 {
+        messages.push(json!({"role": "assistant", "content": format!("Module {turn} is fixed.")}));
+        messages.push(
+            json!({"role": "user", "content": format!("Now fix module {turn} the same way.")}),
+        );
+        let mut next = coding_session(20, 12).split_off(2);
+        next.pop();
+        messages.extend(next);
+    }
+    messages.push(json!({"role": "assistant", "content": "All modules are fixed."}));
+    let file = trace(scratch.path(), "turns-long.json", messages);
+    let report = replay(&file, "cowagent", 128_000, scratch.path(), &[]);
+    table.row(
+        seed("Key Configuration"),
+        "eight turns of tool rounds growing to about 80,000 tokens in a 128k window: compacted, and no request over 50,000 tokens",
+        "compacted; every request ≤ 50000",
+        within(&report, 50_000),
     );
 
     // ---- 004 HarnessAgent -------------------------------------------------------------------
@@ -913,6 +1027,66 @@ fn seed_conformance_table() {
         } else {
             "cut"
         },
+    );
+
+    // triggerMessages / keepMessages in action: a tool loop compacts at the first step whose
+    // conversation (the system prompt apart, as HarnessAgent keeps it apart) holds 30
+    // messages, into the summary and at least the last 10 messages as they were, the cut moved
+    // back to the call a kept result answers.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let messages = coding_session(20, 3);
+    let file = trace(scratch.path(), "forty.json", messages.clone());
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    let count = |body: &Value| body["messages"].as_array().map_or(0, Vec::len);
+    // Step i answers the i-th assistant message: its conversation is every message before
+    // that one, the system prompt apart.
+    let conversation_at = |step: usize| {
+        messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "assistant")
+            .nth(step)
+            .map_or(0, |(at, _)| at - 1)
+    };
+    let first_compacted = (1..sent.len()).find(|&i| count(&sent[i]) < count(&sent[i - 1]));
+    let first_at_30 = (0..sent.len()).find(|&i| conversation_at(i) >= 30);
+    let observed = match first_compacted {
+        None => "never compacted".to_string(),
+        Some(i) => {
+            let body = sent[i]["messages"].as_array().cloned().unwrap_or_default();
+            // The trailing rounds equal to the conversation's own (by role and text), up to
+            // the user's request the preset keeps in front of them.
+            let text = |m: &Value| (m["role"].clone(), m["content"].clone());
+            let original: Vec<(Value, Value)> = messages.iter().map(text).collect();
+            let verbatim: Vec<&Value> = body
+                .iter()
+                .rev()
+                .take_while(|m| m["role"] != "user" && original.contains(&text(m)))
+                .collect();
+            let starts_at_call = verbatim
+                .last()
+                .is_some_and(|m| m["role"] == "assistant" && m["tool_calls"].is_array());
+            format!(
+                "{}; {}",
+                if Some(i) == first_at_30 {
+                    "at 30".to_string()
+                } else {
+                    format!("at {}", conversation_at(i))
+                },
+                if verbatim.len() >= 10 && starts_at_call {
+                    "the last 10 or more, from a call".to_string()
+                } else {
+                    format!("{} kept", verbatim.len())
+                }
+            )
+        }
+    };
+    table.row(
+        seed("Compaction"),
+        "a 43-message tool loop: when it compacts (messages, the system prompt apart) / what stays verbatim",
+        "at 30; the last 10 or more, from a call",
+        observed,
     );
 
     let markdown = table.markdown();
