@@ -11,6 +11,7 @@
 //! | Chat with a `bash` tool (mini-swe-agent 2.x) | `bash {"command"}` | `bash` with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` |
 //! | Chat without tools (mini-swe-agent text mode) | a ```` ```mswea_bash_command ```` (or ```` ```bash ````) block | the same submit command in a block |
 //! | Chat or Anthropic with `exec_command`, `shell_command` or `shell` (an agent framework's loop: LangChain, the OpenAI Agents SDK, AgentScope) | that tool, as for Codex | the text `All done.` |
+//! | any API with OpenClaw's `exec` tool (a chat assistant: one step a user turn) | `exec {"command"}` when the last message is the user's, the text `Step k done.` after its result | the text `All done.` |
 //!
 //! Step `k` runs `echo ctxkstep<k>out; seq 1 <n>`: a marker line first (every agent keeps the
 //! head of a long output), then about [`Script::output_bytes`] bytes; the markers are what a
@@ -75,7 +76,47 @@ pub(crate) fn answer(
     handed_out: u32,
 ) -> Option<(Answer, u32)> {
     let next = highest_marker(api, body).unwrap_or(0).max(handed_out) + 1;
+    // OpenClaw runs one step a user turn: after the step's result the turn ends with a
+    // text, and the step handed out stays the last one.
+    if next <= script.steps && is_openclaw(api, body) && ends_with_tool_result(api, body) {
+        let done = next - 1;
+        return Some((Answer::Text(format!("Step {done} done.")), done));
+    }
     answer_step(script, api, body, next).map(|answer| (answer, next))
+}
+
+/// Whether the request is OpenClaw's: its shell tool is `exec` (Codex's is `exec_command`).
+fn is_openclaw(api: Api, body: &Map<String, Value>) -> bool {
+    let tools = tool_names(api, body);
+    tools.iter().any(|t| t == "exec") && !tools.iter().any(|t| t == "exec_command")
+}
+
+/// Whether the request's last message is a tool result.
+fn ends_with_tool_result(api: Api, body: &Map<String, Value>) -> bool {
+    let field = if api == Api::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    let Some(last) = body
+        .get(field)
+        .and_then(Value::as_array)
+        .and_then(|m| m.last())
+    else {
+        return false;
+    };
+    match api {
+        Api::Chat => last.get("role").and_then(Value::as_str) == Some("tool"),
+        Api::Responses => last.get("type").and_then(Value::as_str) == Some("function_call_output"),
+        Api::Anthropic => last
+            .get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|blocks| {
+                blocks
+                    .iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            }),
+    }
 }
 
 fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) -> Option<Answer> {
@@ -103,6 +144,14 @@ fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) 
         Api::Chat if has("bash") => {
             let command = if finished { SUBMIT.to_owned() } else { cmd };
             call("bash", json!({"command": command}))
+        }
+        // OpenClaw's shell tool, in any API (one step a user turn: see `answer`).
+        _ if is_openclaw(api, body) => {
+            if finished {
+                Some(Answer::Text("All done.".into()))
+            } else {
+                call("exec", json!({"command": cmd}))
+            }
         }
         // Codex's tools, in any API: an agent framework's loop (LangChain, the OpenAI Agents
         // SDK, AgentScope) declaring one of them runs the steps and stops on the text.
@@ -303,6 +352,53 @@ mod tests {
         let (name, args) = arguments(step(Api::Anthropic, &anthropic, 0));
         assert_eq!(name, "exec_command");
         assert!(args["cmd"].to_string().contains("ctxkstep1out"), "{args}");
+    }
+
+    #[test]
+    fn openclaw_runs_one_exec_step_a_user_turn() {
+        let tools = json!([{"type": "function", "function": {"name": "read"}},
+            {"type": "function", "function": {"name": "exec"}}]);
+        let turn = object(json!({"tools": tools, "messages": [
+            {"role": "system", "content": "You are a personal assistant running inside OpenClaw."},
+            {"role": "user", "content": "go"}]}));
+        let (first, handed) = answer(&SCRIPT, Api::Chat, &turn, 0).expect("scripted");
+        assert_eq!(handed, 1);
+        let (name, args) = arguments(Some(first));
+        assert_eq!(name, "exec");
+        assert!(
+            args["command"].to_string().contains("ctxkstep1out"),
+            "{args}"
+        );
+        // The step's result ends the turn; the step handed out stays step 1.
+        let result = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep1out"}]}));
+        assert_eq!(
+            answer(&SCRIPT, Api::Chat, &result, 1),
+            Some((Answer::Text("Step 1 done.".into()), 1))
+        );
+        // The next user turn runs the next step, even when its history lost the marker.
+        let next = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "summary"}, {"role": "user", "content": "go on"}]}));
+        let (name, args) = arguments(step_after(&next, 1));
+        assert_eq!(name, "exec");
+        assert!(
+            args["command"].to_string().contains("ctxkstep2out"),
+            "{args}"
+        );
+        // After the last step's result, and at every turn after it: the end.
+        let last = object(json!({"tools": tools, "messages": [
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep2out"}]}));
+        assert_eq!(step_after(&last, 2), Some(Answer::Text("All done.".into())));
+        assert_eq!(step_after(&next, 2), Some(Answer::Text("All done.".into())));
+        // Codex declares exec_command: not OpenClaw.
+        let codex = json!([{"type": "function", "name": "exec_command"}, {"type": "function", "name": "exec"}]);
+        let body = object(json!({"tools": codex, "input": []}));
+        assert_eq!(arguments(step(Api::Responses, &body, 0)).0, "exec_command");
+    }
+
+    fn step_after(body: &Map<String, Value>, handed_out: u32) -> Option<Answer> {
+        step(Api::Chat, body, handed_out)
     }
 
     #[test]
