@@ -11,7 +11,7 @@
 //! | Chat with a `bash` tool (mini-swe-agent 2.x) | `bash {"command"}` | `bash` with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` |
 //! | Chat without tools (mini-swe-agent text mode) | a ```` ```mswea_bash_command ```` (or ```` ```bash ````) block | the same submit command in a block |
 //! | Chat or Anthropic with `exec_command`, `shell_command` or `shell` (an agent framework's loop: LangChain, the OpenAI Agents SDK, AgentScope) | that tool, as for Codex | the text `All done.` |
-//! | any API with OpenClaw's `exec` tool (a chat assistant: one step a user turn) | `exec {"command"}` when the last message is the user's, the text `Step k done.` after its result | the text `All done.` |
+//! | any API with OpenClaw's `exec` tool (a chat assistant: one step a user turn) | `exec {"command"}` for the user's message, the text `Step k done.` once its result follows it | the text `All done.` |
 //!
 //! Step `k` runs `echo ctxkstep<k>out; seq 1 <n>`: a marker line first (every agent keeps the
 //! head of a long output), then about [`Script::output_bytes`] bytes; the markers are what a
@@ -76,9 +76,9 @@ pub(crate) fn answer(
     handed_out: u32,
 ) -> Option<(Answer, u32)> {
     let next = highest_marker(api, body).unwrap_or(0).max(handed_out) + 1;
-    // OpenClaw runs one step a user turn: after the step's result the turn ends with a
-    // text, and the step handed out stays the last one.
-    if next <= script.steps && is_openclaw(api, body) && ends_with_tool_result(api, body) {
+    // OpenClaw runs one step a user turn: once the step's result follows the user's message
+    // the turn ends with a text, and the step handed out stays the last one.
+    if next <= script.steps && is_openclaw(api, body) && turn_has_tool_result(api, body) {
         let done = next - 1;
         return Some((Answer::Text(format!("Step {done} done.")), done));
     }
@@ -91,32 +91,52 @@ fn is_openclaw(api: Api, body: &Map<String, Value>) -> bool {
     tools.iter().any(|t| t == "exec") && !tools.iter().any(|t| t == "exec_command")
 }
 
-/// Whether the request's last message is a tool result.
-fn ends_with_tool_result(api: Api, body: &Map<String, Value>) -> bool {
+/// Whether a tool result follows the request's last message from the user (OpenClaw's own
+/// context notes, user messages it adds after a tool result, do not count as the user's).
+fn turn_has_tool_result(api: Api, body: &Map<String, Value>) -> bool {
     let field = if api == Api::Responses {
         "input"
     } else {
         "messages"
     };
-    let Some(last) = body
-        .get(field)
-        .and_then(Value::as_array)
-        .and_then(|m| m.last())
-    else {
-        return false;
-    };
-    match api {
-        Api::Chat => last.get("role").and_then(Value::as_str) == Some("tool"),
-        Api::Responses => last.get("type").and_then(Value::as_str) == Some("function_call_output"),
-        Api::Anthropic => last
-            .get("content")
-            .and_then(Value::as_array)
-            .is_some_and(|blocks| {
+    let items = body.get(field).and_then(Value::as_array);
+    for item in items.into_iter().flatten().rev() {
+        let role = item.get("role").and_then(Value::as_str);
+        let blocks = item.get("content").and_then(Value::as_array);
+        let tool_result = match api {
+            Api::Chat => role == Some("tool"),
+            Api::Responses => {
+                item.get("type").and_then(Value::as_str) == Some("function_call_output")
+            }
+            Api::Anthropic => blocks.is_some_and(|blocks| {
                 blocks
                     .iter()
                     .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
             }),
+        };
+        if tool_result {
+            return true;
+        }
+        if role == Some("user") && !is_openclaw_note(item) {
+            return false;
+        }
     }
+    false
+}
+
+/// Whether a user message is one of OpenClaw's own context notes.
+fn is_openclaw_note(message: &Value) -> bool {
+    let text = match message.get("content") {
+        Some(Value::String(text)) => text.as_str(),
+        Some(Value::Array(blocks)) => blocks
+            .first()
+            .and_then(|b| b.get("text"))
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        _ => "",
+    };
+    text.trim_start()
+        .starts_with("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>")
 }
 
 fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) -> Option<Answer> {
@@ -375,6 +395,16 @@ mod tests {
             {"role": "tool", "tool_call_id": "c", "content": "ctxkstep1out"}]}));
         assert_eq!(
             answer(&SCRIPT, Api::Chat, &result, 1),
+            Some((Answer::Text("Step 1 done.".into()), 1))
+        );
+        // So does OpenClaw's own context note after the result.
+        let noted = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep1out"},
+            {"role": "user", "content": [{"type": "text",
+                "text": "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nActive exec sessions: none"}]}]}));
+        assert_eq!(
+            answer(&SCRIPT, Api::Chat, &noted, 1),
             Some((Answer::Text("Step 1 done.".into()), 1))
         );
         // The next user turn runs the next step, even when its history lost the marker.
