@@ -13,6 +13,9 @@
 //! | Chat or Anthropic with `exec_command`, `shell_command` or `shell` (an agent framework's loop: LangChain, the OpenAI Agents SDK, AgentScope) | that tool, as for Codex | the text `All done.` |
 //! | any API with OpenClaw's `exec` tool (a chat assistant: one step a user turn) | `exec {"command"}` for the user's message, the text `Step k done.` once its result follows it | the text `All done.` |
 //!
+//! OpenClaw's own compaction (its summarizer's request, without tools) is not a step: it gets
+//! the mock's ordinary answer.
+//!
 //! Step `k` runs `echo ctxkstep<k>out; seq 1 <n>`: a marker line first (every agent keeps the
 //! head of a long output), then about [`Script::output_bytes`] bytes; the markers are what a
 //! test searches the gateway's log for. The next step is one past the higher of the highest
@@ -75,6 +78,9 @@ pub(crate) fn answer(
     body: &Map<String, Value>,
     handed_out: u32,
 ) -> Option<(Answer, u32)> {
+    if is_openclaw_summarizer(api, body) {
+        return None;
+    }
     let next = highest_marker(api, body).unwrap_or(0).max(handed_out) + 1;
     // OpenClaw runs one step a user turn: once the step's result follows the user's message
     // the turn ends with a text, and the step handed out stays the last one.
@@ -122,6 +128,43 @@ fn turn_has_tool_result(api: Api, body: &Map<String, Value>) -> bool {
         }
     }
     false
+}
+
+/// Whether the request is OpenClaw's compaction summarizer (its instructions open so).
+fn is_openclaw_summarizer(api: Api, body: &Map<String, Value>) -> bool {
+    const OPENING: &str = "You are a context summarization assistant.";
+    let system = match api {
+        Api::Anthropic => body.get("system").cloned(),
+        Api::Responses => body.get("instructions").cloned(),
+        Api::Chat => None,
+    };
+    let first = body
+        .get(if api == Api::Responses {
+            "input"
+        } else {
+            "messages"
+        })
+        .and_then(Value::as_array)
+        .and_then(|items| items.first())
+        .filter(|m| {
+            matches!(
+                m.get("role").and_then(Value::as_str),
+                Some("system" | "developer")
+            )
+        })
+        .cloned();
+    [system, first].into_iter().flatten().any(|value| {
+        let text = value.get("content").unwrap_or(&value);
+        let text = match text {
+            Value::String(text) => text.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect(),
+            _ => String::new(),
+        };
+        text.trim_start().starts_with(OPENING)
+    })
 }
 
 /// Whether a user message is one of OpenClaw's own context notes.
@@ -421,6 +464,11 @@ mod tests {
             {"role": "tool", "tool_call_id": "c", "content": "ctxkstep2out"}]}));
         assert_eq!(step_after(&last, 2), Some(Answer::Text("All done.".into())));
         assert_eq!(step_after(&next, 2), Some(Answer::Text("All done.".into())));
+        // OpenClaw's summarizer (no tools) is not a step, nor mini-swe-agent's text mode.
+        let summarizer = object(json!({"messages": [
+            {"role": "system", "content": "You are a context summarization assistant. Your task is to read a conversation"},
+            {"role": "user", "content": "<conversation>ctxkstep1out</conversation>"}]}));
+        assert_eq!(answer(&SCRIPT, Api::Chat, &summarizer, 1), None);
         // Codex declares exec_command: not OpenClaw.
         let codex = json!([{"type": "function", "name": "exec_command"}, {"type": "function", "name": "exec"}]);
         let body = object(json!({"tools": codex, "input": []}));
