@@ -159,6 +159,38 @@ export class UnrecoverableError extends ContextOverflowError {
   tokens: number;
 }
 
+/** A message in OpenClaw's own shape (its `AgentMessage`: `user`, `assistant` with `text`,
+ * `thinking` and `toolCall` blocks, `toolResult`, and its `compactionSummary`, `branchSummary`,
+ * `bashExecution` and `custom` roles), as the OpenClaw plug-in takes and returns it. */
+export interface OpenClawMessage {
+  role: string;
+  [field: string]: unknown;
+}
+
+/** The OpenClaw plug-in's config (`plugins.entries.ctxkeeper.config` in openclaw.json), the
+ * options of `CtxkeeperContextEngine` (ctxkeeper-engine/integrations/openclaw). */
+export interface OpenClawEngineConfig {
+  /** A session store URL; default `sqlite://<stateDir>/ctxkeeper/sessions.sqlite`; `"memory"`
+   * keeps nothing between turns (each turn rebuilds from OpenClaw's transcript). */
+  store?: string;
+  /** The archive (default: the store's own). */
+  workspace?: string;
+  policy?: string | Record<string, unknown>;
+  /** The tokenizer's model when OpenClaw names none (default: the run's model). */
+  model?: string;
+  /** The window assumed before OpenClaw states a budget (default 128000). */
+  window?: number;
+  /** Tokens kept free beyond the budget OpenClaw states (default 0). */
+  reserveTokens?: number;
+  summarizer?: string;
+  summarizerUrl?: string;
+  summarizerModel?: string;
+  tenant?: string;
+  /** Where the default store and the turn ledger live (default: OpenClaw's state directory,
+   * else `~/.openclaw`). */
+  stateDir?: string;
+}
+
 /** The presets `policy` accepts by name. */
 export function presets(): string[];
 /** The version of the engine the addon was built from. */

@@ -16,10 +16,18 @@
 
 const path = require("node:path");
 
+// One addon a process, shared by every copy of the same version of this package: a host may
+// load a package from several copies of its directory (OpenClaw loads a plug-in from a fresh
+// copy at each registration pass), and the addon's thread-local storage is static (its
+// allocator's), which the dynamic loader has room for only a few times in one process.
+const ADDON = Symbol.for(`ctxkeeper-engine.addon@${require("./package.json").version}`);
+
 function loadAddon() {
+  if (globalThis[ADDON]) return globalThis[ADDON];
   const file = process.env.CTXKEEPER_ENGINE_ADDON || path.join(__dirname, "ctxkeeper_engine.node");
   try {
-    return require(file);
+    globalThis[ADDON] = require(file);
+    return globalThis[ADDON];
   } catch (err) {
     const wrapped = new Error(
       `ctxkeeper-engine: cannot load the native addon ${file} (build it with scripts/nodepkg): ${err.message}`,

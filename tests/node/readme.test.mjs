@@ -1,7 +1,8 @@
 // README's "From TypeScript" examples, run as written: every ```js block of that section runs
 // in its own Node process from the project the package is installed in, against the mock
 // upstream (OPENAI_BASE_URL / OPENAI_API_KEY), which scripts a few shell steps and then the
-// final text. An example that no longer runs fails here.
+// final text. An example that no longer runs fails here. The OpenClaw example runs with the
+// Node 24 scripts/nodeproject installs (CTXKEEPER_NODE24): OpenClaw needs it.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -19,7 +20,7 @@ function examples() {
 
 test("README has an example per plug-in", () => {
   const found = examples().join("\n");
-  for (const name of ["ai-sdk", "openai-agents"]) assert.ok(found.includes(`ctxkeeper-engine/integrations/${name}`), name);
+  for (const name of ["ai-sdk", "openai-agents", "openclaw"]) assert.ok(found.includes(`ctxkeeper-engine/integrations/${name}`), name);
 });
 
 for (const [index, code] of examples().entries()) {
@@ -29,14 +30,18 @@ for (const [index, code] of examples().entries()) {
     try {
       const file = join(dir, `example-${index + 1}.cjs`);
       writeFileSync(file, code);
+      const openclaw = code.includes("ctxkeeper-engine/integrations/openclaw");
+      const node = openclaw ? (process.env.CTXKEEPER_NODE24 ?? join(PROJECT, "node24", "bin", "node")) : process.execPath;
       const env = {
         ...process.env,
         OPENAI_BASE_URL: mock.openaiBaseUrl,
         OPENAI_API_KEY: "sk-test",
         OPENAI_AGENTS_DISABLE_TRACING: "1",
+        // OpenClaw keeps its state under HOME and TMPDIR: both in the example's directory.
+        ...(openclaw ? { HOME: dir, TMPDIR: dir, OPENCLAW_NO_AUTO_UPDATE: "1", DO_NOT_TRACK: "1" } : {}),
       };
       const { code: status, stdout, stderr } = await new Promise((resolve) => {
-        execFile(process.execPath, [file], { env, timeout: 120_000 }, (err, out, errOut) =>
+        execFile(node, [file], { env, timeout: 240_000 }, (err, out, errOut) =>
           resolve({ code: err ? (err.code ?? 1) : 0, stdout: out, stderr: errOut }),
         );
       });

@@ -7,8 +7,12 @@ runs it and exports CTXKEEPER_NODE_PROJECT).
   with big tool outputs that never exceeds its window, archives read back;
 - parity.test.mjs: the requests of `ctxkeeper replay --emit-requests` (test_py_parity.py's
   fixture), step for step;
-- plugin-*.test.mjs: the Vercel AI SDK and OpenAI Agents SDK plug-ins in real agent loops
-  against the mock upstream, with and without the plug-in.
+- plugin-*.test.mjs: the Vercel AI SDK, OpenAI Agents SDK and OpenClaw plug-ins in real agent
+  loops against the mock upstream, with and without the plug-in.
+
+OpenClaw needs Node 24: the files that run it run with the Node scripts/nodeproject installs
+from the npm registry into the project (`node24/bin/node`), and readme.test.mjs runs the README's
+OpenClaw example with it (`CTXKEEPER_NODE24`).
 
 A missing node, package or framework skips loudly (and fails under CI=true).
 """
@@ -29,8 +33,14 @@ PROJECT = Path(os.environ.get("CTXKEEPER_NODE_PROJECT", REPO / ".node-project"))
 FRAMEWORKS = {
     "plugin-ai-sdk.test.mjs": ["ai", "@ai-sdk/openai"],
     "plugin-openai-agents.test.mjs": ["@openai/agents", "openai"],
-    "readme.test.mjs": ["ai", "@ai-sdk/openai", "@openai/agents", "openai"],
+    "plugin-openclaw.test.mjs": ["openclaw"],
+    "readme.test.mjs": ["ai", "@ai-sdk/openai", "@openai/agents", "openai", "openclaw"],
 }
+# OpenClaw's engines field: >=24.16 <25 or >=26.1.
+NODE24 = PROJECT / "node24" / "bin" / "node"
+NEEDS_NODE24 = {"plugin-openclaw.test.mjs"}
+# A turn of OpenClaw's embedded agent is a process of its own (~15 s here).
+TIMEOUTS = {"plugin-openclaw.test.mjs": 900, "readme.test.mjs": 600}
 
 
 def missing(message: str) -> None:
@@ -49,8 +59,13 @@ def test_node(name: str) -> None:
     for package in FRAMEWORKS.get(name, []):
         if not (PROJECT / "node_modules" / package / "package.json").is_file():
             missing(f"{package} is not installed in {PROJECT}: run scripts/nodeproject")
+    if "openclaw" in FRAMEWORKS.get(name, []) and not os.access(NODE24, os.X_OK):
+        missing(f"Node 24 is not installed at {NODE24}: run scripts/nodeproject")
+    if name in NEEDS_NODE24:
+        node = str(NODE24)
     env = dict(os.environ)
     env["CTXKEEPER_NODE_PROJECT"] = str(PROJECT)
+    env["CTXKEEPER_NODE24"] = str(NODE24)
     env.setdefault("CTXKEEPER_BIN", str(binary_path("CTXKEEPER_BIN", "ctxkeeper")))
     env.setdefault(
         "CTXKEEPER_MOCK_UPSTREAM_BIN",
@@ -62,7 +77,7 @@ def test_node(name: str) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=TIMEOUTS.get(name, 300),
     )
     print(done.stdout)
     assert done.returncode == 0, f"node --test {name} failed:\n{done.stdout}\n{done.stderr}"

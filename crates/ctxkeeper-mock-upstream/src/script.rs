@@ -11,6 +11,10 @@
 //! | Chat with a `bash` tool (mini-swe-agent 2.x) | `bash {"command"}` | `bash` with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` |
 //! | Chat without tools (mini-swe-agent text mode) | a ```` ```mswea_bash_command ```` (or ```` ```bash ````) block | the same submit command in a block |
 //! | Chat or Anthropic with `exec_command`, `shell_command` or `shell` (an agent framework's loop: LangChain, the OpenAI Agents SDK, AgentScope) | that tool, as for Codex | the text `All done.` |
+//! | any API with OpenClaw's `exec` tool (a chat assistant: one step a user turn) | `exec {"command"}` for the user's message, the text `Step k done.` once its result follows it | the text `All done.` |
+//!
+//! OpenClaw's own compaction (its summarizer's request, without tools) is not a step: it gets
+//! the mock's ordinary answer.
 //!
 //! Step `k` runs `echo ctxkstep<k>out; seq 1 <n>`: a marker line first (every agent keeps the
 //! head of a long output), then about [`Script::output_bytes`] bytes; the markers are what a
@@ -74,8 +78,108 @@ pub(crate) fn answer(
     body: &Map<String, Value>,
     handed_out: u32,
 ) -> Option<(Answer, u32)> {
+    if is_openclaw_summarizer(api, body) {
+        return None;
+    }
     let next = highest_marker(api, body).unwrap_or(0).max(handed_out) + 1;
+    // OpenClaw runs one step a user turn: once the step's result follows the user's message
+    // the turn ends with a text, and the step handed out stays the last one.
+    if next <= script.steps && is_openclaw(api, body) && turn_has_tool_result(api, body) {
+        let done = next - 1;
+        return Some((Answer::Text(format!("Step {done} done.")), done));
+    }
     answer_step(script, api, body, next).map(|answer| (answer, next))
+}
+
+/// Whether the request is OpenClaw's: its shell tool is `exec` (Codex's is `exec_command`).
+fn is_openclaw(api: Api, body: &Map<String, Value>) -> bool {
+    let tools = tool_names(api, body);
+    tools.iter().any(|t| t == "exec") && !tools.iter().any(|t| t == "exec_command")
+}
+
+/// Whether a tool result follows the request's last message from the user (OpenClaw's own
+/// context notes, user messages it adds after a tool result, do not count as the user's).
+fn turn_has_tool_result(api: Api, body: &Map<String, Value>) -> bool {
+    let field = if api == Api::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    let items = body.get(field).and_then(Value::as_array);
+    for item in items.into_iter().flatten().rev() {
+        let role = item.get("role").and_then(Value::as_str);
+        let blocks = item.get("content").and_then(Value::as_array);
+        let tool_result = match api {
+            Api::Chat => role == Some("tool"),
+            Api::Responses => {
+                item.get("type").and_then(Value::as_str) == Some("function_call_output")
+            }
+            Api::Anthropic => blocks.is_some_and(|blocks| {
+                blocks
+                    .iter()
+                    .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+            }),
+        };
+        if tool_result {
+            return true;
+        }
+        if role == Some("user") && !is_openclaw_note(item) {
+            return false;
+        }
+    }
+    false
+}
+
+/// Whether the request is OpenClaw's compaction summarizer (its instructions open so).
+fn is_openclaw_summarizer(api: Api, body: &Map<String, Value>) -> bool {
+    const OPENING: &str = "You are a context summarization assistant.";
+    let system = match api {
+        Api::Anthropic => body.get("system").cloned(),
+        Api::Responses => body.get("instructions").cloned(),
+        Api::Chat => None,
+    };
+    let first = body
+        .get(if api == Api::Responses {
+            "input"
+        } else {
+            "messages"
+        })
+        .and_then(Value::as_array)
+        .and_then(|items| items.first())
+        .filter(|m| {
+            matches!(
+                m.get("role").and_then(Value::as_str),
+                Some("system" | "developer")
+            )
+        })
+        .cloned();
+    [system, first].into_iter().flatten().any(|value| {
+        let text = value.get("content").unwrap_or(&value);
+        let text = match text {
+            Value::String(text) => text.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect(),
+            _ => String::new(),
+        };
+        text.trim_start().starts_with(OPENING)
+    })
+}
+
+/// Whether a user message is one of OpenClaw's own context notes.
+fn is_openclaw_note(message: &Value) -> bool {
+    let text = match message.get("content") {
+        Some(Value::String(text)) => text.as_str(),
+        Some(Value::Array(blocks)) => blocks
+            .first()
+            .and_then(|b| b.get("text"))
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        _ => "",
+    };
+    text.trim_start()
+        .starts_with("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>")
 }
 
 fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) -> Option<Answer> {
@@ -103,6 +207,14 @@ fn answer_step(script: &Script, api: Api, body: &Map<String, Value>, next: u32) 
         Api::Chat if has("bash") => {
             let command = if finished { SUBMIT.to_owned() } else { cmd };
             call("bash", json!({"command": command}))
+        }
+        // OpenClaw's shell tool, in any API (one step a user turn: see `answer`).
+        _ if is_openclaw(api, body) => {
+            if finished {
+                Some(Answer::Text("All done.".into()))
+            } else {
+                call("exec", json!({"command": cmd}))
+            }
         }
         // Codex's tools, in any API: an agent framework's loop (LangChain, the OpenAI Agents
         // SDK, AgentScope) declaring one of them runs the steps and stops on the text.
@@ -303,6 +415,68 @@ mod tests {
         let (name, args) = arguments(step(Api::Anthropic, &anthropic, 0));
         assert_eq!(name, "exec_command");
         assert!(args["cmd"].to_string().contains("ctxkstep1out"), "{args}");
+    }
+
+    #[test]
+    fn openclaw_runs_one_exec_step_a_user_turn() {
+        let tools = json!([{"type": "function", "function": {"name": "read"}},
+            {"type": "function", "function": {"name": "exec"}}]);
+        let turn = object(json!({"tools": tools, "messages": [
+            {"role": "system", "content": "You are a personal assistant running inside OpenClaw."},
+            {"role": "user", "content": "go"}]}));
+        let (first, handed) = answer(&SCRIPT, Api::Chat, &turn, 0).expect("scripted");
+        assert_eq!(handed, 1);
+        let (name, args) = arguments(Some(first));
+        assert_eq!(name, "exec");
+        assert!(
+            args["command"].to_string().contains("ctxkstep1out"),
+            "{args}"
+        );
+        // The step's result ends the turn; the step handed out stays step 1.
+        let result = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep1out"}]}));
+        assert_eq!(
+            answer(&SCRIPT, Api::Chat, &result, 1),
+            Some((Answer::Text("Step 1 done.".into()), 1))
+        );
+        // So does OpenClaw's own context note after the result.
+        let noted = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep1out"},
+            {"role": "user", "content": [{"type": "text",
+                "text": "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nActive exec sessions: none"}]}]}));
+        assert_eq!(
+            answer(&SCRIPT, Api::Chat, &noted, 1),
+            Some((Answer::Text("Step 1 done.".into()), 1))
+        );
+        // The next user turn runs the next step, even when its history lost the marker.
+        let next = object(json!({"tools": tools, "messages": [
+            {"role": "user", "content": "summary"}, {"role": "user", "content": "go on"}]}));
+        let (name, args) = arguments(step_after(&next, 1));
+        assert_eq!(name, "exec");
+        assert!(
+            args["command"].to_string().contains("ctxkstep2out"),
+            "{args}"
+        );
+        // After the last step's result, and at every turn after it: the end.
+        let last = object(json!({"tools": tools, "messages": [
+            {"role": "tool", "tool_call_id": "c", "content": "ctxkstep2out"}]}));
+        assert_eq!(step_after(&last, 2), Some(Answer::Text("All done.".into())));
+        assert_eq!(step_after(&next, 2), Some(Answer::Text("All done.".into())));
+        // OpenClaw's summarizer (no tools) is not a step, nor mini-swe-agent's text mode.
+        let summarizer = object(json!({"messages": [
+            {"role": "system", "content": "You are a context summarization assistant. Your task is to read a conversation"},
+            {"role": "user", "content": "<conversation>ctxkstep1out</conversation>"}]}));
+        assert_eq!(answer(&SCRIPT, Api::Chat, &summarizer, 1), None);
+        // Codex declares exec_command: not OpenClaw.
+        let codex = json!([{"type": "function", "name": "exec_command"}, {"type": "function", "name": "exec"}]);
+        let body = object(json!({"tools": codex, "input": []}));
+        assert_eq!(arguments(step(Api::Responses, &body, 0)).0, "exec_command");
+    }
+
+    fn step_after(body: &Map<String, Value>, handed_out: u32) -> Option<Answer> {
+        step(Api::Chat, body, handed_out)
     }
 
     #[test]
