@@ -371,16 +371,8 @@ const OPEN = Symbol("ContextManager.open");
 module.exports = {
   ContextManager,
   Prepared,
-  CtxkeeperError,
-  InvalidInputError,
-  ConfigError,
-  StoreError,
-  ConflictError,
-  ArchiveError,
-  NotFoundError,
-  ContextOverflowError,
-  NoRoomError,
-  UnrecoverableError,
+  // Every error class, from the one table `toError` maps the addon's errors with.
+  ...CLASSES,
   presets: () => native.presets(),
   version: () => native.version(),
 };

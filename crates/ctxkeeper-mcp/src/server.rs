@@ -12,7 +12,7 @@ use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, JsonObject,
-    NumberOrString, ServerCapabilities, ServerConfig,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -96,17 +96,16 @@ impl ContextServer {
         };
         // An MCP client propagates its trace in the request's `_meta` (any transport); over
         // HTTP an instrumented client may send the headers instead.
-        let meta = request.meta.as_ref();
-        let traceparent = meta
-            .and_then(|m| m.get_traceparent())
-            .or_else(|| context.meta.get_traceparent())
-            .map(str::to_string)
-            .or_else(|| header("traceparent"));
-        let tracestate = meta
-            .and_then(|m| m.get_tracestate())
-            .or_else(|| context.meta.get_tracestate())
-            .map(str::to_string)
-            .or_else(|| header("tracestate"));
+        let traced = |field: &str| {
+            request
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get(field))
+                .or_else(|| context.meta.get(field))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| header(field))
+        };
         let session = request
             .arguments
             .as_ref()
@@ -118,13 +117,10 @@ impl ContextServer {
             tool: request.name.to_string(),
             tenant: self.backend.options.tenant.clone(),
             session,
-            request_id: match &context.id {
-                NumberOrString::Number(n) => n.to_string(),
-                NumberOrString::String(s) => s.to_string(),
-            },
+            request_id: context.id.to_string(),
             mcp_session: header("mcp-session-id"),
-            traceparent,
-            tracestate,
+            traceparent: traced("traceparent"),
+            tracestate: traced("tracestate"),
             started: SystemTime::now(),
             duration: Duration::ZERO,
             error: None,
