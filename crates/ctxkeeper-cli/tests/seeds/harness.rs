@@ -1,0 +1,229 @@
+//! 004 HarnessAgent: its rows of the seed-conformance table.
+
+use serde_json::{Value, json};
+
+use super::common::*;
+
+pub fn rows(table: &mut Table) {
+    // ---- 004 HarnessAgent -------------------------------------------------------------------
+    let seed = |section| ("004 HarnessAgent", section, "harness");
+    let p = policy("harness");
+    table.row(
+        seed("Compaction"),
+        "trigger (messages) / kept verbatim",
+        "30 / 10",
+        format!(
+            "{} / {}",
+            at(&p, "trigger_messages"),
+            at(&p, "stages.1.keep_messages")
+        ),
+    );
+    table.row(
+        seed("Tool-result eviction"),
+        "evict above (chars) / head and tail",
+        "80000 / 2000",
+        format!(
+            "{} / {}",
+            at(&p, "ingest.tool_result.max_chars"),
+            at(&p, "ingest.tool_result.head_chars")
+        ),
+    );
+    table.row(
+        seed("Compaction"),
+        "maxArgLength",
+        "2000",
+        at(&p, "stages.0.max_arg_length"),
+    );
+
+    let scratch = tempfile::tempdir().expect("temp dir");
+    // Two user turns: the first (with the user's constraint) is compacted during the second.
+    let mut messages = coding_session(9, 10);
+    messages.push(json!({"role": "user", "content": "Now do the same for the tax module."}));
+    messages.extend(coding_session(12, 10).into_iter().skip(2));
+    let file = trace(scratch.path(), "coding.json", messages);
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let memory = today_memory(&scratch.path().join("ws"));
+    let flushed = [
+        ("decisions", "Decision:"),
+        ("paths", "src/billing/invoice.rs"),
+        ("errors", "Error:"),
+        ("constraints", "Never touch the database schema"),
+    ];
+    let found: Vec<&str> = flushed
+        .iter()
+        .filter(|(_, needle)| memory.contains(needle))
+        .map(|(what, _)| *what)
+        .collect();
+    table.row(
+        seed("Coordination with Memory (flushBeforeCompact)"),
+        "facts flushed to memory/ before compaction, extractive summarizer",
+        "decisions, paths, errors, constraints",
+        found.join(", "),
+    );
+    table.row(
+        seed("Coordination with Memory (flushBeforeCompact)"),
+        "flushBeforeCompact (default true); serve: long-term memory",
+        "true / true",
+        format!(
+            "{} / {}",
+            at(&p, "memory.flush_before_compact"),
+            serve_memory("harness")
+        ),
+    );
+
+    // The summary's SESSION INTENT names the user's request, also when the request itself stays
+    // in the context (only tool rounds were summarized).
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = coding_session(20, 3);
+    messages.pop();
+    messages.push(json!({"role": "assistant", "content": "Done."}));
+    let file = trace(scratch.path(), "one-request.json", messages);
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let last = last_request(&scratch.path().join("req"));
+    let last: Value = serde_json::from_str(&last).expect("the request is JSON");
+    let intent = last["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .find_map(|text| text.split("## SESSION INTENT").nth(1))
+        .map(|rest| rest.split("\n## ").next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    table.row(
+        seed("Compaction"),
+        "the summary's SESSION INTENT names the user's request (here kept in the context, only tool rounds summarized)",
+        "names it",
+        if intent.contains("Fix the failing invoice totals") {
+            "names it"
+        } else {
+            "empty"
+        },
+    );
+
+    // Eviction: a shell result over 80,000 characters becomes head + tail with a pointer to
+    // the whole output in the workspace; a read_file result of the same size stays whole.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let big = |word: &str| -> String {
+        (0..4_000)
+            .map(|j| format!("{word} line {j:06} value {}\n", j * 7))
+            .collect()
+    };
+    let messages = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Read the build log and the notes."}),
+        json!({"role": "assistant", "content": "", "tool_calls": [
+            {"id": "shell_1", "type": "function", "function": {"name": "execute", "arguments": "{\"command\":\"cat build.log\"}"}},
+            {"id": "read_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"notes.txt\"}"}}
+        ]}),
+        json!({"role": "tool", "tool_call_id": "shell_1", "content": big("log")}),
+        json!({"role": "tool", "tool_call_id": "read_1", "content": big("note")}),
+        json!({"role": "assistant", "content": "Both read."}),
+    ];
+    let file = trace(scratch.path(), "big-outputs.json", messages);
+    replay(&file, "harness", 200_000, scratch.path(), &[]);
+    let last: Value = serde_json::from_str(&last_request(&scratch.path().join("req")))
+        .expect("the request is JSON");
+    let result = |id: &str| -> String {
+        last["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["tool_call_id"] == id)
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let shell = result("shell_1");
+    let pointer_resolves = shell
+        .split_whitespace()
+        .find(|w| w.contains("tool_result-shell_1.txt"))
+        .is_some_and(|reference| {
+            scratch
+                .path()
+                .join("ws")
+                .join(reference.trim_end_matches(['.', ',', ';']))
+                .is_file()
+        });
+    let original = big("log");
+    table.row(
+        seed("Tool-result eviction"),
+        "a 110,000-char shell result: head + tail kept, the whole output in the workspace at the reference it names",
+        "head 2000 / tail 2000 / reference resolves",
+        format!(
+            "head {} / tail {} / reference {}",
+            common_prefix(&shell, &original),
+            common_suffix(&shell, &original),
+            if pointer_resolves { "resolves" } else { "missing" }
+        ),
+    );
+    table.row(
+        seed("Tool-result eviction"),
+        "read_file is excluded: a result of the same size stays whole",
+        "whole",
+        if result("read_1") == big("note") {
+            "whole"
+        } else {
+            "cut"
+        },
+    );
+
+    // triggerMessages / keepMessages in action: a tool loop compacts at the first step whose
+    // conversation (the system prompt apart, as HarnessAgent keeps it apart) holds 30
+    // messages, into the summary and at least the last 10 messages as they were, the cut moved
+    // back to the call a kept result answers.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let messages = coding_session(20, 3);
+    let file = trace(scratch.path(), "forty.json", messages.clone());
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    let count = |body: &Value| body["messages"].as_array().map_or(0, Vec::len);
+    // Step i answers the i-th assistant message: its conversation is every message before
+    // that one, the system prompt apart.
+    let conversation_at = |step: usize| {
+        messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "assistant")
+            .nth(step)
+            .map_or(0, |(at, _)| at - 1)
+    };
+    let first_compacted = (1..sent.len()).find(|&i| count(&sent[i]) < count(&sent[i - 1]));
+    let first_at_30 = (0..sent.len()).find(|&i| conversation_at(i) >= 30);
+    let observed = match first_compacted {
+        None => "never compacted".to_string(),
+        Some(i) => {
+            let body = sent[i]["messages"].as_array().cloned().unwrap_or_default();
+            // The trailing rounds equal to the conversation's own (by role and text), up to
+            // the user's request the preset keeps in front of them.
+            let text = |m: &Value| (m["role"].clone(), m["content"].clone());
+            let original: Vec<(Value, Value)> = messages.iter().map(text).collect();
+            let verbatim: Vec<&Value> = body
+                .iter()
+                .rev()
+                .take_while(|m| m["role"] != "user" && original.contains(&text(m)))
+                .collect();
+            let starts_at_call = verbatim
+                .last()
+                .is_some_and(|m| m["role"] == "assistant" && m["tool_calls"].is_array());
+            format!(
+                "{}; {}",
+                if Some(i) == first_at_30 {
+                    "at 30".to_string()
+                } else {
+                    format!("at {}", conversation_at(i))
+                },
+                if verbatim.len() >= 10 && starts_at_call {
+                    "the last 10 or more, from a call".to_string()
+                } else {
+                    format!("{} kept", verbatim.len())
+                }
+            )
+        }
+    };
+    table.row(
+        seed("Compaction"),
+        "a 43-message tool loop: when it compacts (messages, the system prompt apart) / what stays verbatim",
+        "at 30; the last 10 or more, from a call",
+        observed,
+    );
+}
