@@ -11,32 +11,6 @@ use super::common::*;
 pub fn rows(table: &mut Table) {
     // ---- 000 AgentScope -------------------------------------------------------------------
     let seed = |section| ("000 AgentScope", section, "agentscope");
-    let p = policy("agentscope");
-    table.row(
-        seed("Configure ContextConfig"),
-        "trigger_ratio",
-        "0.8",
-        at(&p, "trigger_ratio"),
-    );
-    table.row(
-        seed("Configure ContextConfig"),
-        "reserve_ratio (kept recent share)",
-        "0.1",
-        at(&p, "stages.0.keep_ratio"),
-    );
-    table.row(
-        seed("Truncate Tool Results"),
-        "tool_result_limit (tokens)",
-        "50000",
-        at(&p, "ingest.tool_result.max_tokens"),
-    );
-    table.row(
-        seed("Configure ContextConfig"),
-        "images kept",
-        "5",
-        at(&p, "ingest.max_images"),
-    );
-
     // Images: 8 arrive, the newest 5 stay, 3 go to data/<sha256>.png.
     let scratch = tempfile::tempdir().expect("temp dir");
     let mut messages = vec![json!({"role": "system", "content": "Describe charts."})];
@@ -117,10 +91,38 @@ pub fn rows(table: &mut Table) {
     let huge: String = (0..12_000)
         .map(|i| format!("row {i}: value {} status ok\n", i * 7))
         .collect();
-    messages.push(json!({"role": "tool", "tool_call_id": "call_0", "content": huge}));
+    messages.push(json!({"role": "tool", "tool_call_id": "call_0", "content": huge.clone()}));
     messages.push(json!({"role": "assistant", "content": "Read it."}));
     let file = trace(scratch.path(), "huge.json", messages);
     replay(&file, "agentscope", 200_000, scratch.path(), &[]);
+    // tool_result_limit is 50,000 tokens: the result (about 140,000 tokens, 370,000
+    // characters) keeps its largest prefix within that many tokens.
+    let sent = requests(&scratch.path().join("req"));
+    let result = sent
+        .last()
+        .map(messages_of)
+        .unwrap_or_default()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .and_then(|m| m["content"].as_str().map(String::from))
+        .unwrap_or_default();
+    let prefix: String = result
+        .chars()
+        .zip(huge.chars())
+        .take_while(|(a, b)| a == b)
+        .map(|(a, _)| a)
+        .collect();
+    let kept = tokens(&prefix);
+    table.row(
+        seed("Truncate Tool Results"),
+        "a tool result of about 140,000 tokens: the prefix kept (tool_result_limit 50,000 tokens)",
+        "a prefix of 45,000 to 50,000 tokens",
+        if (45_000..=50_000).contains(&kept) {
+            "a prefix of 45,000 to 50,000 tokens".to_string()
+        } else {
+            format!("a prefix of {kept} tokens (of {})", tokens(&huge))
+        },
+    );
     let names = names_in(&session_dir(&scratch.path().join("ws")));
     table.row(
         seed("Use LocalWorkspace"),
@@ -143,5 +145,40 @@ pub fn rows(table: &mut Table) {
         "a tool loop growing to about 29,000 tokens in a 16k window: compacted, and no request over trigger_ratio × 16,000 tokens",
         "compacted; every request ≤ 12800",
         within(&report, 12_800),
+    );
+    // reserve_ratio in action: the first compaction keeps the newest messages until they
+    // reach 0.1 × 16,000 tokens (a call and its result stay together), the rest is summarized.
+    let sent = requests(&scratch.path().join("req"));
+    let compressed = sent.iter().map(messages_of).find_map(|messages| {
+        let at = messages.iter().position(|m| {
+            m["content"]
+                .as_str()
+                .is_some_and(|t| t.contains("The earlier conversation was compressed"))
+        })?;
+        Some(messages[at + 1..].to_vec())
+    });
+    let round_tokens = coding_session(60, 12)[2..4]
+        .iter()
+        .map(message_tokens)
+        .sum::<u64>();
+    table.row(
+        seed("Configure ContextConfig"),
+        "reserve_ratio: what the first compaction of that loop keeps after the summary",
+        "reserve_ratio × 16,000 = 1,600 tokens reached, by less than one round",
+        match compressed {
+            None => "never compressed".to_string(),
+            Some(tail) => {
+                let kept: u64 = tail.iter().map(message_tokens).sum();
+                if (1_600..1_600 + round_tokens).contains(&kept) {
+                    "reserve_ratio × 16,000 = 1,600 tokens reached, by less than one round"
+                        .to_string()
+                } else {
+                    format!(
+                        "{kept} tokens in {} messages (a round is {round_tokens})",
+                        tail.len()
+                    )
+                }
+            }
+        },
     );
 }

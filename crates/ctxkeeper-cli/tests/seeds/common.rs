@@ -317,3 +317,53 @@ pub fn today_memory(workspace: &Path) -> String {
     );
     std::fs::read_to_string(dir.join(file)).expect("read memory")
 }
+
+/// Tokens of `text` as the product counts them for gpt-4o.
+pub fn tokens(text: &str) -> u64 {
+    u64::from(
+        ctxkeeper_core::tokens::TokenModel::for_model(
+            "gpt-4o",
+            &ctxkeeper_core::tokens::Profiles::builtin(),
+        )
+        .text_tokens(text),
+    )
+}
+
+/// Tokens of a chat message's text: its content and its tool calls' arguments.
+pub fn message_tokens(message: &Value) -> u64 {
+    let mut total = message["content"].as_str().map_or(0, tokens);
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        total += call["function"]["arguments"].as_str().map_or(0, tokens);
+    }
+    total
+}
+
+/// Text dense in tokens (hex words: about 2.5 characters a token), `n` lines, distinct per
+/// `salt`.
+pub fn dense(lines: usize, salt: u64) -> String {
+    (0..lines)
+        .map(|i| {
+            let x = (i as u64 + salt * 1_000_003).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            format!(
+                "{:x} {:x} {:x}\n",
+                x >> 40,
+                (x >> 20) & 0xfffff,
+                x & 0xfffff
+            )
+        })
+        .collect()
+}
+
+/// The messages of a chat request.
+pub fn messages_of(body: &Value) -> Vec<Value> {
+    body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// One assistant tool call and its result.
+pub fn round(id: &str, tool: &str, arguments: Value, output: String) -> [Value; 2] {
+    [
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": id, "type": "function",
+            "function": {"name": tool, "arguments": arguments.to_string()}}]}),
+        json!({"role": "tool", "tool_call_id": id, "content": output}),
+    ]
+}
