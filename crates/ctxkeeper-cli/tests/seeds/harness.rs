@@ -7,34 +7,6 @@ use super::common::*;
 pub fn rows(table: &mut Table) {
     // ---- 004 HarnessAgent -------------------------------------------------------------------
     let seed = |section| ("004 HarnessAgent", section, "harness");
-    let p = policy("harness");
-    table.row(
-        seed("Compaction"),
-        "trigger (messages) / kept verbatim",
-        "30 / 10",
-        format!(
-            "{} / {}",
-            at(&p, "trigger_messages"),
-            at(&p, "stages.1.keep_messages")
-        ),
-    );
-    table.row(
-        seed("Tool-result eviction"),
-        "evict above (chars) / head and tail",
-        "80000 / 2000",
-        format!(
-            "{} / {}",
-            at(&p, "ingest.tool_result.max_chars"),
-            at(&p, "ingest.tool_result.head_chars")
-        ),
-    );
-    table.row(
-        seed("Compaction"),
-        "maxArgLength",
-        "2000",
-        at(&p, "stages.0.max_arg_length"),
-    );
-
     let scratch = tempfile::tempdir().expect("temp dir");
     // Two user turns: the first (with the user's constraint) is compacted during the second.
     let mut messages = coding_session(9, 10);
@@ -60,9 +32,12 @@ pub fn rows(table: &mut Table) {
         "decisions, paths, errors, constraints",
         found.join(", "),
     );
+    // Configuration by nature (the flush itself is the row above): the flag, and whether
+    // `serve` keeps the long-term memory the flush writes to.
+    let p = policy("harness");
     table.row(
         seed("Coordination with Memory (flushBeforeCompact)"),
-        "flushBeforeCompact (default true); serve: long-term memory",
+        "configuration: flushBeforeCompact (default true); serve: long-term memory",
         "true / true",
         format!(
             "{} / {}",
@@ -103,20 +78,23 @@ pub fn rows(table: &mut Table) {
     // Eviction: a shell result over 80,000 characters becomes head + tail with a pointer to
     // the whole output in the workspace; a read_file result of the same size stays whole.
     let scratch = tempfile::tempdir().expect("temp dir");
-    let big = |word: &str| -> String {
-        (0..4_000)
+    let sized = |word: &str, lines: usize| -> String {
+        (0..lines)
             .map(|j| format!("{word} line {j:06} value {}\n", j * 7))
             .collect()
     };
+    let big = |word: &str| sized(word, 4_000);
     let messages = vec![
         json!({"role": "system", "content": "You are a careful coding agent."}),
         json!({"role": "user", "content": "Read the build log and the notes."}),
         json!({"role": "assistant", "content": "", "tool_calls": [
             {"id": "shell_1", "type": "function", "function": {"name": "execute", "arguments": "{\"command\":\"cat build.log\"}"}},
-            {"id": "read_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"notes.txt\"}"}}
+            {"id": "read_1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"notes.txt\"}"}},
+            {"id": "shell_2", "type": "function", "function": {"name": "execute", "arguments": "{\"command\":\"cat test.log\"}"}}
         ]}),
         json!({"role": "tool", "tool_call_id": "shell_1", "content": big("log")}),
         json!({"role": "tool", "tool_call_id": "read_1", "content": big("note")}),
+        json!({"role": "tool", "tool_call_id": "shell_2", "content": sized("test", 2_700)}),
         json!({"role": "assistant", "content": "Both read."}),
     ];
     let file = trace(scratch.path(), "big-outputs.json", messages);
@@ -165,6 +143,86 @@ pub fn rows(table: &mut Table) {
         } else {
             "cut"
         },
+    );
+
+    let under = sized("test", 2_700);
+    assert!((70_000..80_000).contains(&under.len()), "{}", under.len());
+    table.row(
+        seed("Tool-result eviction"),
+        "a 75,000-char shell result, under the 80,000-char threshold, stays whole",
+        "whole",
+        if result("shell_2") == under {
+            "whole".to_string()
+        } else {
+            format!("cut to {} chars", result("shell_2").len())
+        },
+    );
+
+    // maxArgLength in action: twenty write_file calls with 5,800-character bodies. When the
+    // loop compacts, the calls it summarizes are archived (sessions/<sid>/context.jsonl) with
+    // their arguments cut to at most 2,000 characters before the marker (the product splits
+    // the 2,000 among a call's fields: a body beside its path keeps about 1,000); the calls of
+    // the kept tail reach the model verbatim.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Write the twenty modules."}),
+    ];
+    let bodies: Vec<String> = (0..20)
+        .map(|i| {
+            json!({"path": format!("src/m{i}.rs"), "content": (0..200)
+                .map(|j| format!("fn f{i}_{j}() {{ return {j}; }}\n"))
+                .collect::<String>()})
+            .to_string()
+        })
+        .collect();
+    for (i, body) in bodies.iter().enumerate() {
+        let id = format!("w{i}");
+        messages.push(
+            json!({"role": "assistant", "content": format!("Writing module {i}."),
+            "tool_calls": [{"id": id, "type": "function",
+                "function": {"name": "write_file", "arguments": body}}]}),
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "ok"}));
+    }
+    messages.push(json!({"role": "assistant", "content": "All written."}));
+    let file = trace(scratch.path(), "write-files.json", messages);
+    replay(&file, "harness", 128_000, scratch.path(), &[]);
+    let marker = "... [truncated] ...";
+    let archived =
+        std::fs::read_to_string(session_dir(&scratch.path().join("ws")).join("context.jsonl"))
+            .unwrap_or_default();
+    let cut_at: Vec<usize> = archived
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+        .filter_map(|part| part["arguments"].as_str().and_then(|a| a.find(marker)))
+        .collect();
+    let last: Value = serde_json::from_str(&last_request(&scratch.path().join("req")))
+        .expect("the request is JSON");
+    let sent_calls: Vec<String> = messages_of(&last)
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["function"]["arguments"].as_str().map(String::from))
+        .collect();
+    let verbatim = sent_calls.iter().filter(|a| bodies.contains(a)).count();
+    table.row(
+        seed("Compaction"),
+        "twenty write_file calls of 5,800 chars: summarized calls archived cut to maxArgLength 2,000 + marker; the kept tail's calls sent verbatim",
+        "summarized: cut to ≤ 2000; kept: all verbatim",
+        format!(
+            "summarized: {}; kept: {}",
+            match cut_at.iter().max() {
+                None => "none cut".to_string(),
+                Some(&n) if n <= 2_000 => "cut to ≤ 2000".to_string(),
+                Some(_) => format!("cut at {cut_at:?}"),
+            },
+            if !sent_calls.is_empty() && verbatim == sent_calls.len() {
+                "all verbatim".to_string()
+            } else {
+                format!("{verbatim} of {} verbatim", sent_calls.len())
+            }
+        ),
     );
 
     // triggerMessages / keepMessages in action: a tool loop compacts at the first step whose
