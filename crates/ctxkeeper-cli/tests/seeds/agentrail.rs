@@ -7,42 +7,6 @@ use super::common::*;
 pub fn rows(table: &mut Table) {
     // ---- 002 Agentrail ----------------------------------------------------------------------
     let seed = |section| ("002 Agentrail", section, "agentrail");
-    let p = policy("agentrail");
-    table.row(
-        seed("Configuration"),
-        "triggerTokens",
-        "80000",
-        at(&p, "trigger_tokens"),
-    );
-    table.row(
-        seed("Configuration"),
-        "minMessages",
-        "20",
-        at(&p, "min_messages"),
-    );
-    table.row(
-        seed("Configuration"),
-        "microTriggerPct / fullTriggerPct",
-        "85 / 92",
-        format!(
-            "{} / {}",
-            at(&p, "reactive.micro_trigger_pct"),
-            at(&p, "reactive.full_trigger_pct")
-        ),
-    );
-    table.row(
-        seed("Configuration"),
-        "preserveRecentApiRounds",
-        "2",
-        at(&p, "keep_recent_rounds"),
-    );
-    table.row(
-        seed("Configuration"),
-        "maxReactiveCompactionsPerRequest",
-        "3",
-        at(&p, "reactive.max_per_request"),
-    );
-
     let scratch = tempfile::tempdir().expect("temp dir");
     let config = scratch.path().join("ctxkeeper.toml");
     // The layout under a lower trigger: the trace need not hold 80,000 tokens. The
@@ -105,17 +69,108 @@ pub fn rows(table: &mut Table) {
             m["role"] == "user" && m["content"] == "Now add a regression test for it."
         }),
     );
+    // contextWindow defaults to 200,000: a model the profile table does not know, no --window.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "chat.json", coding_session(2, 3));
+    let report = json_of(run(&[
+        "replay",
+        file.to_str().expect("utf-8"),
+        "--policy",
+        "agentrail",
+        "--model",
+        "acme-unknown-1",
+        "--json",
+    ]));
     table.row(
         seed("Context Window Budget"),
-        "contextWindow default for a model the table does not know",
+        "the window a replay gives a model the table does not know (no --window)",
         "200000",
-        at(&p, "unknown_model_window"),
+        report["window"].clone(),
     );
+    // Configuration by nature: providers are a library hook (`replay` has none to add).
+    let p = policy("agentrail");
     table.row(
         seed("Context Providers"),
-        "provider messages inserted before the session history",
+        "configuration: provider messages inserted before the session history",
         "before_history",
         at(&p, "provider_placement"),
+    );
+
+    // triggerTokens and minMessages in action: short asks, each answered at length (about
+    // 7,000 tokens; dense text, about 12 tokens a line). At the start of each request the history is measured; the first request
+    // whose history passes 80,000 tokens (24 messages) is compacted, not one before.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let chat = |answers: usize, lines: usize| -> Vec<Value> {
+        let mut messages = vec![json!({"role": "system", "content": "You are a careful analyst."})];
+        for j in 0..answers {
+            messages
+                .push(json!({"role": "user", "content": format!("Question {j}: list table {j}.")}));
+            messages.push(json!({"role": "assistant", "content": dense(lines, j as u64)}));
+        }
+        messages
+    };
+    let history = |messages: &[Value], j: usize| -> u64 {
+        let at = messages
+            .iter()
+            .position(|m| m["content"] == format!("Question {j}: list table {j}."))
+            .unwrap_or(messages.len());
+        messages[1..at].iter().map(message_tokens).sum()
+    };
+    let messages = chat(16, 580);
+    let file = trace(scratch.path(), "answers.json", messages.clone());
+    replay(&file, "agentrail", 200_000, scratch.path(), &[]);
+    let first = requests(&scratch.path().join("req"))
+        .iter()
+        .map(messages_of)
+        .find(|m| {
+            m.iter().any(|m| {
+                m["content"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("[Conversation summary:"))
+            })
+        })
+        .and_then(|m| {
+            m.last()
+                .and_then(|m| m["content"].as_str().map(String::from))
+        });
+    let asked = first
+        .as_deref()
+        .and_then(|t| t.strip_prefix("Question "))
+        .and_then(|t| t.split(':').next())
+        .and_then(|j| j.parse::<usize>().ok());
+    table.row(
+        seed("Configuration"),
+        "triggerTokens: sixteen answers of about 7,000 tokens, where the first compaction happens",
+        "at the first request whose history passes 80,000 tokens",
+        match asked {
+            None => "never compacted at a request start".to_string(),
+            Some(j)
+                if j > 0
+                    && history(&messages, j - 1) <= 80_000
+                    && history(&messages, j) > 80_000 =>
+            {
+                "at the first request whose history passes 80,000 tokens".to_string()
+            }
+            Some(j) => format!(
+                "at request {j}, history {} tokens (the request before: {})",
+                history(&messages, j),
+                history(&messages, j.saturating_sub(1))
+            ),
+        },
+    );
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let messages = chat(9, 910);
+    let file = trace(scratch.path(), "few-long-answers.json", messages.clone());
+    let report = replay(&file, "agentrail", 200_000, scratch.path(), &[]);
+    table.row(
+        seed("Configuration"),
+        "minMessages: nine answers of about 11,000 tokens (at the last request 16 messages of history, over 80,000 tokens)",
+        "not compacted",
+        match report["compactions"].as_u64() {
+            Some(0) if history(&messages, 8) > 80_000 => "not compacted".to_string(),
+            Some(0) => format!("not compacted, but the history is only {}", history(&messages, 8)),
+            n => format!("{n:?} compactions"),
+        },
     );
 
     // preserveRecentApiRounds in action: after every compaction of a long tool loop, the
