@@ -173,6 +173,98 @@ pub fn rows(table: &mut Table) {
         },
     );
 
+    // Reactive compaction in action: one request, a tool loop of rounds of about 850 tokens
+    // in a 20,000-token window. After a call whose prompt used 85 % of the window or more
+    // (but under 92 %), micro: the oldest 2 rounds summarized; at most 3 in the request, so
+    // none after the third even when the prompt reaches 92 % or more.
+    let loop_of = |rounds: usize, big_at: Option<usize>| -> Vec<Value> {
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            json!({"role": "user", "content": "Fix the failing build."}),
+        ];
+        for i in 0..rounds {
+            let lines = if Some(i) == big_at { 180 } else { 60 };
+            let output: String = (0..lines)
+                .map(|j| format!("{i} row {j} val {:x} {:x} {:x}\n", j * 7, j * 13, j * 31))
+                .collect();
+            messages.extend(round(
+                &format!("c{i}"),
+                "bash",
+                json!({"command": format!("run {i}")}),
+                output,
+            ));
+        }
+        messages.push(json!({"role": "assistant", "content": "The build passes."}));
+        messages
+    };
+    // (step, usage % of the call before it, rounds dropped, rounds left) for each step that
+    // dropped rounds.
+    let compactions = |sent: &[Value], window: u64| -> Vec<(usize, f64, usize, usize)> {
+        (1..sent.len())
+            .filter_map(|i| {
+                let before = call_ids(&sent[i - 1]);
+                let after = call_ids(&sent[i]);
+                let dropped = before.iter().filter(|id| !after.contains(id)).count();
+                let pct = request_tokens(&sent[i - 1]) as f64 * 100.0 / window as f64;
+                (dropped > 0).then_some((i, pct, dropped, after.len()))
+            })
+            .collect()
+    };
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "loop.json", loop_of(40, None));
+    replay(&file, "agentrail", 20_000, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    let seen = compactions(&sent, 20_000);
+    let reactive: Vec<_> = seen.iter().take_while(|c| c.1 < 100.0).take(3).collect();
+    let micro = reactive.len() == 3
+        && reactive
+            .iter()
+            .all(|c| (85.0..92.0).contains(&c.1) && c.2 == 2);
+    // The highest prompt after the third, before any further compaction.
+    let after_third = reactive.last().map_or(0.0, |third| {
+        let next = seen
+            .iter()
+            .map(|c| c.0)
+            .find(|&s| s > third.0)
+            .unwrap_or(sent.len());
+        sent[third.0..next]
+            .iter()
+            .map(|b| request_tokens(b) as f64 * 100.0 / 20_000.0)
+            .fold(0.0, f64::max)
+    });
+    table.row(
+        seed("Reactive Compaction"),
+        "a 40-round tool loop in a 20,000-token window: the reactive compactions of the request (microTriggerPct 85, microBatchGroups 2, maxReactiveCompactionsPerRequest 3)",
+        "3 micro, each after a call at 85–92 %, each the oldest 2 rounds; none after, with calls at 92 % or more",
+        if micro && after_third >= 92.0 {
+            "3 micro, each after a call at 85–92 %, each the oldest 2 rounds; none after, with calls at 92 % or more".to_string()
+        } else {
+            format!(
+                "{:?}; highest call after the third {after_third:.1} %",
+                seen.iter().map(|c| format!("step {} after {:.1} %: {} rounds dropped", c.0, c.1, c.2)).collect::<Vec<_>>()
+            )
+        },
+    );
+    // fullTriggerPct 92: a tool output of about 2,500 tokens takes the call from under 85 %
+    // to 92 % or more; the next call is compacted in full: every round but the last 2.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "jump.json", loop_of(24, Some(20)));
+    replay(&file, "agentrail", 20_000, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    let first = compactions(&sent, 20_000).into_iter().next();
+    let jumped =
+        first.is_some_and(|c| c.0 >= 2 && request_tokens(&sent[c.0 - 2]) * 100 < 85 * 20_000);
+    table.row(
+        seed("Reactive Compaction"),
+        "a call jumping from under 85 % to 92 % or more of a 20,000-token window: the next call's compaction (fullTriggerPct 92, preserveRecentApiRounds 2)",
+        "full: every round but the last 2 summarized",
+        match first {
+            Some((_, pct, _, 2)) if pct >= 92.0 && jumped => "full: every round but the last 2 summarized".to_string(),
+            Some((step, pct, dropped, left)) => format!("step {step} after {pct:.1} % (jump: {jumped}): {dropped} rounds dropped, {left} left"),
+            None => "never compacted".to_string(),
+        },
+    );
+
     // preserveRecentApiRounds in action: after every compaction of a long tool loop, the
     // newest API rounds are still there verbatim.
     let scratch = tempfile::tempdir().expect("temp dir");

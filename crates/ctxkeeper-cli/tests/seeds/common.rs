@@ -367,3 +367,23 @@ pub fn round(id: &str, tool: &str, arguments: Value, output: String) -> [Value; 
         json!({"role": "tool", "tool_call_id": id, "content": output}),
     ]
 }
+
+/// Tokens of an emitted chat request as the product counts them (`inspect` counts the same).
+pub fn request_tokens(body: &Value) -> u64 {
+    let request =
+        ctxkeeper_core::formats::openai_chat::parse_request(body).expect("a chat request");
+    ctxkeeper_core::tokens::TokenModel::for_model(
+        "gpt-4o",
+        &ctxkeeper_core::tokens::Profiles::builtin(),
+    )
+    .request_tokens(&request)
+}
+
+/// The tool-call ids of a chat request's assistant messages, in order.
+pub fn call_ids(body: &Value) -> Vec<String> {
+    messages_of(body)
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["id"].as_str().map(String::from))
+        .collect()
+}
