@@ -10,14 +10,22 @@ use serde_json::{Value, json};
 /// The last command `run` executed, as a reader would type it.
 pub static LAST_COMMAND: Mutex<String> = Mutex::new(String::new());
 
-/// `args` as a command line: scratch paths become their file names (`images.json`, `ws`).
+/// `args` as a command line: scratch paths become their file names (`images.json`, `ws`,
+/// `sqlite://sessions.db`).
 pub fn shown_command(args: &[&str]) -> String {
     let mut line = String::from("ctxkeeper");
     for arg in args {
-        let path = Path::new(arg);
+        // A store URL on a scratch path (`sqlite:///tmp/…/sessions.db`) keeps its scheme.
+        let (scheme, rest) = ["sqlite://", "file://"]
+            .into_iter()
+            .find_map(|s| arg.strip_prefix(s).map(|rest| (s, rest)))
+            .unwrap_or(("", arg));
+        let path = Path::new(rest);
         let shown = if path.is_absolute() {
-            path.file_name()
-                .map_or_else(|| arg.to_string(), |n| n.to_string_lossy().into_owned())
+            path.file_name().map_or_else(
+                || arg.to_string(),
+                |n| format!("{scheme}{}", n.to_string_lossy()),
+            )
         } else {
             arg.to_string()
         };
