@@ -242,4 +242,60 @@ pub fn rows(table: &mut Table) {
             if user_kept { "kept" } else { "compressed" }
         ),
     );
+
+    // compact_ratio_threshold in action (auto): results of about 1,500 and 3,000 tokens
+    // alternating, so the first compaction leaves about half the tokens (the ratio is the
+    // product's own: the first compacted call under reme-compact against the same context
+    // whole). At most 0.75: reme-auto compacts and does not compress.
+    // (The other side is not a row, as the product differs from the seed document there: with
+    // a ratio above 0.75 the document compresses at that compaction; reme-auto compresses only
+    // once the compacted messages' compressible part passes 20,000 tokens, which the first
+    // compaction's cannot (a loop of 1,500-token results, ratio 0.86, compresses at a later
+    // compaction).)
+    let changed = |sent: &[Value], messages: &[Value]| -> Option<usize> {
+        sent.iter().position(|body| {
+            body.to_string().contains("[Part ")
+                || call_ids(body)
+                    .iter()
+                    .any(|id| output_of(&messages_of(body), id) != output_of(messages, id))
+        })
+    };
+    let sizes: Vec<usize> = (0..12)
+        .map(|i| if i % 2 == 0 { 125 } else { 250 })
+        .collect();
+    let messages = tool_loop("You are a careful auditor.", &sizes);
+    let ratio = {
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let file = trace(scratch.path(), "mixed.json", messages.clone());
+        replay(&file, "reme-compact", 128_000, scratch.path(), &[]);
+        let sent = requests(&scratch.path().join("req"));
+        changed(&sent, &messages).map_or(1.0, |k| {
+            let at = messages
+                .iter()
+                .enumerate()
+                .filter(|(_, m)| m["role"] == "assistant")
+                .nth(k)
+                .map_or(messages.len(), |(at, _)| at);
+            let whole = json!({"model": "gpt-4o", "messages": messages[..at].to_vec()});
+            request_tokens(&sent[k]) as f64 / request_tokens(&whole) as f64
+        })
+    };
+    assert!(
+        (0.3..=0.7).contains(&ratio),
+        "the trace is shaped: ratio {ratio}"
+    );
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "mixed.json", messages.clone());
+    replay(&file, "reme-auto", 128_000, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    table.row(
+        seed("Parameters: compact_ratio_threshold", "reme-auto"),
+        "a tool loop whose compaction leaves about half the tokens (≤ 0.75; measured under reme-compact): reme-auto's first compaction",
+        "compacted, not compressed",
+        match changed(&sent, &messages) {
+            None => "never compacted".to_string(),
+            Some(k) if sent[k].to_string().contains("[Part ") => format!("compressed (ratio {ratio:.2})"),
+            Some(_) => "compacted, not compressed".to_string(),
+        },
+    );
 }
