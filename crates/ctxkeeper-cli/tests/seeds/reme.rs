@@ -128,7 +128,7 @@ pub fn rows(table: &mut Table) {
     let (older, newest) = present.split_at(present.len().saturating_sub(1));
     for id in older {
         let id = id.as_str();
-        let (original, shown) = (output_of(&messages, &id), output_of(&sent, &id));
+        let (original, shown) = (output_of(&messages, id), output_of(&sent, id));
         if tokens(&original) > 2_000 {
             big += 1;
             let stored = names_in(&session)
