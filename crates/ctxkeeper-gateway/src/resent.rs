@@ -37,6 +37,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use ctxkeeper_core::model::Message;
 
@@ -606,8 +607,8 @@ pub struct ResentPrefixes {
 #[derive(Debug, Default)]
 struct Kept {
     records: HashMap<PrefixKey, (u64, KnownPrefix)>,
-    /// The records' keys by the time they were kept, oldest first.
-    order: BTreeMap<u64, PrefixKey>,
+    /// The records' keys by the time they were kept, oldest first, with that time.
+    order: BTreeMap<u64, (PrefixKey, Instant)>,
     bytes: usize,
     clock: u64,
 }
@@ -671,13 +672,36 @@ impl ResentPrefixes {
         kept.clock += 1;
         let stamp = kept.clock;
         kept.bytes += record.bytes;
-        kept.order.insert(stamp, key.clone());
+        kept.order.insert(stamp, (key.clone(), Instant::now()));
         kept.records.insert(key, (stamp, record));
         while kept.bytes > self.bound {
-            let Some((_, oldest)) = kept.order.pop_first() else {
+            let Some((_, (oldest, _))) = kept.order.pop_first() else {
                 break;
             };
             if let Some((_, old)) = kept.records.remove(&oldest) {
+                kept.bytes -= old.bytes;
+                freed.push(old);
+            }
+        }
+        freed
+    }
+
+    /// Takes out the records kept longer than `idle` before `now` (their sessions sent
+    /// nothing since; a warm session idle that long is dropped too): the bound caps what
+    /// the records hold under load, this returns it once the load is over. Returns them for
+    /// the caller to free.
+    pub fn take_idle(&self, idle: Duration, now: Instant) -> Vec<KnownPrefix> {
+        let mut freed = Vec::new();
+        let Ok(mut kept) = self.inner.lock() else {
+            return freed;
+        };
+        // Kept in stamp order, so the times are ascending too: stop at the first fresh one.
+        while let Some(entry) = kept.order.first_entry() {
+            if now.saturating_duration_since(entry.get().1) < idle {
+                break;
+            }
+            let (key, _) = entry.remove();
+            if let Some((_, old)) = kept.records.remove(&key) {
                 kept.bytes -= old.bytes;
                 freed.push(old);
             }
@@ -981,5 +1005,28 @@ mod tests {
         // A record over the whole bound is not kept.
         assert_eq!(prefixes.put(key("d"), record(101, 0, 1)).len(), 1);
         assert!(prefixes.take(&key("d")).is_none());
+    }
+
+    #[test]
+    fn records_idle_past_the_session_idle_time_are_taken_out() {
+        let prefixes = ResentPrefixes::new(1000);
+        let key = |s: &str| (String::from("t"), s.to_string(), "chat");
+        prefixes.put(key("old"), record(40, 0, 1));
+        std::thread::sleep(Duration::from_millis(30));
+        let between = Instant::now();
+        prefixes.put(key("new"), record(30, 0, 1));
+        let idle = Duration::from_millis(20);
+        // Nothing is idle yet as of when the first was kept.
+        assert!(prefixes.take_idle(idle, between - idle).is_empty());
+        let freed = prefixes.take_idle(idle, between + Duration::from_millis(10));
+        assert_eq!(freed.iter().map(|r| r.bytes).collect::<Vec<_>>(), vec![40]);
+        assert_eq!(prefixes.kept_bytes(), 30);
+        assert!(prefixes.take(&key("old")).is_none());
+        // Put back, a record counts as kept anew.
+        let new = prefixes.take(&key("new")).unwrap();
+        prefixes.put(key("new"), new);
+        assert!(prefixes.take_idle(idle, Instant::now()).is_empty());
+        assert_eq!(prefixes.take_idle(idle, Instant::now() + idle).len(), 1);
+        assert_eq!(prefixes.kept_bytes(), 0);
     }
 }

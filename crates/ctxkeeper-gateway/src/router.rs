@@ -272,7 +272,8 @@ async fn too_large_as_json(
     error.render(Flavor::OpenAi)
 }
 
-/// Drops warm sessions idle past `--session-idle`, every quarter of it (at most every 30 s).
+/// Drops warm sessions idle past `--session-idle`, and the resent histories kept for them,
+/// every quarter of it (at most every 30 s).
 async fn sweep_idle_sessions(gateway: Arc<Gateway>) {
     let every = gateway.sessions.sweep_interval();
     let mut ticks = tokio::time::interval(every);
@@ -280,8 +281,11 @@ async fn sweep_idle_sessions(gateway: Arc<Gateway>) {
     loop {
         ticks.tick().await;
         let evicted = gateway.sessions.evict_idle();
-        if evicted > 0 {
-            tracing::debug!(evicted, "idle sessions swept");
+        let idle = gateway
+            .resent
+            .take_idle(gateway.config.session_idle, std::time::Instant::now());
+        if evicted > 0 || !idle.is_empty() {
+            tracing::debug!(evicted, histories = idle.len(), "idle sessions swept");
         }
     }
 }
