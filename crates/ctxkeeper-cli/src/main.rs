@@ -21,11 +21,10 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::trace_input::InputError;
 
-/// mimalloc instead of the system allocator: the gateway allocates and frees many small
-/// buffers per request; measured under closed-loop load, glibc's malloc and free took about a
-/// quarter of `serve`'s CPU.
+/// mimalloc instead of the system allocator (why, and how `serve` gets its freed memory back:
+/// `ctxkeeper_alloc`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: ctxkeeper_alloc::Allocator = ctxkeeper_alloc::Allocator;
 
 /// ctxkeeper keeps long-running LLM agents inside their context window: it compacts history
 /// cheapest-first, archives whatever leaves the context, and reports what every model call
