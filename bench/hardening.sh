@@ -12,6 +12,9 @@
 #   - RSS before: after start-up and 200 warm-up requests of 8 growing conversations;
 #   - load: 64 connections for 30 s, growing conversations (each request adds an exchange; a
 #     conversation restarts under a new session id after 50), closed loop;
+#   - idle: nothing for 60 s after the load; `serve` runs with `--session-idle 20`, so every
+#     warm session (and the resent history kept for it) idles out and is swept meanwhile;
+#     RSS then, against the RSS before the load;
 #   - churn: 25,000 distinct session ids' event streams (`/v1/sessions/{id}/events`) opened and
 #     closed, 64 at a time;
 #   - RSS after each, and the gateway's own gauges (warm sessions, event channels) after both;
@@ -34,6 +37,9 @@ CARGO_TARGET_DIR=$(dirname "$BIN_DIR") cargo build --release --quiet \
   -p ctxkeeper-bench --bin ctxkeeper-bench-load
 
 if [ "$QUICK" = 1 ]; then LOAD_SECONDS=10; CHURN=5000; else LOAD_SECONDS=30; CHURN=25000; fi
+# Sessions idle out after this; the RSS is read again IDLE_WAIT seconds after the load.
+SESSION_IDLE=20
+IDLE_WAIT=60
 
 LOGS="$BENCH_RESULTS/logs/hardening"
 mkdir -p "$LOGS"
@@ -76,7 +82,8 @@ echo "   hardening: starting the mock upstream and ctxkeeper serve" >&2
 start_listening mock "$MOCK_BIN" --listen 127.0.0.1:0 --window 10000000 --no-record
 MOCK="http://$STARTED_ADDR"
 start_listening serve "$CTXKEEPER_BIN" serve --listen 127.0.0.1:0 --upstream "$MOCK/v1" \
-  --store "sqlite://$WORK/sessions.db" --workspace "$WORK/workspace" --no-mcp
+  --store "sqlite://$WORK/sessions.db" --workspace "$WORK/workspace" --no-mcp \
+  --session-idle "$SESSION_IDLE"
 SERVE_PID=$STARTED_PID
 GATEWAY="http://$STARTED_ADDR"
 
@@ -90,6 +97,12 @@ load load --url "$GATEWAY/v1" --connections 64 --duration "$LOAD_SECONDS" --sess
   --grow --exchanges-per-conversation 50 --session-prefix stress
 sleep 1
 RSS_AFTER_LOAD=$(rss_kb "$SERVE_PID")
+WARM_AFTER_LOAD=$(gauge ctxkeeper_warm_sessions)
+
+echo "   hardening: idle for $IDLE_WAIT s (sessions idle out after $SESSION_IDLE s)" >&2
+sleep $((IDLE_WAIT - 1))
+RSS_AFTER_IDLE=$(rss_kb "$SERVE_PID")
+WARM_AFTER_IDLE=$(gauge ctxkeeper_warm_sessions)
 
 echo "   hardening: $CHURN event subscriptions opened and closed" >&2
 load churn --url "$GATEWAY/v1" --sse-churn "$CHURN" --connections 64
@@ -113,14 +126,18 @@ import json, sys, pathlib
 logs, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 read = lambda name: json.loads((logs / f"{name}.json").read_text())
 before, after_load, after_churn, after_large = $RSS_BEFORE, $RSS_AFTER_LOAD, $RSS_AFTER_CHURN, $RSS_AFTER_LARGE
+after_idle = $RSS_AFTER_IDLE
+warm_load, warm_idle = int(float('$WARM_AFTER_LOAD' or 0)), int(float('$WARM_AFTER_IDLE' or 0))
+idle_ratio = after_idle / before
 load, churn = read("load"), read("churn")
 mb = lambda kb: f"{kb / 1024:.1f} MB"
-# The churn is measured against the memory just before it (after the load, whose warm
-# sessions are a bounded cache, not a leak): opening and closing subscriptions must not grow it.
-ratio = after_churn / after_load
+# The churn is measured against the memory just before it (after the load and the idle
+# time): opening and closing subscriptions must not grow it.
+ratio = after_churn / after_idle
 rows = [
     ["after start-up and warm-up", mb(before), "–"],
     [f"after {load['wall_s']:.0f} s of 64 connections ({load['ok']:,} requests, {load['errors']} errors, {load['achieved_rate']:.0f} req/s)", mb(after_load), f"{after_load / before:.2f}×"],
+    [f"$IDLE_WAIT s after the load, its sessions idle past --session-idle $SESSION_IDLE s ({warm_load} warm after the load, {warm_idle} now)", mb(after_idle), f"{idle_ratio:.2f}×"],
     [f"after {churn['ok']:,} event subscriptions opened and closed ({churn['errors']} errors)", mb(after_churn), f"{after_churn / before:.2f}× ({ratio:.2f}× of before the churn)"],
     ["after the large-history runs below", mb(after_large), f"{after_large / before:.2f}×"],
 ]
@@ -138,6 +155,8 @@ result = {
          "columns": ["body", "direct", "through ctxkeeper", "added", "added per MB"], "rows": large},
     ],
     "targets": [
+        {"name": "RSS $IDLE_WAIT s after a 64-connection load, once its sessions idled out, within 1.5× of the RSS before it", "target": "≤ 1.5×",
+         "measured": f"{idle_ratio:.2f}×", "met": idle_ratio <= 1.5},
         {"name": "RSS after 25,000 event subscriptions within 1.5× of the RSS before them", "target": "≤ 1.5×",
          "measured": f"{ratio:.2f}×", "met": ratio <= 1.5},
     ],
