@@ -27,6 +27,32 @@ pub fn return_freed_memory() {
     }
 }
 
+/// For a runtime's `on_thread_park` hook: when a worker thread goes idle, and its heap was
+/// last collected a second or more ago, returns what that thread's heap holds freed (each
+/// thread's heap keeps its own freed pages; [`return_freed_memory`] from one thread does not
+/// reach the others'). At most once a second per thread, so a busy worker pays nothing
+/// measurable.
+pub fn return_freed_memory_when_idle() {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+    thread_local! {
+        static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    let now = Instant::now();
+    let due = LAST.with(|last| {
+        let due = last
+            .get()
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1));
+        if due {
+            last.set(Some(now));
+        }
+        due
+    });
+    if due {
+        return_freed_memory();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -267,6 +267,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(ctxkeeper_alloc::return_freed_memory_when_idle)
         .build()
         .context("cannot start the async runtime")?;
     let retention_days = config.policy.session.retention_days;
