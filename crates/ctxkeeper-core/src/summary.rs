@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::artifacts::is_path_word;
+use crate::json_kind;
 use crate::model::{Message, Part, Role};
 use crate::untrusted::one_line;
 
@@ -240,7 +241,7 @@ impl Summary {
         let Some(object) = value.as_object() else {
             return Err(format!(
                 "summary must be a JSON object, got {}",
-                type_name(value)
+                json_kind(value)
             ));
         };
         let mut summary = Summary::empty(schema, produced_by);
@@ -257,7 +258,7 @@ impl Summary {
                     return Err(format!(
                         "field {:?} must be a string, got {}",
                         field.name,
-                        type_name(other)
+                        json_kind(other)
                     ));
                 }
                 None => missing.push(field.name.as_str()),
@@ -727,17 +728,6 @@ fn looks_like_identifier(word: &str) -> bool {
         .filter(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase())
         .count();
     inner_underscore || path || humps >= 1 && word.chars().any(|c| c.is_ascii_lowercase())
-}
-
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{Session, Warnings, id_text, json_lines, kind_of, line_object, opt_str, wire};
+use super::{Session, Warnings, id_text, json_lines, line_object, opt_str, wire};
+use crate::json_kind;
 use crate::model::Message;
 use crate::{ParseError, Position};
 
@@ -137,7 +138,7 @@ fn payload(entry: &mut Map<String, Value>) -> Result<Map<String, Value>, ParseEr
         Some(Value::Object(payload)) => Ok(payload),
         Some(other) => Err(ParseError::at(
             "$.payload",
-            format!("expected an object, found {}", kind_of(&other)),
+            format!("expected an object, found {}", json_kind(&other)),
         )),
         None => Err(ParseError::at("$", "missing `payload`")),
     }
