@@ -402,6 +402,32 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         page: HistoryPage,
     ) -> Result<Vec<LogEntry>, StoreError>;
 
+    /// The whole session log, oldest first, read in pages of a thousand entries.
+    async fn whole_log(&self, key: &SessionKey) -> Result<Vec<LogEntry>, StoreError> {
+        const PAGE: usize = 1_000;
+        let mut pages = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self
+                .history(
+                    key,
+                    HistoryPage {
+                        last: PAGE,
+                        before_seq: before,
+                    },
+                )
+                .await?;
+            let Some(first) = page.first() else { break };
+            let more = first.seq > 1 && page.len() == PAGE;
+            before = Some(first.seq);
+            pages.push(page);
+            if !more {
+                break;
+            }
+        }
+        Ok(pages.into_iter().rev().flatten().collect())
+    }
+
     /// Ranked full-text search over session logs, best first.
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError>;
 
