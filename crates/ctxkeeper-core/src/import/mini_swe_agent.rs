@@ -105,13 +105,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
     let id = info
         .and_then(|info| id_text(info.get("instance_id")))
         .unwrap_or_else(|| "0".to_string());
-    Ok(vec![Session {
-        id,
-        model,
-        messages,
-        tools: Vec::new(),
-        parent: None,
-    }])
+    Ok(vec![Session::new(id, model, messages)])
 }
 
 #[cfg(test)]

@@ -155,6 +155,19 @@ pub struct Session {
     pub parent: Option<ParentLink>,
 }
 
+impl Session {
+    /// A session of a trace that names no tools and no parent conversation.
+    pub fn new(id: String, model: Option<String>, messages: Vec<Message>) -> Session {
+        Session {
+            id,
+            model,
+            messages,
+            tools: Vec::new(),
+            parent: None,
+        }
+    }
+}
+
 /// Where a sub-agent's conversation came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParentLink {

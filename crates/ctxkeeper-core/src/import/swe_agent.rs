@@ -73,13 +73,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         .as_ref()
         .and_then(|config| id_text(config.pointer("/problem_statement/id")))
         .unwrap_or_else(|| "0".to_string());
-    Ok(vec![Session {
-        id,
-        model,
-        messages,
-        tools: Vec::new(),
-        parent: None,
-    }])
+    Ok(vec![Session::new(id, model, messages)])
 }
 
 /// `replay_config`, which newer files store as an object and older ones as a JSON string.

@@ -59,13 +59,7 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
             (Some(task_id), None) => format!("task-{task_id}"),
             (None, _) => format!("run-{index}"),
         };
-        sessions.push(Session {
-            id: unique_id(&mut seen, id),
-            model: None,
-            messages,
-            tools: Vec::new(),
-            parent: None,
-        });
+        sessions.push(Session::new(unique_id(&mut seen, id), None, messages));
     }
     Ok(sessions)
 }
