@@ -143,6 +143,17 @@ pub(crate) fn error_line(err: &anyhow::Error) -> String {
     one_line(&text)
 }
 
+/// Logs to stderr at `default` (a `tracing` filter) unless `RUST_LOG` says otherwise.
+fn log_to_stderr(default: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .init();
+}
+
 /// Collapses a multi-line message into one line.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")

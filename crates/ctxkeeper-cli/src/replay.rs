@@ -286,7 +286,7 @@ fn persist(
         for (session, key) in loaded.sessions.iter().zip(keys) {
             let final_state = final_states.next();
             let name = key.session();
-            let logged = stored_log(store.as_ref(), key)
+            let logged = store.whole_log(key)
                 .await
                 .with_context(|| format!("cannot read the log of {name}"))?;
             let is_prefix = logged.len() <= session.messages.len()
@@ -331,36 +331,6 @@ fn persist(
         }
         Ok(())
     })
-}
-
-/// A session's whole log, oldest first, read in pages.
-async fn stored_log(
-    store: &dyn ctxkeeper::store::SessionStore,
-    key: &ctxkeeper::store::SessionKey,
-) -> Result<Vec<ctxkeeper::store::LogEntry>> {
-    use ctxkeeper::store::HistoryPage;
-    const PAGE: usize = 1_000;
-    let mut pages = Vec::new();
-    let mut before = None;
-    loop {
-        let page = store
-            .history(
-                key,
-                HistoryPage {
-                    last: PAGE,
-                    before_seq: before,
-                },
-            )
-            .await?;
-        let Some(first) = page.first() else { break };
-        let more = first.seq > 1 && page.len() == PAGE;
-        before = Some(first.seq);
-        pages.push(page);
-        if !more {
-            break;
-        }
-    }
-    Ok(pages.into_iter().rev().flatten().collect())
 }
 
 /// The named preset (`none` when none is named) with the config file's `[policy]` overrides

@@ -258,13 +258,7 @@ impl ToolCallObserver for ToolSpans {
 pub fn run(args: &ServeArgs) -> Result<()> {
     let config = config(args)?;
     let mcp_options = mcp_options(args, &config)?;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    crate::log_to_stderr("info");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(ctxkeeper_alloc::return_freed_memory_when_idle)

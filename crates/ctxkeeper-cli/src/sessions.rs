@@ -155,18 +155,7 @@ pub enum SessionsCommand {
 /// The store used when none is given: SQLite under `$XDG_DATA_HOME/ctxkeeper/`, else
 /// `$HOME/.local/share/ctxkeeper/`, else `./.ctxkeeper/`.
 pub fn default_store_url() -> String {
-    let base = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|home| PathBuf::from(home).join(".local/share"))
-        });
-    let path = match base {
-        Some(base) => base.join("ctxkeeper").join("sessions.db"),
-        None => PathBuf::from(".ctxkeeper").join("sessions.db"),
-    };
+    let path = ctxkeeper_gateway::config::GatewayConfig::default_data_dir().join("sessions.db");
     format!("sqlite://{}", path.display())
 }
 

@@ -78,13 +78,7 @@ fn access(args: &UiArgs) -> Result<Access> {
 
 pub fn run(args: &UiArgs) -> Result<()> {
     let access = access(args)?;
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    crate::log_to_stderr("info");
     if access.admin_token.is_none() && !access.tenants.has_tokens() && !access.loopback {
         tracing::warn!(
             "no --admin-token or --tenant-token and not on a loopback address: every page \

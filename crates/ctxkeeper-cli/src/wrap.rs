@@ -183,13 +183,7 @@ pub fn run(args: &WrapArgs) -> Result<ExitCode> {
         }
     };
     let filter = if args.quiet { "error" } else { "warn" };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
-        )
-        .init();
+    crate::log_to_stderr(filter);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

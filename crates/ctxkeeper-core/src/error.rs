@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use serde_json::Value;
+
 /// Where in an input a problem was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Position {
@@ -76,5 +78,17 @@ impl ParseError {
             },
         };
         self
+    }
+}
+
+/// The JSON type name of a value (`"a string"`, `"null"`), for error messages.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }

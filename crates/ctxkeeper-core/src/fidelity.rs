@@ -186,7 +186,7 @@ impl Probe {
         for part in &message.parts {
             match part {
                 Part::ToolCall { arguments, .. } => salient_arguments(arguments, &mut note),
-                other => visit_strings(other, &mut |text| salient_strings(text, &mut note)),
+                other => other.visit_strings(&mut |text| salient_strings(text, &mut note)),
             }
         }
     }
@@ -249,7 +249,7 @@ impl Probe {
         let mut seen_references = HashSet::new();
         for message in request {
             for part in &message.parts {
-                visit_strings(part, &mut |text| {
+                part.visit_strings(&mut |text| {
                     leaked_marker |= has_internal_marker(text);
                     if REFERENCE_PHRASES.iter().any(|p| text.contains(p)) {
                         for reference in shown_references(text) {
@@ -406,29 +406,6 @@ fn push_normalized(out: &mut String, text: &str) {
             pending_space = false;
             out.push(c);
         }
-    }
-}
-
-/// Every string the model reads in a part: text, tool-call arguments, result content, readable
-/// reasoning.
-fn visit_strings(part: &Part, visit: &mut dyn FnMut(&str)) {
-    match part {
-        Part::Text { text, .. } => visit(text),
-        Part::ToolCall {
-            name, arguments, ..
-        } => {
-            visit(name);
-            visit(arguments);
-        }
-        Part::ToolResult { content, .. } => {
-            for inner in content {
-                visit_strings(inner, visit);
-            }
-        }
-        Part::Reasoning {
-            text: Some(text), ..
-        } => visit(text),
-        _ => {}
     }
 }
 

@@ -48,4 +48,4 @@ pub mod tokens;
 pub mod untrusted;
 pub mod working_set;
 
-pub use error::{ParseError, Position};
+pub use error::{ParseError, Position, json_kind};

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::artifacts::is_path_word;
+use crate::json_kind;
 use crate::model::{Message, Part, Role};
 use crate::untrusted::one_line;
 
@@ -152,6 +153,24 @@ pub struct SummaryRequest {
 }
 
 impl SummaryRequest {
+    /// A proactive request to summarize `messages` in the default schema, with nothing
+    /// summarized before and no prompt, focus, orders or instructions; the other fields are
+    /// set with struct update syntax.
+    pub fn new(messages: Vec<Message>, max_output_tokens: u32) -> SummaryRequest {
+        SummaryRequest {
+            messages,
+            previous: None,
+            schema: SummarySchema::default(),
+            prompt: None,
+            focus: None,
+            reason: SummaryReason::Proactive,
+            max_output_tokens,
+            must_keep: Vec::new(),
+            instructions: None,
+            request_in_context: None,
+        }
+    }
+
     /// What a model summarizer is told beyond its prompt, in one text: the operator's
     /// instructions, the compaction's focus, and the standing orders it must keep word for
     /// word. `None` when there is none of them.
@@ -240,7 +259,7 @@ impl Summary {
         let Some(object) = value.as_object() else {
             return Err(format!(
                 "summary must be a JSON object, got {}",
-                type_name(value)
+                json_kind(value)
             ));
         };
         let mut summary = Summary::empty(schema, produced_by);
@@ -257,7 +276,7 @@ impl Summary {
                     return Err(format!(
                         "field {:?} must be a string, got {}",
                         field.name,
-                        type_name(other)
+                        json_kind(other)
                     ));
                 }
                 None => missing.push(field.name.as_str()),
@@ -456,7 +475,7 @@ pub fn check_summary(
         };
         for message in &request.messages {
             for part in &message.parts {
-                visit_source(part, &mut visit);
+                part.visit_strings(&mut visit);
             }
         }
         if let Some(previous) = previous {
@@ -532,28 +551,6 @@ pub fn check_summary(
     }
     check.restored = restore_must_keep(summary, &request.must_keep);
     check
-}
-
-/// Every string of a part the summarizer could have read.
-fn visit_source(part: &Part, visit: &mut dyn FnMut(&str)) {
-    match part {
-        Part::Text { text, .. } => visit(text),
-        Part::ToolCall {
-            name, arguments, ..
-        } => {
-            visit(name);
-            visit(arguments);
-        }
-        Part::ToolResult { content, .. } => {
-            for inner in content {
-                visit_source(inner, visit);
-            }
-        }
-        Part::Reasoning {
-            text: Some(text), ..
-        } => visit(text),
-        _ => {}
-    }
 }
 
 /// Lowercase with runs of whitespace as one space, for matching quotes.
@@ -729,17 +726,6 @@ fn looks_like_identifier(word: &str) -> bool {
     inner_underscore || path || humps >= 1 && word.chars().any(|c| c.is_ascii_lowercase())
 }
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -773,18 +759,7 @@ mod tests {
     }
 
     fn request(messages: Vec<Message>) -> SummaryRequest {
-        SummaryRequest {
-            messages,
-            previous: None,
-            schema: SummarySchema::default(),
-            prompt: None,
-            focus: None,
-            reason: SummaryReason::Proactive,
-            max_output_tokens: 600,
-            must_keep: Vec::new(),
-            instructions: None,
-            request_in_context: None,
-        }
+        SummaryRequest::new(messages, 600)
     }
 
     /// Public reports show summaries that invented a user instruction, which the agent then

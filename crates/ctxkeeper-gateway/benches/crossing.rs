@@ -17,30 +17,17 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ctxkeeper_core::tokens::Profiles;
-use ctxkeeper_gateway::router::Server;
+use ctxkeeper_gateway::GatewayConfig;
 use ctxkeeper_gateway::summarize::SUMMARY_REQUEST_MARK;
-use ctxkeeper_gateway::{Gateway, GatewayConfig};
 use serde_json::{Value, json};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::filler;
 
 const SESSIONS: usize = 30;
 const TURNS: usize = 13;
 const SUMMARY_DELAY: Duration = Duration::from_millis(300);
-
-fn filler(seed: usize, bytes: usize) -> String {
-    let words = [
-        "invoice", "total", "round", "cents", "amount", "ledger", "tax", "line", "sum", "value",
-        "customer", "order", "price", "discount", "currency", "balance",
-    ];
-    let mut out = String::with_capacity(bytes + 16);
-    let mut i = seed;
-    while out.len() < bytes {
-        out.push_str(words[i % words.len()]);
-        out.push_str(if i.is_multiple_of(11) { ".\n" } else { " " });
-        i = i.wrapping_mul(31).wrapping_add(7);
-    }
-    out.truncate(bytes);
-    out
-}
 
 fn conversation(session: usize, turns: usize) -> Value {
     let mut messages = Vec::new();
@@ -93,20 +80,9 @@ async fn measure(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<Duration>) {
         .with_overrides("stages = [{ kind = \"summarize\" }]")
         .unwrap();
     config.prepare_summaries_at = prepare_at;
-    let gateway = Gateway::open(config).await.unwrap();
-    let server = Server::bind_gateway(gateway.clone(), SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .unwrap();
-    let url = format!("http://{}/v1/messages", server.local_addr());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async move {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
-    });
+    let running = common::start(config).await;
+    let gateway = running.gateway.clone();
+    let url = running.url("/v1/messages");
     let client = reqwest::Client::new();
     let summaries = || {
         mock.requests()
@@ -150,8 +126,7 @@ async fn measure(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<Duration>) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let _ = stop.send(());
-    let _ = task.await;
+    running.stop().await;
     quiet.sort();
     crossing.sort();
     (quiet, crossing)

@@ -157,11 +157,11 @@ fn mark_last_part(message: &mut Message, hint: Value) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ctxkeeper::snapshot::message_hash;
 
-    fn marked(text: &str) -> Message {
+    pub(crate) fn marked(text: &str) -> Message {
         let mut message = Message::user(text);
         if let Part::Text { extra, .. } = &mut message.parts[0] {
             extra.insert(

@@ -419,30 +419,9 @@ pub fn common_prefix(a: &[u128], b: &[u128]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache_hints::tests::marked;
+    use crate::tenancy::tests::{headers, tenant};
     use crate::tenancy::{TENANT_HEADER, TenantError, TenantRule};
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, value.parse().unwrap());
-        }
-        map
-    }
-
-    fn tenant(rule: &TenantRule, pairs: &[(&'static str, &str)]) -> Result<String, TenantError> {
-        rule.resolve(&headers(pairs))
-    }
-
-    fn marked(text: &str) -> Message {
-        let mut message = Message::user(text);
-        if let Part::Text { extra, .. } = &mut message.parts[0] {
-            extra.insert(
-                CACHE_CONTROL.into(),
-                serde_json::json!({"type": "ephemeral"}),
-            );
-        }
-        message
-    }
 
     #[test]
     fn hostile_ids_are_refused() {

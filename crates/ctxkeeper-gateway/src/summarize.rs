@@ -474,7 +474,6 @@ pub fn usage(wire: Wire, answer: &Value) -> (u64, u64) {
 mod tests {
     use super::*;
     use ctxkeeper_core::model::Message;
-    use ctxkeeper_core::summary::{SummaryReason, SummarySchema};
 
     fn route(wire: Wire) -> Arc<UpstreamRoute> {
         Arc::new(UpstreamRoute {
@@ -490,21 +489,13 @@ mod tests {
     }
 
     fn request() -> SummaryRequest {
-        SummaryRequest {
-            messages: vec![
+        SummaryRequest::new(
+            vec![
                 Message::user("Fix the parser."),
                 Message::assistant("Reading src/parse.rs now."),
             ],
-            previous: None,
-            schema: SummarySchema::default(),
-            prompt: None,
-            focus: None,
-            reason: SummaryReason::Proactive,
-            max_output_tokens: 700,
-            must_keep: Vec::new(),
-            instructions: None,
-            request_in_context: None,
-        }
+            700,
+        )
     }
 
     #[test]

@@ -206,10 +206,10 @@ fn api_key(headers: &HeaderMap) -> Option<&str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    pub(crate) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
             map.insert(*name, value.parse().unwrap());
@@ -217,7 +217,10 @@ mod tests {
         map
     }
 
-    fn tenant(rule: &TenantRule, pairs: &[(&'static str, &str)]) -> Result<String, TenantError> {
+    pub(crate) fn tenant(
+        rule: &TenantRule,
+        pairs: &[(&'static str, &str)],
+    ) -> Result<String, TenantError> {
         rule.resolve(&headers(pairs))
     }
 

@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{chat_history, client, config, mock, start};
+use common::{chat_history, client, config, mock, start, unique};
 use ctxkeeper::core::engine::{ContextState, presets};
 use ctxkeeper::core::formats::Wire;
 use ctxkeeper::core::model::Message;
@@ -53,14 +53,6 @@ fn store_urls(dir: &tempfile::TempDir) -> Vec<String> {
         ),
     }
     urls
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
 async fn send(gw: &common::Running, session: &str, history: &[Value]) -> reqwest::Response {

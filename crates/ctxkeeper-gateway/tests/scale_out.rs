@@ -12,19 +12,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{SMALL_MODEL, chat_history, client, config, mock, start_shared, tools};
+use common::{SMALL_MODEL, chat_history, client, config, mock, start_shared, tools, unique};
 use ctxkeeper_store::{HistoryPage, SessionKey, SessionStore};
 use serde_json::{Value, json};
 
 const KEY: &str = "Bearer sk-scale";
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{nanos}", std::process::id())
-}
 
 async fn send(url: &str, session: &str, rounds: usize) -> (u16, bool) {
     let body =

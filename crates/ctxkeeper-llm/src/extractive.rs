@@ -645,18 +645,7 @@ impl Facts {
     /// commands, errors and the user's stated constraints (see
     /// [`Summarizer::extract_facts`]); empty when the messages state none.
     fn durable(messages: &[Message]) -> Vec<String> {
-        let request = SummaryRequest {
-            messages: messages.to_vec(),
-            previous: None,
-            schema: ctxkeeper_core::summary::SummarySchema::default(),
-            prompt: None,
-            focus: None,
-            reason: ctxkeeper_core::summary::SummaryReason::Proactive,
-            max_output_tokens: 0,
-            must_keep: Vec::new(),
-            instructions: None,
-            request_in_context: None,
-        };
+        let request = SummaryRequest::new(messages.to_vec(), 0);
         let facts = Facts::gather(&request);
         let mut out = Vec::new();
         if let Some(task) = facts.task.first() {

@@ -159,7 +159,6 @@ fn head_tail_excerpt(request: &SummaryRequest, room: usize) -> String {
 mod tests {
     use super::*;
     use ctxkeeper_core::model::Message;
-    use ctxkeeper_core::summary::SummaryReason;
 
     fn request(
         messages: Vec<Message>,
@@ -167,16 +166,8 @@ mod tests {
         max_output_tokens: u32,
     ) -> SummaryRequest {
         SummaryRequest {
-            messages,
             previous,
-            schema: SummarySchema::default(),
-            prompt: None,
-            focus: None,
-            reason: SummaryReason::Proactive,
-            max_output_tokens,
-            must_keep: Vec::new(),
-            instructions: None,
-            request_in_context: None,
+            ..SummaryRequest::new(messages, max_output_tokens)
         }
     }
 

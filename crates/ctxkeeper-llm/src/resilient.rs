@@ -199,7 +199,7 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use ctxkeeper_core::model::Message;
-    use ctxkeeper_core::summary::{SummaryReason, SummarySchema};
+    use ctxkeeper_core::summary::SummarySchema;
 
     #[derive(Debug)]
     struct Failing {
@@ -224,18 +224,7 @@ mod tests {
     }
 
     fn request() -> SummaryRequest {
-        SummaryRequest {
-            messages: vec![Message::user("hello")],
-            previous: None,
-            schema: SummarySchema::default(),
-            prompt: None,
-            focus: None,
-            reason: SummaryReason::Proactive,
-            max_output_tokens: 200,
-            must_keep: Vec::new(),
-            instructions: None,
-            request_in_context: None,
-        }
+        SummaryRequest::new(vec![Message::user("hello")], 200)
     }
 
     fn quick() -> RetryPolicy {

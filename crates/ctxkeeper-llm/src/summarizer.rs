@@ -41,40 +41,28 @@ pub trait Summarizer: Send + Sync + fmt::Debug {
     }
 }
 
-#[async_trait]
-impl<S: Summarizer + ?Sized> Summarizer for Box<S> {
-    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
-        (**self).summarize(request).await
-    }
+/// A boxed or shared summarizer is one: every call goes to the summarizer it points to.
+macro_rules! summarizer_behind {
+    ($($pointer:ident),*) => {$(
+        #[async_trait]
+        impl<S: Summarizer + ?Sized> Summarizer for $pointer<S> {
+            async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
+                (**self).summarize(request).await
+            }
 
-    fn name(&self) -> &str {
-        (**self).name()
-    }
+            fn name(&self) -> &str {
+                (**self).name()
+            }
 
-    async fn extract_facts(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<Option<String>, LlmError> {
-        (**self).extract_facts(messages, max_tokens).await
-    }
+            async fn extract_facts(
+                &self,
+                messages: &[Message],
+                max_tokens: u32,
+            ) -> Result<Option<String>, LlmError> {
+                (**self).extract_facts(messages, max_tokens).await
+            }
+        }
+    )*};
 }
 
-#[async_trait]
-impl<S: Summarizer + ?Sized> Summarizer for Arc<S> {
-    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
-        (**self).summarize(request).await
-    }
-
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-
-    async fn extract_facts(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<Option<String>, LlmError> {
-        (**self).extract_facts(messages, max_tokens).await
-    }
-}
+summarizer_behind!(Box, Arc);

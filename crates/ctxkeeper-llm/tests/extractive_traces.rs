@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ctxkeeper_core::import::{detect, import};
 use ctxkeeper_core::model::Message;
-use ctxkeeper_core::summary::{Summary, SummaryReason, SummaryRequest, SummarySchema};
+use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
 use ctxkeeper_llm::{EXTRACTIVE_LABEL, ExtractiveSummarizer};
 
 fn traces_dir() -> Option<PathBuf> {
@@ -79,16 +79,8 @@ fn request(
     max_output_tokens: u32,
 ) -> SummaryRequest {
     SummaryRequest {
-        messages: messages.to_vec(),
         previous,
-        schema: SummarySchema::default(),
-        prompt: None,
-        focus: None,
-        reason: SummaryReason::Proactive,
-        max_output_tokens,
-        must_keep: Vec::new(),
-        instructions: None,
-        request_in_context: None,
+        ..SummaryRequest::new(messages.to_vec(), max_output_tokens)
     }
 }
 

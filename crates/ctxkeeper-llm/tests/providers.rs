@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use ctxkeeper_core::formats::Wire;
 use ctxkeeper_core::model::{CheckRules, Message, Part, check};
-use ctxkeeper_core::summary::{Summary, SummaryReason, SummaryRequest, SummarySchema};
+use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use ctxkeeper_llm::{
     AnthropicConfig, AnthropicSummarizer, LlmError, OpenAiConfig, OpenAiSummarizer, OutputMode,
@@ -271,18 +271,7 @@ fn session() -> Vec<Message> {
 }
 
 fn request(messages: Vec<Message>) -> SummaryRequest {
-    SummaryRequest {
-        messages,
-        previous: None,
-        schema: SummarySchema::default(),
-        prompt: None,
-        focus: None,
-        reason: SummaryReason::Proactive,
-        max_output_tokens: 500,
-        must_keep: Vec::new(),
-        instructions: None,
-        request_in_context: None,
-    }
+    SummaryRequest::new(messages, 500)
 }
 
 fn openai(mock: &Mock, tweak: impl FnOnce(&mut OpenAiConfig)) -> OpenAiSummarizer {

@@ -75,7 +75,7 @@ impl ContextServer {
             other => {
                 return tools::error_result(&tools::ToolError::invalid(format!(
                     "arguments must be a JSON object, got {}",
-                    tools::kind_of(&other)
+                    ctxkeeper::core::json_kind(&other)
                 )));
             }
         };

@@ -129,17 +129,6 @@ pub(crate) fn error_result(err: &ToolError) -> CallToolResult {
     result
 }
 
-pub(crate) fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 type ToolResult = Result<Value, ToolError>;
 
 /// Runs the named tool.

@@ -311,7 +311,9 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// Saves `state` if the stored version is still `expected` (as [`save`](Self::save)) and
     /// appends `messages` to the session log. On a conflict nothing is appended. One atomic
     /// write where [`commits_atomically`](Self::commits_atomically) says so, and one round
-    /// trip instead of two; otherwise the save, then the append.
+    /// trip instead of two; otherwise the save, then the append. A store that
+    /// [`saves_incrementally`](Self::saves_incrementally) has its own write path in
+    /// [`commit`](Self::commit), so this is a whole generation written through it.
     async fn save_and_append(
         &self,
         key: &SessionKey,
@@ -319,6 +321,11 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         expected: Option<u64>,
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
+        if self.saves_incrementally() {
+            return self
+                .commit(key, state, ContextWrite::Generation, expected, messages)
+                .await;
+        }
         let version = self.save(key, state, expected).await?;
         let appended = if messages.is_empty() {
             None
@@ -329,7 +336,8 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     }
 
     /// Whether [`commit`](Self::commit) stores the context in generations and so accepts
-    /// [`ContextWrite::Append`] (every built-in store does).
+    /// [`ContextWrite::Append`] (every built-in store does). A store that says so implements
+    /// `commit`: the default [`save_and_append`](Self::save_and_append) then goes through it.
     fn saves_incrementally(&self) -> bool {
         false
     }
@@ -393,6 +401,32 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         key: &SessionKey,
         page: HistoryPage,
     ) -> Result<Vec<LogEntry>, StoreError>;
+
+    /// The whole session log, oldest first, read in pages of a thousand entries.
+    async fn whole_log(&self, key: &SessionKey) -> Result<Vec<LogEntry>, StoreError> {
+        const PAGE: usize = 1_000;
+        let mut pages = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self
+                .history(
+                    key,
+                    HistoryPage {
+                        last: PAGE,
+                        before_seq: before,
+                    },
+                )
+                .await?;
+            let Some(first) = page.first() else { break };
+            let more = first.seq > 1 && page.len() == PAGE;
+            before = Some(first.seq);
+            pages.push(page);
+            if !more {
+                break;
+            }
+        }
+        Ok(pages.into_iter().rev().flatten().collect())
+    }
 
     /// Ranked full-text search over session logs, best first.
     async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError>;

@@ -117,6 +117,15 @@ impl Counting {
             .fetch_add((state + log) as u64, Ordering::Relaxed);
         self.saves.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Awaits one of the inner store's writes, adding its time to `store_us`.
+    async fn timed<T>(&self, write: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let written = write.await;
+        self.store_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        written
+    }
 }
 
 #[async_trait]
@@ -154,14 +163,8 @@ impl SessionStore for Counting {
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
         self.count(state, messages);
-        let started = Instant::now();
-        let committed = self
-            .inner
-            .save_and_append(key, state, expected, messages)
-            .await;
-        self.store_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        committed
+        self.timed(self.inner.save_and_append(key, state, expected, messages))
+            .await
     }
     fn saves_incrementally(&self) -> bool {
         !self.whole && self.inner.saves_incrementally()
@@ -175,14 +178,8 @@ impl SessionStore for Counting {
         messages: &[Message],
     ) -> Result<Committed, StoreError> {
         self.count(state, messages);
-        let started = Instant::now();
-        let committed = self
-            .inner
-            .commit(key, state, write, expected, messages)
-            .await;
-        self.store_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        committed
+        self.timed(self.inner.commit(key, state, write, expected, messages))
+            .await
     }
     async fn generation_context(
         &self,

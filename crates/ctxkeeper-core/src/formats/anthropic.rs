@@ -63,9 +63,10 @@ use super::common::{
     DataKind, Fields, JsonPath, data_kind, expect_array, has_string, leading_instructions,
     media_type, native, object_schema, omitted_data, origin_hints, portable_request_extra,
     private_at, private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
-    take_string, type_name,
+    take_string,
 };
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
 
 mod emit;
@@ -179,7 +180,7 @@ fn parse_content(
             path,
             format!(
                 "content must be a string or an array of content blocks, found {}",
-                type_name(&other)
+                json_kind(&other)
             ),
         )),
     }
@@ -263,7 +264,7 @@ fn parse_block(
                         fields.path_of("content"),
                         format!(
                             "tool_result content must be a string or an array of content blocks, found {}",
-                            type_name(&other)
+                            json_kind(&other)
                         ),
                     ));
                 }
@@ -370,7 +371,7 @@ fn parse_system_owned(value: Value, path: &str) -> Result<Message, ParseError> {
                 path,
                 format!(
                     "system must be a string or an array of text blocks, found {}",
-                    type_name(&other)
+                    json_kind(&other)
                 ),
             ));
         }

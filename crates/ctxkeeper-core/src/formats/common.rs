@@ -16,19 +16,8 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{DataSource, Extra, Message, Part, Request, WireHints};
-
-/// The JSON type name used in error messages.
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 /// `path.key`.
 pub(crate) fn key_path(path: &str, key: &str) -> String {
@@ -71,7 +60,7 @@ pub(crate) fn expect_array(value: Value, path: &str, what: &str) -> Result<Vec<V
         Value::Array(items) => Ok(items),
         other => Err(ParseError::at(
             path,
-            format!("expected {what}, found {}", type_name(&other)),
+            format!("expected {what}, found {}", json_kind(&other)),
         )),
     }
 }
@@ -97,7 +86,7 @@ impl<'p> Fields<'p> {
             Value::Object(map) => Ok(Fields { map, path }),
             other => Err(ParseError::at(
                 path.to_string(),
-                format!("expected {what}, found {}", type_name(&other)),
+                format!("expected {what}, found {}", json_kind(&other)),
             )),
         }
     }
@@ -128,7 +117,7 @@ impl<'p> Fields<'p> {
             Some(Value::String(text)) => Ok(text),
             Some(other) => Err(ParseError::at(
                 self.path_of(key),
-                format!("expected a string, found {}", type_name(&other)),
+                format!("expected a string, found {}", json_kind(&other)),
             )),
             None => Err(ParseError::at(self.path_of(key), "missing required field")),
         }
@@ -168,7 +157,7 @@ impl<'p> Fields<'p> {
             Some(Value::String(kind)) => Ok(kind.clone()),
             Some(other) => Err(ParseError::at(
                 self.path_of("type"),
-                format!("expected a string, found {}", type_name(other)),
+                format!("expected a string, found {}", json_kind(other)),
             )),
             None => Err(ParseError::at(
                 self.path_of("type"),

@@ -49,9 +49,10 @@ use super::common::{
     CHAT_CALL_TYPES, DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name,
     data_kind, data_url, expect_array, file_name, has_string, is_custom_call, move_extra, native,
     omitted_data, origin_hints, portable_request_extra, private_at, private_str, put_extra,
-    record_at, same_origin, source_base64, source_url, take_string, type_name,
+    record_at, same_origin, source_base64, source_url, take_string,
 };
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{
     ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec, WireHints,
 };
@@ -174,7 +175,7 @@ fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, Pars
                         fields.path_of("tool_calls"),
                         format!(
                             "expected an array of tool calls, found {}",
-                            type_name(other)
+                            json_kind(other)
                         ),
                     ));
                 }
@@ -208,7 +209,7 @@ fn parse_message_owned(value: Value, path: JsonPath<'_>) -> Result<Message, Pars
                         fields.path_of("function_call"),
                         format!(
                             "expected a function call object, found {}",
-                            type_name(other)
+                            json_kind(other)
                         ),
                     ));
                 }
@@ -248,7 +249,7 @@ fn parse_content(
             message_path.key("content"),
             format!(
                 "content must be a string, an array of parts or null, found {}",
-                type_name(&other)
+                json_kind(&other)
             ),
         )),
     }

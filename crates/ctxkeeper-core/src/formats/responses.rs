@@ -52,9 +52,10 @@ use super::common::{
     DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name, data_kind,
     expect_array, file_name, is_custom_call, move_extra, native, object_schema, omitted_data,
     origin_hints, portable_request_extra, private_at, private_flag, private_str, put_extra,
-    reasoning_portable, record_at, same_origin, source_base64, source_url, type_name,
+    reasoning_portable, record_at, same_origin, source_base64, source_url,
 };
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
 
 mod emit;
@@ -262,7 +263,7 @@ fn parse_item(value: Value, path: JsonPath<'_>) -> Result<Item, ParseError> {
                         fields.path_of("output"),
                         format!(
                             "output must be a string or an array of content parts, found {}",
-                            type_name(&other)
+                            json_kind(&other)
                         ),
                     ));
                 }
@@ -374,7 +375,7 @@ fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseErro
                 content_path(),
                 format!(
                     "content must be a string or an array of content parts, found {}",
-                    type_name(&other)
+                    json_kind(&other)
                 ),
             ));
         }

@@ -42,8 +42,9 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::{ParentLink, Session, Warnings, json_lines, kind_of, line_object, opt_str, wire};
+use super::{ParentLink, Session, Warnings, json_lines, line_object, opt_str, wire};
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{Message, Part, Role};
 
 /// The origin hint of messages from this importer.
@@ -210,7 +211,7 @@ pub(super) fn import_linked(
             Some(other) => {
                 return Err(at_line(ParseError::at(
                     "$.message",
-                    format!("expected a message object, found {}", kind_of(other)),
+                    format!("expected a message object, found {}", json_kind(other)),
                 )));
             }
             None => return Err(at_line(ParseError::at("$", "missing `message`"))),

@@ -19,7 +19,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{Session, Warnings, id_text, json_lines, kind_of, line_object, opt_str, wire};
+use super::{Session, Warnings, id_text, json_lines, line_object, opt_str, wire};
+use crate::json_kind;
 use crate::model::Message;
 use crate::{ParseError, Position};
 
@@ -33,16 +34,11 @@ const NATIVE_ITEM_TYPES: [&str; 6] = [
     "custom_tool_call_output",
 ];
 
-/// Item types that may appear bare on a line of a rollout written before the envelope.
-const BARE_ITEM_TYPES: [&str; 7] = [
-    "message",
-    "reasoning",
-    "function_call",
-    "function_call_output",
-    "custom_tool_call",
-    "custom_tool_call_output",
-    "local_shell_call",
-];
+/// Whether an item of this type may appear bare on a line of a rollout written before the
+/// envelope: the native types, and `local_shell_call`.
+fn may_be_bare(kind: &str) -> bool {
+    NATIVE_ITEM_TYPES.contains(&kind) || kind == "local_shell_call"
+}
 
 /// Imports a Codex CLI rollout as one session.
 pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>, ParseError> {
@@ -57,19 +53,11 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
             .map_err(at_line)?
             .map(str::to_string);
         match kind.as_deref() {
-            Some("session_meta") => {
+            Some(kind @ ("session_meta" | "turn_context")) => {
                 let payload = payload(&mut entry).map_err(at_line)?;
-                if id.is_none() {
+                if kind == "session_meta" && id.is_none() {
                     id = id_text(payload.get("id"));
                 }
-                if model.is_none() {
-                    model = opt_str(&payload, "model", "$.payload")
-                        .map_err(at_line)?
-                        .map(str::to_string);
-                }
-            }
-            Some("turn_context") => {
-                let payload = payload(&mut entry).map_err(at_line)?;
                 if model.is_none() {
                     model = opt_str(&payload, "model", "$.payload")
                         .map_err(at_line)?
@@ -103,7 +91,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
                     event.unwrap_or("untyped")
                 ));
             }
-            Some(bare) if BARE_ITEM_TYPES.contains(&bare) && !entry.contains_key("payload") => {
+            Some(bare) if may_be_bare(bare) && !entry.contains_key("payload") => {
                 items.push(Value::Object(entry));
                 item_lines.push(line_no);
             }
@@ -122,13 +110,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
     }
     let messages = parse_items(&items, &item_lines)?;
     let id = id.unwrap_or_else(|| "0".to_string());
-    Ok(vec![Session {
-        id,
-        model,
-        messages,
-        tools: Vec::new(),
-        parent: None,
-    }])
+    Ok(vec![Session::new(id, model, messages)])
 }
 
 /// Takes an entry's `payload` object out of it.
@@ -137,7 +119,7 @@ fn payload(entry: &mut Map<String, Value>) -> Result<Map<String, Value>, ParseEr
         Some(Value::Object(payload)) => Ok(payload),
         Some(other) => Err(ParseError::at(
             "$.payload",
-            format!("expected an object, found {}", kind_of(&other)),
+            format!("expected an object, found {}", json_kind(&other)),
         )),
         None => Err(ParseError::at("$", "missing `payload`")),
     }

@@ -43,8 +43,9 @@
 
 use serde_json::Value;
 
-use super::{Session, Warnings, id_text, kind_of, parse_document, wire};
+use super::{Session, Warnings, id_text, parse_document, wire};
 use crate::ParseError;
+use crate::json_kind;
 
 /// The origin hint of messages from this importer.
 const ORIGIN: &str = "mini-swe-agent";
@@ -60,7 +61,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
             "$",
             format!(
                 "expected a mini-swe-agent trajectory object, found {}",
-                kind_of(&doc)
+                json_kind(&doc)
             ),
         )
     })?;
@@ -69,7 +70,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         Some(other) => {
             return Err(ParseError::at(
                 "$.trajectory_format",
-                format!("expected a string, found {}", kind_of(other)),
+                format!("expected a string, found {}", json_kind(other)),
             ));
         }
     }
@@ -78,7 +79,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         Some(other) => {
             return Err(ParseError::at(
                 "$.messages",
-                format!("expected an array of messages, found {}", kind_of(other)),
+                format!("expected an array of messages, found {}", json_kind(other)),
             ));
         }
         None => return Err(ParseError::at("$.messages", "missing required field")),
@@ -104,13 +105,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
     let id = info
         .and_then(|info| id_text(info.get("instance_id")))
         .unwrap_or_else(|| "0".to_string());
-    Ok(vec![Session {
-        id,
-        model,
-        messages,
-        tools: Vec::new(),
-        parent: None,
-    }])
+    Ok(vec![Session::new(id, model, messages)])
 }
 
 #[cfg(test)]

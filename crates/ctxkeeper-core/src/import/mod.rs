@@ -60,6 +60,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{Message, ToolSpec};
 
 pub use detect::detect;
@@ -152,6 +153,19 @@ pub struct Session {
     pub tools: Vec<ToolSpec>,
     /// For a sub-agent's conversation: the conversation and the tool call that started it.
     pub parent: Option<ParentLink>,
+}
+
+impl Session {
+    /// A session of a trace that names no tools and no parent conversation.
+    pub fn new(id: String, model: Option<String>, messages: Vec<Message>) -> Session {
+        Session {
+            id,
+            model,
+            messages,
+            tools: Vec::new(),
+            parent: None,
+        }
+    }
 }
 
 /// Where a sub-agent's conversation came from.
@@ -301,7 +315,10 @@ fn line_object(value: Value, line_no: usize) -> Result<Map<String, Value>, Parse
         Value::Object(map) => Ok(map),
         other => Err(ParseError::at(
             "$",
-            format!("expected a JSON object per line, found {}", kind_of(&other)),
+            format!(
+                "expected a JSON object per line, found {}",
+                json_kind(&other)
+            ),
         )
         .on_line(line_no)),
     }
@@ -318,7 +335,7 @@ fn opt_str<'a>(
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(ParseError::at(
             format!("{path}.{key}"),
-            format!("expected a string, found {}", kind_of(other)),
+            format!("expected a string, found {}", json_kind(other)),
         )),
     }
 }
@@ -329,18 +346,6 @@ fn id_text(value: Option<&Value>) -> Option<String> {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
-    }
-}
-
-/// A short name of a JSON value's kind, for error messages.
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

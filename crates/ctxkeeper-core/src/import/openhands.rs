@@ -34,8 +34,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::{Session, Warnings, id_text, json_lines, kind_of, line_object, unique_id, wire};
+use super::{Session, Warnings, id_text, json_lines, line_object, unique_id, wire};
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{DataSource, Extra, Message, Part, Role, ToolSpec};
 
 /// The origin hint of messages from this importer.
@@ -147,7 +148,7 @@ fn import_run(
         Some(other) => {
             return Err(ParseError::at(
                 "$.history",
-                format!("expected an array of events, found {}", kind_of(other)),
+                format!("expected an array of events, found {}", json_kind(other)),
             ));
         }
         None => return Err(ParseError::at("$", "missing `history`")),
@@ -242,7 +243,7 @@ fn flatten(history: &[Value]) -> Result<Vec<Event<'_>>, ParseError> {
                     let map = inner.as_object().ok_or_else(|| {
                         ParseError::at(
                             &path,
-                            format!("expected an event, found {}", kind_of(inner)),
+                            format!("expected an event, found {}", json_kind(inner)),
                         )
                     })?;
                     events.push(event(map, path)?);
@@ -251,7 +252,7 @@ fn flatten(history: &[Value]) -> Result<Vec<Event<'_>>, ParseError> {
             other => {
                 return Err(ParseError::at(
                     path,
-                    format!("expected an event object, found {}", kind_of(other)),
+                    format!("expected an event object, found {}", json_kind(other)),
                 ));
             }
         }

@@ -22,8 +22,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{Session, Warnings, id_text, kind_of, parse_document, wire};
+use super::{Session, Warnings, id_text, parse_document, wire};
 use crate::ParseError;
+use crate::json_kind;
 use crate::model::{Message, Part, Role};
 
 /// The origin hint of messages from this importer.
@@ -40,7 +41,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
             "$",
             format!(
                 "expected a SWE-agent trajectory object, found {}",
-                kind_of(&doc)
+                json_kind(&doc)
             ),
         )
     })?;
@@ -54,7 +55,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         Some(other) => {
             return Err(ParseError::at(
                 "$.history",
-                format!("expected an array of messages, found {}", kind_of(other)),
+                format!("expected an array of messages, found {}", json_kind(other)),
             ));
         }
         None => {
@@ -72,13 +73,7 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
         .as_ref()
         .and_then(|config| id_text(config.pointer("/problem_statement/id")))
         .unwrap_or_else(|| "0".to_string());
-    Ok(vec![Session {
-        id,
-        model,
-        messages,
-        tools: Vec::new(),
-        parent: None,
-    }])
+    Ok(vec![Session::new(id, model, messages)])
 }
 
 /// `replay_config`, which newer files store as an object and older ones as a JSON string.
@@ -95,7 +90,7 @@ fn history_message(value: &Value, path: &str) -> Result<Message, ParseError> {
     let map = value.as_object().ok_or_else(|| {
         ParseError::at(
             path,
-            format!("expected a message object, found {}", kind_of(value)),
+            format!("expected a message object, found {}", json_kind(value)),
         )
     })?;
     let ids = match map.get("tool_call_ids") {
@@ -107,7 +102,7 @@ fn history_message(value: &Value, path: &str) -> Result<Message, ParseError> {
                     id.as_str().map(str::to_string).ok_or_else(|| {
                         ParseError::at(
                             format!("{path}.tool_call_ids[{n}]"),
-                            format!("expected a string, found {}", kind_of(id)),
+                            format!("expected a string, found {}", json_kind(id)),
                         )
                     })
                 })
@@ -116,7 +111,7 @@ fn history_message(value: &Value, path: &str) -> Result<Message, ParseError> {
         Some(other) => {
             return Err(ParseError::at(
                 format!("{path}.tool_call_ids"),
-                format!("expected an array of ids, found {}", kind_of(other)),
+                format!("expected an array of ids, found {}", json_kind(other)),
             ));
         }
     };
@@ -165,7 +160,7 @@ fn from_trajectory(traj: &Map<String, Value>) -> Result<Vec<Message>, ParseError
         Some(other) => {
             return Err(ParseError::at(
                 "$.trajectory",
-                format!("expected an array of steps, found {}", kind_of(other)),
+                format!("expected an array of steps, found {}", json_kind(other)),
             ));
         }
         None => return Err(ParseError::at("$", "missing `history` and `trajectory`")),
@@ -176,7 +171,7 @@ fn from_trajectory(traj: &Map<String, Value>) -> Result<Vec<Message>, ParseError
         let step = step.as_object().ok_or_else(|| {
             ParseError::at(
                 &path,
-                format!("expected a step object, found {}", kind_of(step)),
+                format!("expected a step object, found {}", json_kind(step)),
             )
         })?;
         let response = super::opt_str(step, "response", &path)?;

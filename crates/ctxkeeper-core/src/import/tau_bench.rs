@@ -13,8 +13,9 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::{Session, id_text, kind_of, parse_document, unique_id, wire};
+use super::{Session, id_text, parse_document, unique_id, wire};
 use crate::ParseError;
+use crate::json_kind;
 
 /// Imports every task run of a tau-bench trajectory file.
 pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
@@ -24,7 +25,7 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
             "$",
             format!(
                 "expected an array of tau-bench tasks, found {}",
-                kind_of(&doc)
+                json_kind(&doc)
             ),
         )
     })?;
@@ -35,7 +36,7 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
         let task = task.as_object().ok_or_else(|| {
             ParseError::at(
                 &path,
-                format!("expected a task object, found {}", kind_of(task)),
+                format!("expected a task object, found {}", json_kind(task)),
             )
         })?;
         let traj = match task.get("traj") {
@@ -43,7 +44,7 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
             Some(other) => {
                 return Err(ParseError::at(
                     format!("{path}.traj"),
-                    format!("expected an array of messages, found {}", kind_of(other)),
+                    format!("expected an array of messages, found {}", json_kind(other)),
                 ));
             }
             None => return Err(ParseError::at(&path, "missing `traj`")),
@@ -58,13 +59,7 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
             (Some(task_id), None) => format!("task-{task_id}"),
             (None, _) => format!("run-{index}"),
         };
-        sessions.push(Session {
-            id: unique_id(&mut seen, id),
-            model: None,
-            messages,
-            tools: Vec::new(),
-            parent: None,
-        });
+        sessions.push(Session::new(unique_id(&mut seen, id), None, messages));
     }
     Ok(sessions)
 }

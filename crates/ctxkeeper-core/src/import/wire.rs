@@ -7,9 +7,10 @@
 
 use serde_json::Value;
 
-use super::{Session, TraceFormat, kind_of, parse_document};
+use super::{Session, TraceFormat, parse_document};
 use crate::ParseError;
 use crate::formats::{Wire, anthropic, openai_chat, responses};
+use crate::json_kind;
 use crate::model::{Message, ToolSpec};
 
 /// One OpenAI chat message; errors are reported under `path`.
@@ -70,7 +71,7 @@ pub(super) fn import_bare(text: &str, format: TraceFormat) -> Result<Session, Pa
                 format!(
                     "expected a {} request body or message array, found {}",
                     wire.as_str(),
-                    kind_of(other)
+                    json_kind(other)
                 ),
             ));
         }

@@ -139,6 +139,29 @@ pub enum Part {
 }
 
 impl Part {
+    /// Calls `visit` with every string a model reads in this part: text, a tool call's name
+    /// and arguments, a result's content, readable reasoning.
+    pub fn visit_strings(&self, visit: &mut dyn FnMut(&str)) {
+        match self {
+            Part::Text { text, .. } => visit(text),
+            Part::ToolCall {
+                name, arguments, ..
+            } => {
+                visit(name);
+                visit(arguments);
+            }
+            Part::ToolResult { content, .. } => {
+                for inner in content {
+                    inner.visit_strings(visit);
+                }
+            }
+            Part::Reasoning {
+                text: Some(text), ..
+            } => visit(text),
+            _ => {}
+        }
+    }
+
     /// A text part.
     pub fn text(text: impl Into<String>) -> Part {
         Part::Text {

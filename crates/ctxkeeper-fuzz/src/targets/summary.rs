@@ -11,7 +11,7 @@
 use ctxkeeper_core::capsule::CAPSULE_TITLE;
 use ctxkeeper_core::model::Role;
 use ctxkeeper_core::summary::{
-    Summary, SummaryField, SummaryReason, SummaryRequest, SummarySchema, check_summary,
+    Summary, SummaryField, SummaryRequest, SummarySchema, check_summary,
 };
 use ctxkeeper_core::untrusted::headings_outside_fences;
 use ctxkeeper_llm::ExtractiveSummarizer;
@@ -60,16 +60,10 @@ pub fn extractive_summary(data: &[u8]) {
         .map(|m| m.text())
         .collect();
     let request = SummaryRequest {
-        messages: session.messages,
         previous,
         schema: schema.clone(),
-        prompt: None,
-        focus: None,
-        reason: SummaryReason::Proactive,
-        max_output_tokens: 50 + u32::from(session.knobs[0]) * 20,
         must_keep: session.trusted.iter().take(4).cloned().collect(),
-        instructions: None,
-        request_in_context: None,
+        ..SummaryRequest::new(session.messages, 50 + u32::from(session.knobs[0]) * 20)
     };
     let mut summary = ExtractiveSummarizer::new().summarize_now(&request);
     assert_schema_sections(&summary.render(&schema), &summary, &schema);

@@ -136,14 +136,19 @@ pub(super) async fn answer(
         Answer::Stream {
             status,
             headers,
-            error: Some(_),
+            error,
             held,
             rest,
         } => {
-            // An error event before any content, passed to the client as it came.
-            if let Some(trace) = trace {
-                trace.fail("stream_error", Some(status.as_u16()));
-            }
+            // An error event before any content, passed to the client as it came: the span
+            // ends here, and the stream carries none.
+            let trace = match (error, trace) {
+                (Some(_), Some(trace)) => {
+                    trace.fail("stream_error", Some(status.as_u16()));
+                    None
+                }
+                (_, trace) => trace,
+            };
             stream(
                 gw.clone(),
                 status,
@@ -152,25 +157,9 @@ pub(super) async fn answer(
                 rest,
                 finish,
                 report,
-                None,
+                trace,
             )
         }
-        Answer::Stream {
-            status,
-            headers,
-            held,
-            rest,
-            ..
-        } => stream(
-            gw.clone(),
-            status,
-            headers,
-            held,
-            rest,
-            finish,
-            report,
-            trace,
-        ),
     }
 }
 

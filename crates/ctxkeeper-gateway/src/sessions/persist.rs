@@ -5,7 +5,7 @@
 
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot};
 use ctxkeeper_core::model::Message;
-use ctxkeeper_store::{HistoryPage, SessionKey, StoreError};
+use ctxkeeper_store::{SessionKey, StoreError};
 
 use super::slot::Slot;
 use super::{MAX_CAS_RETRIES, SessionError, Sessions};
@@ -58,34 +58,8 @@ impl Sessions {
 
     /// The whole session log, oldest first.
     pub(super) async fn read_log(&self, key: &SessionKey) -> Result<Vec<Message>, StoreError> {
-        const PAGE: usize = 1_000;
-        let mut pages = Vec::new();
-        let mut before = None;
-        loop {
-            let page = self
-                .store
-                .history(
-                    key,
-                    HistoryPage {
-                        last: PAGE,
-                        before_seq: before,
-                    },
-                )
-                .await?;
-            let Some(first) = page.first() else { break };
-            let more = first.seq > 1 && page.len() == PAGE;
-            before = Some(first.seq);
-            pages.push(page);
-            if !more {
-                break;
-            }
-        }
-        Ok(pages
-            .into_iter()
-            .rev()
-            .flatten()
-            .map(|entry| entry.message)
-            .collect())
+        let log = self.store.whole_log(key).await?;
+        Ok(log.into_iter().map(|entry| entry.message).collect())
     }
 
     /// Saves the slot (compare-and-swap on the version it was loaded at) with `log` appended

@@ -178,6 +178,15 @@ pub fn filler(seed: usize, bytes: usize) -> String {
     out
 }
 
+/// A name no other run of the tests uses (for stores shared across runs, such as a database).
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
 pub fn tools() -> Value {
     json!([{"type": "function", "function": {"name": "read_file", "description": "Read a file",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}])

@@ -1,5 +1,5 @@
 use super::*;
-use ctxkeeper_core::summary::{SummaryField, SummaryReason, SummarySchema};
+use ctxkeeper_core::summary::{SummaryField, SummarySchema};
 
 fn schema_names(schema: &SummarySchema) -> Vec<&str> {
     schema.fields.iter().map(|f| f.name.as_str()).collect()
@@ -7,16 +7,8 @@ fn schema_names(schema: &SummarySchema) -> Vec<&str> {
 
 fn request(messages: Vec<Message>, previous: Option<Summary>) -> SummaryRequest {
     SummaryRequest {
-        messages,
         previous,
-        schema: SummarySchema::default(),
-        prompt: None,
-        focus: None,
-        reason: SummaryReason::Proactive,
-        max_output_tokens: 800,
-        must_keep: Vec::new(),
-        instructions: None,
-        request_in_context: None,
+        ..SummaryRequest::new(messages, 800)
     }
 }
 

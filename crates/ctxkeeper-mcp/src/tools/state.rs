@@ -230,7 +230,7 @@ pub(super) fn one_off_policy(
         other => {
             return Err(invalid(format!(
                 "expected an object or a TOML string, got {}",
-                kind_of(other)
+                ctxkeeper::core::json_kind(other)
             )));
         }
     };

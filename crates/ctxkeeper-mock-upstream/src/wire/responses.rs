@@ -110,6 +110,24 @@ struct Sequence {
 }
 
 impl Sequence {
+    /// A stream opened as the API opens every one: `response.created`, then
+    /// `response.in_progress`.
+    fn opened(reply: &Reply, request: &Map<String, Value>) -> Sequence {
+        let mut stream = Sequence {
+            next: 0,
+            events: Vec::new(),
+        };
+        stream.push(
+            "response.created",
+            json!({"response": response(reply, request, false)}),
+        );
+        stream.push(
+            "response.in_progress",
+            json!({"response": response(reply, request, false)}),
+        );
+        stream
+    }
+
     /// Adds an event: `type` first, then `data`'s fields, then `sequence_number`, as the API
     /// orders them.
     fn push(&mut self, kind: &str, data: Value) {
@@ -130,18 +148,7 @@ impl Sequence {
 /// `function_call_arguments.delta`…, `function_call_arguments.done`, `output_item.done`) and
 /// `response.completed` with the usage.
 pub(crate) fn events(reply: &Reply, request: &Map<String, Value>) -> Vec<Bytes> {
-    let mut stream = Sequence {
-        next: 0,
-        events: Vec::new(),
-    };
-    stream.push(
-        "response.created",
-        json!({"response": response(reply, request, false)}),
-    );
-    stream.push(
-        "response.in_progress",
-        json!({"response": response(reply, request, false)}),
-    );
+    let mut stream = Sequence::opened(reply, request);
     let id = item_id(reply);
     stream.push(
         "response.output_item.added",
@@ -212,18 +219,7 @@ pub(crate) fn overflow_events(
     request: &Map<String, Value>,
     error: &Value,
 ) -> Vec<Bytes> {
-    let mut stream = Sequence {
-        next: 0,
-        events: Vec::new(),
-    };
-    stream.push(
-        "response.created",
-        json!({"response": response(reply, request, false)}),
-    );
-    stream.push(
-        "response.in_progress",
-        json!({"response": response(reply, request, false)}),
-    );
+    let mut stream = Sequence::opened(reply, request);
     stream.push("error", json!({"error": error}));
     stream.events
 }

@@ -120,17 +120,6 @@ impl SessionStore for SqlStore {
         true
     }
 
-    async fn save_and_append(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
-        self.commit(key, state, ContextWrite::Generation, expected, messages)
-            .await
-    }
-
     fn saves_incrementally(&self) -> bool {
         true
     }

@@ -159,6 +159,17 @@ pub async fn concurrent_context_offloads(archive: Arc<dyn Offloader>) {
     assert_eq!(lines, (1..=60).collect::<BTreeSet<u64>>());
 }
 
+/// The references of every item in `scope`.
+async fn listed(archive: &dyn Offloader, scope: &ArchiveScope) -> Vec<String> {
+    archive
+        .list(scope)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.reference.0)
+        .collect()
+}
+
 fn parse_range(reference: &str) -> (u64, u64) {
     let (_, fragment) = reference.split_once("#L").unwrap();
     let (a, b) = fragment.split_once("-L").unwrap();
@@ -493,13 +504,7 @@ pub async fn seed_layout_files(archive: &dyn Offloader) {
     let text = String::from_utf8(archive.read_all(&sc, &c).await.unwrap()).unwrap();
     assert_eq!(text.lines().count(), 2);
     assert!(!text.contains(&encoded[..64]), "no inline image left");
-    let listed: Vec<String> = archive
-        .list(&sc)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.reference.0)
-        .collect();
+    let listed = listed(archive, &sc).await;
     assert!(listed.contains(&c.0) && listed.contains(&r.0), "{listed:?}");
     let hits = archive
         .grep(&sc, &regex::Regex::new("a chart").unwrap(), 10)
@@ -570,13 +575,7 @@ pub async fn tool_results_folder(archive: &dyn Offloader) {
         );
         assert_eq!(archive.read_all(&sc, &r).await.unwrap(), b"hostile output");
     }
-    let listed: Vec<String> = archive
-        .list(&sc)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.reference.0)
-        .collect();
+    let listed = listed(archive, &sc).await;
     assert_eq!(listed.len(), 7, "{listed:?}");
     assert!(
         listed.contains(&first.0) && listed.contains(&again.0),
