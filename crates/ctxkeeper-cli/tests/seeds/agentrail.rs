@@ -173,6 +173,50 @@ pub fn rows(table: &mut Table) {
         },
     );
 
+    // minMessages counts the session history, which holds neither the system prompt nor the
+    // new request: eleven answers, all over 80,000 tokens of history from the ninth request
+    // on; the request after 18 messages of history (20 with the system prompt and the new ask)
+    // is not compacted, the one after 20 is.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let messages = chat(11, 910);
+    let file = trace(scratch.path(), "eleven-answers.json", messages.clone());
+    replay(&file, "agentrail", 200_000, scratch.path(), &[]);
+    let first = requests(&scratch.path().join("req"))
+        .iter()
+        .map(messages_of)
+        .find(|m| {
+            m.iter().any(|m| {
+                m["content"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("[Conversation summary:"))
+            })
+        })
+        .and_then(|m| {
+            m.last()
+                .and_then(|m| m["content"].as_str().map(String::from))
+        });
+    let asked = first
+        .as_deref()
+        .and_then(|t| t.strip_prefix("Question "))
+        .and_then(|t| t.split(':').next())
+        .and_then(|j| j.parse::<usize>().ok());
+    table.row(
+        seed("Configuration"),
+        "minMessages: eleven answers of about 11,000 tokens, the first compaction (at a request start)",
+        "at the request after 20 messages of history (not the one after 18)",
+        match asked {
+            None => "never compacted at a request start".to_string(),
+            Some(10) if history(&messages, 9) > 80_000 => {
+                "at the request after 20 messages of history (not the one after 18)".to_string()
+            }
+            Some(j) => format!(
+                "at the request after {} messages of history ({} tokens)",
+                2 * j,
+                history(&messages, j)
+            ),
+        },
+    );
+
     // Reactive compaction in action: one request, a tool loop of rounds of about 850 tokens
     // in a 20,000-token window. After a call whose prompt used 85 % of the window or more
     // (but under 92 %), micro: the oldest 2 rounds summarized; at most 3 in the request, so
@@ -243,6 +287,26 @@ pub fn rows(table: &mut Table) {
                 "{:?}; highest call after the third {after_third:.1} %",
                 seen.iter().map(|c| format!("step {} after {:.1} %: {} rounds dropped", c.0, c.1, c.2)).collect::<Vec<_>>()
             )
+        },
+    );
+    // A prompt-too-long: in the same loop, after the request's 3 reactive compactions, the
+    // first call that would pass the window is compacted in full (the product does before
+    // sending what a provider's overflow error would make it do): the last 2 rounds stay.
+    let overflowed = seen
+        .iter()
+        .find(|c| reactive.last().is_some_and(|third| c.0 > third.0));
+    table.row(
+        seed("Reactive Compaction"),
+        "the same loop, after the 3 reactive compactions: the call that would pass the window (a prompt-too-long)",
+        "full: every round but the last 2 summarized",
+        match overflowed {
+            Some(&(_, pct, _, 2)) if pct > 92.0 => {
+                "full: every round but the last 2 summarized".to_string()
+            }
+            Some((step, pct, dropped, left)) => {
+                format!("step {step} after {pct:.1} %: {dropped} rounds dropped, {left} left")
+            }
+            None => "never compacted after the third".to_string(),
         },
     );
     // fullTriggerPct 92: a tool output of about 2,500 tokens takes the call from under 85 %

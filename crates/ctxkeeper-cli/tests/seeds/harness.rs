@@ -160,9 +160,9 @@ pub fn rows(table: &mut Table) {
 
     // maxArgLength in action: twenty write_file calls with 5,800-character bodies. When the
     // loop compacts, the calls it summarizes are archived (sessions/<sid>/context.jsonl) with
-    // their arguments cut to at most 2,000 characters before the marker (the product splits
-    // the 2,000 among a call's fields: a body beside its path keeps about 1,000); the calls of
-    // the kept tail reach the model verbatim.
+    // each argument cut to its first 2,000 characters and the marker (the body beside its
+    // path keeps 2,000, the path stays whole); the calls of the kept tail reach the model
+    // verbatim.
     let scratch = tempfile::tempdir().expect("temp dir");
     let mut messages = vec![
         json!({"role": "system", "content": "You are a careful coding agent."}),
@@ -192,11 +192,19 @@ pub fn rows(table: &mut Table) {
     let archived =
         std::fs::read_to_string(session_dir(&scratch.path().join("ws")).join("context.jsonl"))
             .unwrap_or_default();
-    let cut_at: Vec<usize> = archived
+    // Characters of each archived call's body before the marker, and whether its path
+    // stayed whole.
+    let cut_at: Vec<(usize, bool)> = archived
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-        .filter_map(|part| part["arguments"].as_str().and_then(|a| a.find(marker)))
+        .filter_map(|part| {
+            let args: Value = serde_json::from_str(part["arguments"].as_str()?).ok()?;
+            let content = args["content"].as_str()?;
+            let at = content.find(marker)?;
+            let path_whole = args["path"].as_str().is_some_and(|p| !p.contains(marker));
+            Some((content[..at].chars().count(), path_whole))
+        })
         .collect();
     let last: Value = serde_json::from_str(&last_request(&scratch.path().join("req")))
         .expect("the request is JSON");
@@ -208,14 +216,16 @@ pub fn rows(table: &mut Table) {
     let verbatim = sent_calls.iter().filter(|a| bodies.contains(a)).count();
     table.row(
         seed("Compaction"),
-        "twenty write_file calls of 5,800 chars: summarized calls archived cut to maxArgLength 2,000 + marker; the kept tail's calls sent verbatim",
-        "summarized: cut to ≤ 2000; kept: all verbatim",
+        "twenty write_file calls of 5,800 chars: summarized calls archived with each argument cut to maxArgLength 2,000 + marker; the kept tail's calls sent verbatim",
+        "summarized: body cut to 2000, path whole; kept: all verbatim",
         format!(
             "summarized: {}; kept: {}",
-            match cut_at.iter().max() {
-                None => "none cut".to_string(),
-                Some(&n) if n <= 2_000 => "cut to ≤ 2000".to_string(),
-                Some(_) => format!("cut at {cut_at:?}"),
+            if cut_at.is_empty() {
+                "none cut".to_string()
+            } else if cut_at.iter().all(|&(n, path)| n == 2_000 && path) {
+                "body cut to 2000, path whole".to_string()
+            } else {
+                format!("cut at {cut_at:?} (chars, path whole)")
             },
             if !sent_calls.is_empty() && verbatim == sent_calls.len() {
                 "all verbatim".to_string()

@@ -247,11 +247,6 @@ pub fn rows(table: &mut Table) {
     // alternating, so the first compaction leaves about half the tokens (the ratio is the
     // product's own: the first compacted call under reme-compact against the same context
     // whole). At most 0.75: reme-auto compacts and does not compress.
-    // (The other side is not a row, as the product differs from the seed document there: with
-    // a ratio above 0.75 the document compresses at that compaction; reme-auto compresses only
-    // once the compacted messages' compressible part passes 20,000 tokens, which the first
-    // compaction's cannot (a loop of 1,500-token results, ratio 0.86, compresses at a later
-    // compaction).)
     let changed = |sent: &[Value], messages: &[Value]| -> Option<usize> {
         sent.iter().position(|body| {
             body.to_string().contains("[Part ")
@@ -264,12 +259,13 @@ pub fn rows(table: &mut Table) {
         .map(|i| if i % 2 == 0 { 125 } else { 250 })
         .collect();
     let messages = tool_loop("You are a careful auditor.", &sizes);
-    let ratio = {
+    // What the first compaction under reme-compact leaves of the context it compacted.
+    let compact_ratio = |name: &str, messages: &[Value]| -> f64 {
         let scratch = tempfile::tempdir().expect("temp dir");
-        let file = trace(scratch.path(), "mixed.json", messages.clone());
+        let file = trace(scratch.path(), name, messages.to_vec());
         replay(&file, "reme-compact", 128_000, scratch.path(), &[]);
         let sent = requests(&scratch.path().join("req"));
-        changed(&sent, &messages).map_or(1.0, |k| {
+        changed(&sent, messages).map_or(1.0, |k| {
             let at = messages
                 .iter()
                 .enumerate()
@@ -280,6 +276,7 @@ pub fn rows(table: &mut Table) {
             request_tokens(&sent[k]) as f64 / request_tokens(&whole) as f64
         })
     };
+    let ratio = compact_ratio("mixed.json", &messages);
     assert!(
         (0.3..=0.7).contains(&ratio),
         "the trace is shaped: ratio {ratio}"
@@ -296,6 +293,42 @@ pub fn rows(table: &mut Table) {
             None => "never compacted".to_string(),
             Some(k) if sent[k].to_string().contains("[Part ") => format!("compressed (ratio {ratio:.2})"),
             Some(_) => "compacted, not compressed".to_string(),
+        },
+    );
+
+    // The other side: results of about 1,500 tokens, one of 3,000, so the first compaction
+    // offloads only that one and leaves more than 0.75 of the tokens: reme-auto compresses at
+    // that same call ("ratio 0.76 → compression will be applied"), the compaction kept (the
+    // big result stored whole in the session's folder).
+    let sizes: Vec<usize> = (0..16).map(|i| if i == 1 { 250 } else { 125 }).collect();
+    let messages = tool_loop("You are a careful auditor.", &sizes);
+    let ratio = compact_ratio("over.json", &messages);
+    assert!(
+        (0.76..=0.95).contains(&ratio),
+        "the trace is shaped: ratio {ratio}"
+    );
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), "over.json", messages.clone());
+    replay(&file, "reme-auto", 128_000, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    let session = session_dir(&scratch.path().join("ws"));
+    let big = output_of(&messages, "c1");
+    let stored = names_in(&session)
+        .into_iter()
+        .any(|n| n.ends_with(".txt") && std::fs::read_to_string(session.join(n)).is_ok_and(|t| t == big));
+    table.row(
+        seed("Parameters: compact_ratio_threshold", "reme-auto"),
+        "a tool loop whose compaction leaves more than 0.75 of the tokens (measured under reme-compact): reme-auto's first compaction",
+        "compacted and compressed at the same call",
+        match changed(&sent, &messages) {
+            None => "never compacted".to_string(),
+            Some(k) if sent[k].to_string().contains("[Part ") && stored => {
+                "compacted and compressed at the same call".to_string()
+            }
+            Some(k) if sent[k].to_string().contains("[Part ") => {
+                "compressed, the compaction not kept".to_string()
+            }
+            Some(_) => format!("compacted, not compressed (ratio {ratio:.2})"),
         },
     );
 }

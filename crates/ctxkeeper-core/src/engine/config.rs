@@ -54,8 +54,9 @@ pub struct PolicyConfig {
     /// Compaction starts above this many turns (`agent_max_context_turns`).
     #[serde(alias = "agent_max_context_turns")]
     pub trigger_turns: Option<usize>,
-    /// The proactive triggers (tokens, messages, turns) never fire on a context of fewer
-    /// messages (`minMessages`); the reactive tiers and the per-call stages are not held back.
+    /// The proactive triggers (tokens, messages, turns) never fire while the session history
+    /// holds fewer messages (`minMessages`; instructions and, at a request start, the user's
+    /// new message apart); the reactive tiers and the per-call stages are not held back.
     #[serde(alias = "minMessages")]
     pub min_messages: usize,
     /// Proactive compaction (the token, message and turn triggers) runs only at the start of
@@ -707,7 +708,8 @@ impl Default for ToolResultCap {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Stage {
-    /// Truncate large tool-call arguments in old rounds (HarnessAgent `TruncateArgsConfig`).
+    /// Truncate each tool-call argument (a JSON object's field) over `max_arg_length`
+    /// characters in old rounds (HarnessAgent `TruncateArgsConfig`).
     TruncateArgs {
         #[serde(default = "default_max_arg_length", alias = "maxArgLength")]
         max_arg_length: usize,

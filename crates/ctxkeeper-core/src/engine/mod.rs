@@ -381,6 +381,18 @@ impl Engine {
             .is_some_and(|e| e.message.starts_turn() && !e.message.has_tool_results())
     }
 
+    /// The messages `min_messages` counts: the session's history, which holds neither the
+    /// instructions nor the capsule, nor at the start of a request the user's new message
+    /// (Agentrail compacts "the accumulated history" as the request arrives).
+    pub fn history_messages(state: &ContextState) -> usize {
+        let history = state
+            .entries
+            .iter()
+            .filter(|e| !e.message.role.is_instruction() && !stages::is_capsule_entry(e))
+            .count();
+        history.saturating_sub(usize::from(Engine::at_request_start(state)))
+    }
+
     /// The token, message or turn trigger that fires now, if the policy lets one fire here:
     /// never below `min_messages`, and under `compact_at_request_start` only at the start of
     /// a request, so the agent's tool loop is never compacted but by the reactive tiers.
@@ -389,7 +401,8 @@ impl Engine {
         state: &mut ContextState,
         budget: &Budget,
     ) -> Option<CompactionReason> {
-        if state.entries.len() < self.config.min_messages
+        if (self.config.min_messages > 0
+            && Engine::history_messages(state) < self.config.min_messages)
             || (self.config.compact_at_request_start && !Engine::at_request_start(state))
         {
             return None;

@@ -6,10 +6,10 @@
 //! | `agentscope` | AgentScope `ContextConfig`: trigger 0.8 × window, keep 0.1 × window of recent conversation, 5-field structured summary, tool results over 50,000 tokens cut to a prefix at ingest, at most 5 images (older ones stored as `data/<sha256>.<ext>`) |
 //! | `reme-compact` | ReMe `MessageOffloadOp` compact: above 20,000 tokens, tool messages over 2,000 tokens (but the newest message) become a pointer to their archived file and a 400-character preview |
 //! | `reme-compress` | ReMe compress: above 20,000 tokens, older messages summarized in groups of at most 8,000 tokens into state snapshots ("Part g/n"), each group's originals in `<chat_id>_<g>.json`, the last 2 kept |
-//! | `reme-auto` | ReMe auto: compact, then compress when the result is still above 75 % of the original |
+//! | `reme-auto` | ReMe auto: above 20,000 tokens compact, then compress when the compacted messages still hold more than 75 % of the original's tokens |
 //! | `agentrail` | Agentrail: tool results over 1,500 tokens previewed (the last 2 get 4×) with the whole output in `tool-results/<toolCallId>.txt`; at the start of a request only, a summary at 80,000 tokens and ≥ 20 messages archived to `messages.compactions/<id>.jsonl`; inside a request, reactive micro at 85 % / full at 92 % (`compaction` events); last 2 rounds kept; 200,000-token window for an unknown model; context providers before the history |
 //! | `cowagent` | CowAgent: 50,000-token budget, 20 turns; historical tool results over 20,000 characters cut head + tail; oldest half of turns dropped and summarized into memory; per-turn compression under 5 turns; overflow: 10,000-character trim to 5 turns, then clear; a resumed session keeps its last 3 turns, text only; sessions idle 30 days removed |
-//! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, arguments over 2,000 characters truncated, overflow: compact everything and retry once |
+//! | `harness` | AgentScope Java HarnessAgent: summarize at 30 messages keeping the last 10, SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS, tool results over 80,000 characters evicted with 2,000-character head and tail, each argument over 2,000 characters truncated, overflow: compact everything and retry once |
 //! | `none` | nothing: the unmanaged baseline |
 //! | `default` | ctxkeeper: compact at 90 % of the window (counted on the provider's reported usage), cap outputs over 40 % of the window at ingest, mask old tool outputs, then summarize deep (to 10 % of the window), keeping the last 2 rounds verbatim, so the cached prefix stays stable between few compactions; the session capsule (the user's words, the files touched, the plan, the open problem) pinned across compactions; hysteresis at 60 % of the trigger |
 //!
@@ -252,22 +252,23 @@ fn reme(mode: Mode) -> PolicyConfig {
     // Grouped as ReMe's `group_token_threshold` allows (the document gives no default):
     // 8,000 tokens makes two or three groups of a 20,000-token history, each its own
     // snapshot, instead of one summary that must squeeze everything.
-    let compress = |min_ratio: Option<f64>| Stage::Summarize {
+    let compress = |min_ratio: Option<f64>, min_tokens: Option<u64>| Stage::Summarize {
         keep_tokens: None,
         keep_messages: Some(2),
         group_token_threshold: Some(REME_GROUP_TOKENS),
         oldest_rounds: None,
         keep_ratio: None,
         min_ratio,
-        // "For compression mode: excludes keep_recent_count messages and system messages."
-        min_tokens: Some(20_000),
+        min_tokens,
     };
     let (name, stages) = match mode {
         Mode::Compact => ("reme-compact", vec![compact]),
-        Mode::Compress => ("reme-compress", vec![compress(None)]),
-        // Compress only when compaction left more than 75 % of the tokens (on the compacted
-        // result: the seed threw the compaction away).
-        Mode::Auto => ("reme-auto", vec![compact, compress(Some(0.75))]),
+        // "For compression mode: excludes keep_recent_count messages and system messages."
+        Mode::Compress => ("reme-compress", vec![compress(None, Some(20_000))]),
+        // Once the 20,000-token trigger fired, the ratio alone decides: "If ratio is 0.76 and
+        // threshold is 0.75, compression will be applied" (on the compacted result: the seed
+        // threw the compaction away).
+        Mode::Auto => ("reme-auto", vec![compact, compress(Some(0.75), None)]),
     };
     let field = |name: &str, title: &str, description: &str| SummaryField {
         name: name.into(),
@@ -316,7 +317,7 @@ fn reme(mode: Mode) -> PolicyConfig {
 ///   naming `tool-results/<toolCallId>.txt`, where the whole output is (the newest results
 ///   get the larger cap at ingest); a `tool_result_truncated` event per result.
 /// - Layer 2, at the start of a request only (the user's new message, never inside the tool
-///   loop): over 80,000 tokens and at least 20 messages, the old history is summarized into
+///   loop): over 80,000 tokens and 20 messages of history, the old history is summarized into
 ///   one message and archived to `messages.compactions/<id>.jsonl`, announced by
 ///   `context_compaction_start` / `context_compaction_end`.
 /// - Layer 3, inside a request: reactive micro (85 % of the window reported) and full (92 %,

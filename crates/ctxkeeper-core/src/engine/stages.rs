@@ -59,6 +59,8 @@ pub(super) struct Draft<'a> {
     stages: Vec<String>,
     messages_before: usize,
     window: u64,
+    /// Message tokens before any stage ran, counted as the stages count them: the base of a
+    /// `min_ratio` (ReMe's "tokens after compaction divided by original tokens").
     tokens_at_start: u64,
     /// The session capsule this plan updates (when the policy keeps one): it has read every
     /// message before any stage rewrote one.
@@ -82,7 +84,6 @@ impl<'a> Draft<'a> {
         reason: CompactionReason,
         request: &PlanRequest,
     ) -> Draft<'a> {
-        let tokens_at_start = engine.accounted_tokens(state, budget);
         let estimate_only = engine.config.accounting == super::Accounting::Estimate;
         let mut entries = state.entries.clone();
         if estimate_only {
@@ -120,7 +121,7 @@ impl<'a> Draft<'a> {
             capsule,
             capsule_reserve,
             window: budget.window,
-            tokens_at_start,
+            tokens_at_start: 0,
             engine,
             entries,
             previous_summary: state.summary.clone(),
@@ -136,6 +137,7 @@ impl<'a> Draft<'a> {
             messages_before: state.entries.len(),
         };
         draft.keep_rounds_override = draft.squeezed_rounds(budget, growth);
+        draft.tokens_at_start = draft.total() - draft.fixed_tokens;
         draft
     }
 
@@ -199,6 +201,15 @@ impl<'a> Draft<'a> {
     pub(super) fn run(&mut self) {
         let config = &self.engine.config;
         let reactive = config.reactive.clone().unwrap_or_default();
+        let full = Stage::Summarize {
+            keep_tokens: Some(0),
+            keep_messages: None,
+            group_token_threshold: None,
+            oldest_rounds: None,
+            keep_ratio: None,
+            min_ratio: None,
+            min_tokens: None,
+        };
         let stages: Vec<Stage> = match self.reason {
             CompactionReason::ReactiveMicro => vec![Stage::Summarize {
                 keep_tokens: None,
@@ -209,18 +220,15 @@ impl<'a> Draft<'a> {
                 min_ratio: None,
                 min_tokens: None,
             }],
-            CompactionReason::ReactiveFull => vec![Stage::Summarize {
-                keep_tokens: Some(0),
-                keep_messages: None,
-                group_token_threshold: None,
-                oldest_rounds: None,
-                keep_ratio: None,
-                min_ratio: None,
-                min_tokens: None,
-            }],
+            CompactionReason::ReactiveFull => vec![full],
             CompactionReason::Overflow => {
                 let mut stages = if config.overflow.stages.is_empty() {
-                    let mut stages = config.stages.clone();
+                    // With reactive tiers, a prompt-too-long is met by the full tier
+                    // (Agentrail: "full ... after a prompt-too-long error").
+                    let mut stages = match config.reactive {
+                        Some(_) => vec![full],
+                        None => config.stages.clone(),
+                    };
                     stages.push(Stage::Clear { keep_turns: 1 });
                     stages
                 } else {
@@ -317,7 +325,7 @@ impl<'a> Draft<'a> {
                 min_tokens,
             } => {
                 if let Some(ratio) = min_ratio {
-                    let now = self.total() as f64;
+                    let now = (self.total() - self.fixed_tokens) as f64;
                     if now <= ratio * self.tokens_at_start as f64 {
                         return false;
                     }
@@ -496,7 +504,7 @@ impl<'a> Draft<'a> {
             let long = entry
                 .message
                 .tool_calls()
-                .any(|(_, _, args)| args.len() > max_len);
+                .any(|(_, _, args)| has_long_argument(args, max_len));
             if !long {
                 continue;
             }
@@ -508,7 +516,7 @@ impl<'a> Draft<'a> {
             let entry = &mut self.entries[index];
             for part in &mut entry.message.parts {
                 if let Part::ToolCall { arguments, .. } = part
-                    && arguments.len() > max_len
+                    && has_long_argument(arguments, max_len)
                 {
                     *arguments = truncate_arguments(arguments, max_len, &notice);
                 }

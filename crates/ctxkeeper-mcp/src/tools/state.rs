@@ -257,7 +257,8 @@ pub(super) fn below_trigger(
     let token_trigger = engine
         .active_trigger(&context, &budget)
         .map(|(trigger, _)| trigger);
-    if messages >= policy.min_messages {
+    // `min_messages` counts the session history, as the engine does.
+    if Engine::history_messages(&context) >= policy.min_messages {
         let turns = turns(&context.entries).len();
         let fires = token_trigger.is_some_and(|trigger| tokens >= trigger)
             || policy.trigger_messages.is_some_and(|max| messages > max)

@@ -118,38 +118,55 @@ pub(in crate::engine) fn ranked_preview(
     )
 }
 
-/// Shortens tool-call arguments to about `max_len` bytes. Arguments that are a JSON object
-/// keep their structure (long string values are cut), so they stay valid JSON.
+/// Whether any argument of a call is over `max_len` characters: each field of a JSON
+/// object is measured on its own (HarnessAgent's `maxArgLength` is per argument, such as a
+/// `write_file` body), other arguments as a whole.
+pub(super) fn has_long_argument(arguments: &str, max_len: usize) -> bool {
+    // No field can be longer than the whole.
+    if arguments.len() <= max_len {
+        return false;
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(object)) => object.values().any(|v| has_long_string(v, max_len)),
+        _ => arguments.chars().count() > max_len,
+    }
+}
+
+fn has_long_string(value: &Value, max_len: usize) -> bool {
+    match value {
+        Value::String(text) => text.len() > max_len && text.chars().count() > max_len,
+        Value::Array(items) => items.iter().any(|v| has_long_string(v, max_len)),
+        Value::Object(object) => object.values().any(|v| has_long_string(v, max_len)),
+        _ => false,
+    }
+}
+
+/// Cuts each argument over `max_len` characters to its first `max_len` and the notice.
+/// Arguments that are a JSON object keep their structure (long string values are cut), so
+/// they stay valid JSON.
 pub(super) fn truncate_arguments(arguments: &str, max_len: usize, notice: &str) -> String {
     if let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(arguments) {
-        let budget = (max_len / object.len().max(1)).max(64);
         for value in object.values_mut() {
-            truncate_value(value, budget, notice);
+            truncate_value(value, max_len, notice);
         }
         return Value::Object(object).to_string();
     }
-    let cut = arguments
-        .char_indices()
-        .nth(max_len)
-        .map_or(arguments.len(), |(i, _)| i);
+    let cut = byte_at(arguments, max_len);
     serde_json::json!({ "_truncated": format!("{}{notice}", &arguments[..cut]) }).to_string()
 }
 
-pub(super) fn truncate_value(value: &mut Value, budget: usize, notice: &str) {
+pub(super) fn truncate_value(value: &mut Value, max_len: usize, notice: &str) {
     match value {
-        Value::String(text) if text.len() > budget => {
-            let cut = text
-                .char_indices()
-                .nth(budget)
-                .map_or(text.len(), |(i, _)| i);
+        Value::String(text) if text.len() > max_len && text.chars().count() > max_len => {
+            let cut = byte_at(text, max_len);
             *text = format!("{}{notice}", &text[..cut]);
         }
         Value::Array(items) => items
             .iter_mut()
-            .for_each(|v| truncate_value(v, budget, notice)),
+            .for_each(|v| truncate_value(v, max_len, notice)),
         Value::Object(object) => object
             .values_mut()
-            .for_each(|v| truncate_value(v, budget, notice)),
+            .for_each(|v| truncate_value(v, max_len, notice)),
         _ => {}
     }
 }

@@ -566,7 +566,7 @@ fn cowagent_caps_user_text_on_overflow_and_never_recuts_a_preview() {
     );
 }
 
-fn agentrail_with_trigger(tokens: u64) -> Engine {
+pub(super) fn agentrail_with_trigger(tokens: u64) -> Engine {
     let policy = presets::preset("agentrail")
         .unwrap_or_default()
         .with_overrides(&format!("trigger_tokens = {tokens}"))
