@@ -94,6 +94,7 @@ async fn measure(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<Duration>) {
     for session in 0..SESSIONS {
         for turns in 1..=TURNS {
             let body = conversation(session, turns);
+            let prepared_before = gateway.metrics.summaries_prepared.load(Ordering::Relaxed);
             let started = Instant::now();
             let response = client
                 .post(&url)
@@ -116,14 +117,19 @@ async fn measure(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<Duration>) {
             } else {
                 quiet.push(elapsed);
             }
-            // The agent's think time: any summary being prepared arrives before its next call.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while summaries() < gateway.metrics.summaries_prepared.load(Ordering::Relaxed)
-                && Instant::now() < deadline
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            // The agent's think time: a summary whose preparation this step's answer started
+            // arrives before its next call. Counted from the summaries the mock had answered
+            // when this answer arrived (a crossing request's own summary is among them; a
+            // preparation takes the summary delay, so it is not).
+            let answered = summaries();
             tokio::time::sleep(Duration::from_millis(20)).await;
+            if gateway.metrics.summaries_prepared.load(Ordering::Relaxed) > prepared_before {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while summaries() <= answered && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
     running.stop().await;
