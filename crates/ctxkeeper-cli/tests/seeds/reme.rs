@@ -313,9 +313,9 @@ pub fn rows(table: &mut Table) {
     let sent = requests(&scratch.path().join("req"));
     let session = session_dir(&scratch.path().join("ws"));
     let big = output_of(&messages, "c1");
-    let stored = names_in(&session)
-        .into_iter()
-        .any(|n| n.ends_with(".txt") && std::fs::read_to_string(session.join(n)).is_ok_and(|t| t == big));
+    let stored = names_in(&session).into_iter().any(|n| {
+        n.ends_with(".txt") && std::fs::read_to_string(session.join(n)).is_ok_and(|t| t == big)
+    });
     table.row(
         seed("Parameters: compact_ratio_threshold", "reme-auto"),
         "a tool loop whose compaction leaves more than 0.75 of the tokens (measured under reme-compact): reme-auto's first compaction",

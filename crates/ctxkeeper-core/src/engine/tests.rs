@@ -958,5 +958,5 @@ fn a_merged_summary_lists_the_newest_archive_files_and_counts_the_rest() {
     );
 }
 
-mod seed_presets;
 mod seed_documents;
+mod seed_presets;

@@ -109,7 +109,9 @@ fn harness_truncates_each_argument_to_max_arg_length() {
     let engine = engine("harness");
     let mut state = ContextState::default();
     state.push(Message::user("write the files"));
-    let long: String = (0..5_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let long: String = (0..5_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
     let under = "u".repeat(1_990);
     for i in 0..16 {
         let body = if i == 3 { &under } else { &long };
