@@ -116,28 +116,32 @@ pub fn rows(table: &mut Table) {
             .unwrap_or(messages.len());
         messages[1..at].iter().map(message_tokens).sum()
     };
+    // The question asked by the first request that carries a summary (`Question j: …`).
+    let first_summarized_question = |dir: &std::path::Path| -> Option<usize> {
+        let first = requests(&dir.join("req"))
+            .iter()
+            .map(messages_of)
+            .find(|m| {
+                m.iter().any(|m| {
+                    m["content"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("[Conversation summary:"))
+                })
+            })
+            .and_then(|m| {
+                m.last()
+                    .and_then(|m| m["content"].as_str().map(String::from))
+            });
+        first
+            .as_deref()
+            .and_then(|t| t.strip_prefix("Question "))
+            .and_then(|t| t.split(':').next())
+            .and_then(|j| j.parse::<usize>().ok())
+    };
     let messages = chat(16, 580);
     let file = trace(scratch.path(), "answers.json", messages.clone());
     replay(&file, "agentrail", 200_000, scratch.path(), &[]);
-    let first = requests(&scratch.path().join("req"))
-        .iter()
-        .map(messages_of)
-        .find(|m| {
-            m.iter().any(|m| {
-                m["content"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("[Conversation summary:"))
-            })
-        })
-        .and_then(|m| {
-            m.last()
-                .and_then(|m| m["content"].as_str().map(String::from))
-        });
-    let asked = first
-        .as_deref()
-        .and_then(|t| t.strip_prefix("Question "))
-        .and_then(|t| t.split(':').next())
-        .and_then(|j| j.parse::<usize>().ok());
+    let asked = first_summarized_question(scratch.path());
     table.row(
         seed("Configuration"),
         "triggerTokens: sixteen answers of about 7,000 tokens, where the first compaction happens",
@@ -181,25 +185,7 @@ pub fn rows(table: &mut Table) {
     let messages = chat(11, 910);
     let file = trace(scratch.path(), "eleven-answers.json", messages.clone());
     replay(&file, "agentrail", 200_000, scratch.path(), &[]);
-    let first = requests(&scratch.path().join("req"))
-        .iter()
-        .map(messages_of)
-        .find(|m| {
-            m.iter().any(|m| {
-                m["content"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("[Conversation summary:"))
-            })
-        })
-        .and_then(|m| {
-            m.last()
-                .and_then(|m| m["content"].as_str().map(String::from))
-        });
-    let asked = first
-        .as_deref()
-        .and_then(|t| t.strip_prefix("Question "))
-        .and_then(|t| t.split(':').next())
-        .and_then(|j| j.parse::<usize>().ok());
+    let asked = first_summarized_question(scratch.path());
     table.row(
         seed("Configuration"),
         "minMessages: eleven answers of about 11,000 tokens, the first compaction (at a request start)",
