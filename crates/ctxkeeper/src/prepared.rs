@@ -1,7 +1,8 @@
 //! Summaries prepared ahead of the trigger, so the request that crosses it does not wait for a
 //! summarizer.
 //!
-//! Once the context passes a soft threshold below the trigger, the host asks
+//! Once the context passes a soft threshold below the trigger (or the next step may fire it),
+//! the host asks
 //! [`ContextManager::summary_to_prepare`](crate::ContextManager::summary_to_prepare) for the
 //! summary the next compaction would need, runs it off the session's lock
 //! ([`SummaryPreparation::run`]) and hands the result back
@@ -157,7 +158,9 @@ pub(crate) fn prepared_event(span: LogSpan, outcome: &str, cause: Option<String>
 /// The manager's side: what to prepare, and taking a prepared summary back.
 impl ContextManager {
     /// The summary the next compaction would ask for, to write ahead of time: `Some` once the
-    /// request passes `soft_ratio` of the active token trigger, when the compaction would
+    /// request passes `soft_ratio` of the active token trigger, or earlier when the next step
+    /// may fire it (the last step's size plus the growth per step reaches the level the
+    /// trigger fires at: a step can jump past the whole margin), when the compaction would
     /// summarize (one request, over messages of the log) and nothing is prepared or being
     /// prepared for this context yet. Run it off the session's lock and hand the result to
     /// [`ContextManager::accept_prepared`]. It summarizes with the manager's own summarizer.
@@ -185,7 +188,11 @@ impl ContextManager {
         let budget = self.budget();
         let (trigger, _) = self.engine.active_trigger(&self.state, &budget)?;
         let tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
-        if (tokens as f64) < trigger as f64 * soft_ratio || tokens >= trigger {
+        let near = tokens as f64 >= trigger as f64 * soft_ratio
+            || self
+                .engine
+                .next_step_may_fire(&mut self.state, &budget, trigger);
+        if !near || tokens >= trigger {
             return None;
         }
         // A tight window summarizes extractively: nothing to prepare.

@@ -149,6 +149,45 @@ async fn the_crossing_compaction_uses_the_prepared_summary_and_keeps_later_messa
     assert!(context.state().summary.is_some());
 }
 
+/// A step can jump from below any fixed share of the trigger to past the level it fires at:
+/// the preparation starts on the step before, from the growth per step, not from a share the
+/// context never reaches before it compacts. Run in a gateway's order: the step, then the
+/// preparation (as its answer arrives), then the next step.
+#[tokio::test]
+async fn the_step_before_a_jump_past_the_trigger_prepares_the_summary() {
+    let dir = tempfile::tempdir().expect("dir");
+    let summarizer = Arc::new(Counting::default());
+    let mut context = manager(summarizer.clone(), &dir);
+    let mut events = context.subscribe();
+    let (mut prepared_at, mut compacted_at) = (None, None);
+    for i in 0..60 {
+        exchange(&mut context, i).await;
+        let before = context.state().compactions;
+        context.prepare().await.expect("prepare");
+        if context.state().compactions > before {
+            compacted_at = Some(i);
+            break;
+        }
+        // A share of 0.99 is never reached: the trigger fires at 92 % of its level.
+        if let Some(preparation) = context.summary_to_prepare(0.99) {
+            prepared_at = Some(i);
+            context.accept_prepared(preparation.run().await);
+        }
+    }
+    let compacted_at = compacted_at.expect("the trigger fired");
+    assert_eq!(
+        prepared_at,
+        Some(compacted_at - 1),
+        "prepared on the step before the crossing"
+    );
+    assert_eq!(prepared_outcomes(&mut events), ["ready", "used"]);
+    assert_eq!(
+        summarizer.calls.load(Ordering::SeqCst),
+        1,
+        "the crossing compaction applied the prepared summary"
+    );
+}
+
 #[tokio::test]
 async fn a_summary_prepared_before_another_compaction_is_discarded() {
     let dir = tempfile::tempdir().expect("dir");

@@ -334,6 +334,26 @@ impl Engine {
         ))
     }
 
+    /// Whether the next step may fire the token trigger at `trigger`: the context as the last
+    /// step measured it (or as it is now, if larger) plus the mean growth per step reaches the
+    /// lowest level that trigger fires at. For a host that writes a compaction's summary ahead
+    /// of it: a step's growth can jump from below any fixed share of the trigger to past it.
+    pub fn next_step_may_fire(
+        &self,
+        state: &mut ContextState,
+        budget: &Budget,
+        trigger: u64,
+    ) -> bool {
+        let now = self.approx_request_tokens(state, budget);
+        let measured = state
+            .trigger_memory()
+            .last_step_tokens
+            .unwrap_or(0)
+            .max(now);
+        let growth = state.step_growth().unwrap_or(0);
+        (measured + growth) * 100 >= trigger * FIRES_AT_PCT_ESTIMATED
+    }
+
     /// Which trigger fires now, if any. Cheap: O(new messages) unless a turn trigger is set.
     pub fn triggered(
         &self,
@@ -417,8 +437,10 @@ impl Engine {
             // the trigger even when the estimate of the whole context is a little low.
             let approx = state.approx_tokens() + budget.fixed_tokens;
             let fires = match self.config.accounting {
-                Accounting::Estimate if state.anchored() => approx * 100 >= trigger * 98,
-                Accounting::Estimate => approx * 100 >= trigger * 92,
+                Accounting::Estimate if state.anchored() => {
+                    approx * 100 >= trigger * FIRES_AT_PCT_ANCHORED
+                }
+                Accounting::Estimate => approx * 100 >= trigger * FIRES_AT_PCT_ESTIMATED,
                 // The estimate only spares the tokenizer on steps far below the trigger:
                 // before anything was counted it assumes prose, and output denser than
                 // prose (numbers one per line, hex, base64) carries up to twice the tokens
@@ -849,6 +871,15 @@ fn offloaded_events(archive: &[ArchiveItem], refs: &[String]) -> Vec<Event> {
 
 /// The fewest steps of growth an economic trigger leaves between two compactions.
 const MIN_STEPS_BETWEEN_COMPACTIONS: u64 = 4;
+
+/// The share of a token trigger (in %) at which an estimated total fires it when the
+/// provider's count of the last request anchors the total: only the newest messages are
+/// estimated, so 98 % covers their error.
+const FIRES_AT_PCT_ANCHORED: u64 = 98;
+
+/// The same share when nothing anchors the total: firing at 92 % keeps the real size under
+/// the trigger even when the estimate of the whole context is a little low.
+const FIRES_AT_PCT_ESTIMATED: u64 = 92;
 
 /// How far a held context may grow: the window less a margin for the estimate's error.
 pub(super) fn hold_ceiling(window: u64) -> u64 {
