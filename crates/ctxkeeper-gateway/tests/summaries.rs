@@ -253,6 +253,66 @@ async fn a_summary_prepared_in_the_background_spares_the_crossing_request_the_wa
     );
 }
 
+/// An agent without think time: the request that crosses the trigger arrives while the
+/// summary prepared for it is still being written. It waits for that summary (within the
+/// summary wait) instead of asking the upstream for the same summary a second time.
+#[tokio::test]
+async fn a_crossing_request_waits_for_the_summary_being_prepared_instead_of_asking_again() {
+    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+        window: 60_000,
+        summary_delay: Duration::from_millis(400),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    cfg.prepare_summaries_at = Some(0.75);
+    let gw = common::start(cfg).await;
+    let mut compacted = 0;
+    for turns in 1..14 {
+        let response = send(&gw, &conversation(turns)).await;
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+        if response
+            .headers()
+            .get("x-ctxkeeper-compacted")
+            .is_some_and(|v| v == "true")
+        {
+            compacted += 1;
+            let forwarded = upstream
+                .requests()
+                .into_iter()
+                .rev()
+                .find(|r| !is_summary_call(&r.body))
+                .unwrap()
+                .body
+                .to_string();
+            assert!(
+                forwarded.contains("mock summary of the"),
+                "the crossing request applied the prepared model summary: {forwarded}"
+            );
+        }
+    }
+    assert!(compacted > 0, "the window forced a compaction");
+    // Let any preparation still out finish, so the mock records it.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let prepared = gw
+        .gateway
+        .metrics
+        .summaries_prepared
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let summary_calls = upstream
+        .requests()
+        .iter()
+        .filter(|r| is_summary_call(&r.body))
+        .count() as u64;
+    assert!(prepared > 0);
+    assert_eq!(
+        summary_calls, prepared,
+        "every summary call was a preparation: no crossing request asked again"
+    );
+}
+
 #[tokio::test]
 async fn a_summarizer_outage_of_any_kind_never_fails_the_agents_request() {
     for status in [401, 500, 529] {

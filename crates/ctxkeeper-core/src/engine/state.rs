@@ -419,6 +419,15 @@ impl ContextState {
         self.estimated = 0;
     }
 
+    /// Removes the newest entry (a client replaced its newest message) and recounts lazily.
+    /// Unlike a rewrite ([`ContextState::replace_entries`]), what the session learned of its
+    /// steps stands: the last step's size, the growth per step, a hold on retries.
+    pub fn pop_newest(&mut self) -> Option<Entry> {
+        let entry = self.entries.pop()?;
+        self.invalidate_totals();
+        Some(entry)
+    }
+
     /// Replaces all entries (after a compaction) and recounts lazily.
     pub fn replace_entries(&mut self, entries: Vec<Entry>) {
         self.entries = entries;

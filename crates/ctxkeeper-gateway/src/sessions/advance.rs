@@ -3,13 +3,17 @@
 //! history the client compacted itself continues the session
 //! ([`super::client_compaction`]).
 
+use std::sync::Arc;
+
 use ctxkeeper_core::engine::{ContextState, Event};
 use ctxkeeper_core::model::{Role, ToolSpec};
+use ctxkeeper_llm::Summarizer;
 use ctxkeeper_store::SessionKey;
 use tokio::sync::broadcast;
 
 use super::client_compaction;
 use super::events::{GatewayEvent, engine_event};
+use super::prepare::{Collected, LatePreparation};
 use super::slot::{Live, Outbox, Slot};
 use super::{Incoming, SessionError, Sessions, Step, Ticket};
 use crate::identity::{self, common_prefix};
@@ -139,6 +143,16 @@ impl Sessions {
         // The step's summarizer (with the caller's credentials) is an argument: the manager
         // never holds it, so a request cancelled during the summary leaves nothing behind.
         live.manager.focus_next(incoming.focus.clone());
+        let summarizer = match self.collect_preparation(slot).await {
+            Collected::Late(waited) => Arc::new(LatePreparation {
+                summarizer: summarizer.name().to_string(),
+                waited,
+            }) as Arc<dyn Summarizer>,
+            Collected::Nothing | Collected::Taken => summarizer,
+        };
+        let Some(live) = slot.live.as_mut() else {
+            return Err(SessionError::Corrupt("no context manager".into()));
+        };
         let mut prepared = live
             .manager
             .prepare_counted_with(summarizer.as_ref())
@@ -197,9 +211,7 @@ impl Sessions {
             .last()
             .is_some_and(|e| !e.meta.synthetic && identity::message_hash(&e.message) == newest);
         if found {
-            let mut entries = std::mem::take(&mut state.entries);
-            entries.pop();
-            state.replace_entries(entries);
+            state.pop_newest();
         }
         slot.state = Some(state);
         found

@@ -829,12 +829,7 @@ impl Sessions {
         let mut slot = cell.lock().await;
         self.observe(key, &mut slot, &answered);
         let stalled = self.watch_cache(key, &mut slot, answered.usage.as_ref());
-        self.prepare_ahead(
-            &cell,
-            &mut slot,
-            answered.route.as_ref(),
-            answered.ends_turn,
-        );
+        self.prepare_ahead(&mut slot, answered.route.as_ref(), answered.ends_turn);
         stalled
     }
 

@@ -4,7 +4,10 @@
 //! the upstream summarizer: the body just forwarded plus the instruction, on the provider's
 //! prompt cache). The request that then crosses the trigger applies it without waiting for a
 //! model, and keeps every message that arrived meanwhile verbatim (see
-//! [`ctxkeeper::SummaryPreparation`]).
+//! [`ctxkeeper::SummaryPreparation`]). The written summary comes back to the slot on a channel
+//! ([`Sessions::collect_preparation`]): a step that compacts while it is still being written
+//! (an agent whose next call comes before the summary) waits for it, at most the summary wait,
+//! rather than asking the upstream for the same summary a second time.
 //!
 //! Nothing is prepared after an answer that ended the agent's turn (text without a tool
 //! call, to a request that offered tools: [`super::Answered::ends_turn`]); a chat without
@@ -18,7 +21,9 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Mutex;
+use ctxkeeper_core::summary::{Summary, SummaryRequest};
+use ctxkeeper_llm::{LlmError, Summarizer};
+use tokio::sync::oneshot::error::TryRecvError;
 
 use super::Sessions;
 use super::slot::Slot;
@@ -80,7 +85,6 @@ impl Sessions {
     /// step reached its upstream, which the summary call takes too.
     pub(super) fn prepare_ahead(
         &self,
-        cell: &Arc<Mutex<Slot>>,
         slot: &mut Slot,
         route: Option<&Arc<UpstreamRoute>>,
         ends_turn: bool,
@@ -113,23 +117,98 @@ impl Sessions {
             return;
         };
         Metrics::add(&self.metrics.summaries_prepared, 1);
-        let cell = cell.clone();
+        let (delivery, receiver) = tokio::sync::oneshot::channel();
+        slot.preparation = Some(receiver);
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let prepared = preparation.run().await;
-            let mut slot = cell.lock().await;
-            if prepared.is_ready() {
-                slot.prepare_backoff.succeeded();
-            } else {
+            if !prepared.is_ready() {
                 Metrics::add(&metrics.summaries_failed, 1);
-                slot.prepare_backoff.failed();
             }
-            // A manager rebuilt meanwhile (evicted, reloaded) did not ask for it and
-            // discards it.
-            if let Some(live) = slot.live.as_mut() {
-                live.manager.accept_prepared(prepared);
-            }
+            // A session evicted meanwhile dropped the receiver, and the summary goes with it.
+            let _ = delivery.send(prepared);
         });
+    }
+
+    /// Before a step compacts: takes over the summary prepared in the background. When it
+    /// is still on its way and this step compacts, the step waits for it rather than asking
+    /// for the same summary again, at most the summary wait ([`Sessions::with_summary_wait`]);
+    /// past that the step is told the preparation is late (`Late`) and compacts with the
+    /// extractive summary, as a request whose own summary call is late does.
+    pub(super) async fn collect_preparation(&self, slot: &mut Slot) -> Collected {
+        let Some(receiver) = slot.preparation.as_mut() else {
+            return Collected::Nothing;
+        };
+        let delivered = match receiver.try_recv() {
+            Ok(prepared) => Some(prepared),
+            Err(TryRecvError::Closed) => None,
+            Err(TryRecvError::Empty) => {
+                let compacts = slot.live.as_ref().is_some_and(|live| {
+                    live.manager.preparing_summary() && live.manager.plan().is_some()
+                });
+                if !compacts {
+                    return Collected::Nothing;
+                }
+                match tokio::time::timeout(self.summary_wait, receiver).await {
+                    Ok(delivered) => delivered.ok(),
+                    Err(_) => {
+                        Metrics::add(&self.metrics.summaries_late, 1);
+                        return Collected::Late(self.summary_wait);
+                    }
+                }
+            }
+        };
+        slot.preparation = None;
+        let Some(prepared) = delivered else {
+            return Collected::Nothing;
+        };
+        if prepared.is_ready() {
+            slot.prepare_backoff.succeeded();
+        } else {
+            slot.prepare_backoff.failed();
+        }
+        // A manager rebuilt meanwhile (reloaded) did not ask for it and discards it.
+        if let Some(live) = slot.live.as_mut() {
+            live.manager.accept_prepared(prepared);
+        }
+        Collected::Taken
+    }
+}
+
+/// What [`Sessions::collect_preparation`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Collected {
+    /// No preparation delivered, none this step waits for.
+    Nothing,
+    /// The prepared summary (or its failure) went to the manager.
+    Taken,
+    /// The step compacts while the preparation is still out past the wait bound.
+    Late(std::time::Duration),
+}
+
+/// Stands in for the step's summarizer when the summary prepared for it is late: fails at
+/// once, so the step compacts with the extractive summary (marked degraded).
+#[derive(Debug)]
+pub(super) struct LatePreparation {
+    pub(super) summarizer: String,
+    pub(super) waited: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl Summarizer for LatePreparation {
+    async fn summarize(&self, _request: &SummaryRequest) -> Result<Summary, LlmError> {
+        Err(LlmError::Transport {
+            message: format!(
+                "the summary being prepared by {} did not arrive within {:.1} s (the request's \
+                 wait bound); it goes on in the background",
+                self.summarizer,
+                self.waited.as_secs_f64()
+            ),
+        })
+    }
+
+    fn name(&self) -> &str {
+        &self.summarizer
     }
 }
 

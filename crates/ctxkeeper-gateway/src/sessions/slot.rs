@@ -116,6 +116,9 @@ pub(super) struct Slot {
     /// A summary prepared (or being prepared) by a manager that was dropped to be rebuilt
     /// around the same context: the next manager takes it over.
     pub(super) preparations: ctxkeeper::Preparations,
+    /// The summary being prepared in the background, delivered here when it is written: the
+    /// session's next step takes it over, or waits for it when that step compacts.
+    pub(super) preparation: Option<tokio::sync::oneshot::Receiver<ctxkeeper::PreparedSummary>>,
     /// Steps to wait before preparing a summary again, after prepared summaries failed.
     pub(super) prepare_backoff: super::prepare::Backoff,
     /// The session's run of calls without prompt-cache reads (the cache-stall alarm).

@@ -3,7 +3,8 @@
 //! compacts with the extractive summary (marked degraded, like any failed summary) and answers
 //! the agent, while the model's call runs to its end in the background, within the
 //! summarizer's own timeout, where nothing waits for it. A summary prepared ahead of the
-//! trigger ([`super::prepare`]) is never bounded: nothing waits for it either.
+//! trigger ([`super::prepare`]) runs unbounded in the background; the step that compacts
+//! while it is still out waits for it within the same bound.
 
 use std::sync::Arc;
 use std::time::Duration;
