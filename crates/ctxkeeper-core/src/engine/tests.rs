@@ -960,3 +960,20 @@ fn a_merged_summary_lists_the_newest_archive_files_and_counts_the_rest() {
 
 mod seed_documents;
 mod seed_presets;
+
+#[test]
+fn a_replaced_newest_message_keeps_what_the_steps_taught_a_rewrite_forgets_it() {
+    let mut state = agent_session(3, 50);
+    state.observe_step(1_000);
+    state.observe_step(1_400);
+    assert_eq!(state.step_growth(), Some(400));
+    state.pop_newest();
+    assert_eq!(state.trigger_memory().last_step_tokens, Some(1_400));
+    assert_eq!(state.step_growth(), Some(400));
+    // The growth keeps learning across the replacement.
+    state.observe_step(1_800);
+    assert_eq!(state.step_growth(), Some(400));
+    let entries = state.entries.clone();
+    state.replace_entries(entries);
+    assert_eq!(state.trigger_memory().last_step_tokens, None);
+}
