@@ -46,6 +46,7 @@ use tokio::sync::broadcast;
 use crate::archive::Archive;
 use crate::error::EmbedError;
 use crate::policy::{self, PolicySpec};
+use crate::runtime::Block;
 use crate::wire;
 
 mod checks;
@@ -608,7 +609,7 @@ impl<O: Send> Session<O> {
     /// Checks a batch against the context and ingests it. Bad input is refused whole
     /// (`InvalidInput`, nothing ingested); an engine failure on `messages[index]` leaves the
     /// ones before it ingested (`Ingest`).
-    pub fn take(&mut self, rt: &Runtime, batch: Batch<O>) -> Result<(), EmbedError> {
+    pub fn take(&mut self, rt: &impl Block, batch: Batch<O>) -> Result<(), EmbedError> {
         let outcome = validate(self.manager.state(), &batch.messages).and_then(|()| {
             rt.block_on(self.ingest(batch.messages, batch.originals))
                 .map_err(|(index, source)| EmbedError::Ingest { index, source })
@@ -622,7 +623,7 @@ impl<O: Send> Session<O> {
     /// for: the context is budgeted to the window less that (as the gateway does).
     pub fn prepare(
         &mut self,
-        rt: &Runtime,
+        rt: &impl Block,
         max_tokens: Option<u64>,
     ) -> Result<Step<O>, EmbedError> {
         self.reserve_output(max_tokens);
