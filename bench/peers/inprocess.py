@@ -19,7 +19,9 @@ What runs, one after the other in this one interpreter, on the concatenated tau-
 Figures per system: p50 / p99 of quiet steps (no compaction), p50 / p99 of all steps, the mean
 of compacting steps; medians over runs. `ratio_*` = the peer's quiet p50 over ctxkeeper's.
 
-Usage: inprocess.py TRACE [--window 16000] [--runs 3]. Prints one JSON object on stdout.
+Usage: inprocess.py TRACE [--window 16000] [--runs 3] [--only ctxkeeper]. Prints one JSON object
+on stdout; `--only ctxkeeper` times ctxkeeper alone (no peer imported: a quick loop while working on
+the wheel).
 """
 import argparse
 import asyncio
@@ -60,9 +62,21 @@ def main():
     parser.add_argument("trace")
     parser.add_argument("--window", type=int, default=16000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=["ctxkeeper"], help="time this system alone")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
+
+    if args.only == "ctxkeeper":
+        raw = common.load_concat_session(args.trace)
+        ctxkeeper = common.combine_runs([ctxkeeper_run(raw, args.window) for _ in range(args.runs)])
+        common.emit({
+            "window": args.window,
+            "messages": len(raw),
+            "versions": {"ctxkeeper-engine": version("ctxkeeper-engine")},
+            "systems": {"ctxkeeper-python": ctxkeeper},
+        })
+        return
 
     import agentscope
     import agentscope_compress

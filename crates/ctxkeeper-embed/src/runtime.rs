@@ -5,6 +5,7 @@
 //! completion on the calling thread ([`Runtime::block_on`]); one worker thread drives what
 //! the stores spawn in the background (connection pools, the SQLite writer's indexing).
 
+use std::future::Future;
 use std::sync::OnceLock;
 
 use tokio::runtime::Runtime;
@@ -26,4 +27,25 @@ pub fn runtime() -> Result<&'static Runtime, EmbedError> {
     runtime
         .as_ref()
         .map_err(|message| EmbedError::Other(message.clone()))
+}
+
+/// How a session's step waits for its futures ([`crate::Session::take`],
+/// [`crate::Session::prepare`]): on the runtime, or the face's own way (Python runs a step
+/// holding the GIL and releases it only once a future waits on IO).
+pub trait Block {
+    /// Runs `future` to completion.
+    fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send;
+}
+
+impl Block for Runtime {
+    fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        Runtime::block_on(self, future)
+    }
 }

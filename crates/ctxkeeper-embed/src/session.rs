@@ -28,7 +28,9 @@ use std::sync::Arc;
 
 use ctxkeeper::core::engine::{ContextState, Event, PolicyConfig};
 use ctxkeeper::core::formats::Wire;
-use ctxkeeper::core::model::{CheckRules, Message, Part, Role, ViolationKind, check};
+use ctxkeeper::core::model::{
+    CheckRules, INTERNAL_MARKER, Message, Part, Role, check, find_internal_marker,
+};
 use ctxkeeper::core::overflow::Overflow;
 use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper::llm::Summarizer;
@@ -44,6 +46,7 @@ use tokio::sync::broadcast;
 use crate::archive::Archive;
 use crate::error::EmbedError;
 use crate::policy::{self, PolicySpec};
+use crate::runtime::Block;
 use crate::wire;
 
 mod checks;
@@ -568,9 +571,6 @@ impl<O: Send> Session<O> {
                 }
                 _ => false,
             });
-            // Ingest rewrites only tool results (cut to a preview past the cap) and images
-            // (moved to the archive); those are compared with what the caller gave.
-            let copy = message.has_tool_results().then(|| message.clone());
             if let Some(persist) = &mut self.persist {
                 persist
                     .rest
@@ -579,14 +579,18 @@ impl<O: Send> Session<O> {
                     .push(snapshot::message_hash(&message));
                 persist.pending.push(message.clone());
             }
-            self.manager.ingest(message).await.map_err(|e| (index, e))?;
+            // Ingest rewrites only tool results (cut to a preview past the cap) and images
+            // (moved to the archive): the manager says whether it cut one.
+            let as_given = self
+                .manager
+                .ingest_as_given(message)
+                .await
+                .map_err(|e| (index, e))?;
             self.ingested += 1;
             // The context holds the message as given, or the caller's copy is no longer the
             // context.
             let state = self.manager.state();
-            let verbatim = !has_data
-                && state.entries.len() == before + 1
-                && copy.is_none_or(|copy| state.entries.last().is_some_and(|e| e.message == copy));
+            let verbatim = !has_data && state.entries.len() == before + 1 && as_given;
             if !verbatim {
                 self.dirty = true;
             }
@@ -605,7 +609,7 @@ impl<O: Send> Session<O> {
     /// Checks a batch against the context and ingests it. Bad input is refused whole
     /// (`InvalidInput`, nothing ingested); an engine failure on `messages[index]` leaves the
     /// ones before it ingested (`Ingest`).
-    pub fn take(&mut self, rt: &Runtime, batch: Batch<O>) -> Result<(), EmbedError> {
+    pub fn take(&mut self, rt: &impl Block, batch: Batch<O>) -> Result<(), EmbedError> {
         let outcome = validate(self.manager.state(), &batch.messages).and_then(|()| {
             rt.block_on(self.ingest(batch.messages, batch.originals))
                 .map_err(|(index, source)| EmbedError::Ingest { index, source })
@@ -619,7 +623,7 @@ impl<O: Send> Session<O> {
     /// for: the context is budgeted to the window less that (as the gateway does).
     pub fn prepare(
         &mut self,
-        rt: &Runtime,
+        rt: &impl Block,
         max_tokens: Option<u64>,
     ) -> Result<Step<O>, EmbedError> {
         self.reserve_output(max_tokens);

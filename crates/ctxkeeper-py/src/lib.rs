@@ -31,7 +31,8 @@
 //! Errors are exceptions of one hierarchy (`CtxkeeperError`: `InvalidInputError`,
 //! `ConfigError`, `StoreError` (`ConflictError`, `ArchiveError`), `NotFoundError`,
 //! `ContextOverflowError` (`NoRoomError`, `UnrecoverableError`)), each keeping its cause
-//! (`__cause__`). Engine work runs with the GIL released.
+//! (`__cause__`). Engine work runs with the GIL released; a step (`ingest`, `prepare`) holds it
+//! until it waits on IO (most steps do none and take microseconds).
 //!
 //! ```python
 //! from ctxkeeper_engine import ContextManager

@@ -3,8 +3,8 @@
 //! The session itself is `ctxkeeper_embed::Session` (shared with the npm package); this
 //! module converts Python objects to and from JSON values, keeps the Python objects of the
 //! last request (so a step that only appended converts only what it appended, and hands the
-//! caller's own dicts back), runs engine work with the GIL released and raises the
-//! exceptions of `ctxkeeper_engine.errors`.
+//! caller's own dicts back), runs engine work with the GIL released (a step: once it waits
+//! on IO, see `runtime::Stepper`) and raises the exceptions of `ctxkeeper_engine.errors`.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -238,7 +238,7 @@ impl PyContextManager {
         };
         let mut guard = self.lock(py)?;
         let inner = &mut *guard;
-        let outcome = runtime::detached(py, |rt| inner.session.take(rt, batch))?;
+        let outcome = inner.session.take(&runtime::Stepper::new(py)?, batch);
         drop(guard);
         outcome.map_err(|e| errors::embed(py, e))?;
         self.dispatch(py)
@@ -261,12 +261,12 @@ impl PyContextManager {
         };
         let mut guard = self.lock(py)?;
         let inner = &mut *guard;
-        let outcome = runtime::detached(py, |rt| {
-            if let Some(batch) = batch {
-                inner.session.take(rt, batch)?;
-            }
-            inner.session.prepare(rt, max_tokens)
-        })?;
+        let stepper = runtime::Stepper::new(py)?;
+        let outcome = match batch {
+            Some(batch) => inner.session.take(&stepper, batch),
+            None => Ok(()),
+        }
+        .and_then(|()| inner.session.prepare(&stepper, max_tokens));
         let result = match outcome {
             Ok(step) => {
                 let prepared = self.prepared(py, inner, step.emit, step.figures);

@@ -1,10 +1,15 @@
 //! The shared async runtime (`ctxkeeper_embed::runtime`), entered with the GIL released.
 //!
 //! Each call runs its future to completion on the calling thread with the GIL released
-//! (`Python::detach`), so other Python threads run meanwhile.
+//! (`Python::detach`), so other Python threads run meanwhile. A step (`ingest`, `prepare`)
+//! is the exception: most do no IO and take microseconds, less than releasing and taking
+//! back the GIL, so a step runs holding it and lets it go only once a future waits (see
+//! [`Stepper`]).
 
 use std::future::Future;
+use std::task::{Context, Poll, Waker};
 
+use ctxkeeper_embed::runtime::Block;
 use pyo3::prelude::*;
 use tokio::runtime::Runtime;
 
@@ -27,4 +32,42 @@ where
     F::Output: Send,
 {
     detached(py, |runtime| runtime.block_on(future))
+}
+
+/// How a step waits for its futures: each is polled once holding the GIL (in the runtime's
+/// context, so it may start IO); one that is not done then (it waits on a file, a store, a
+/// summarizer model) is run to completion with the GIL released, as every other call is.
+pub struct Stepper<'py> {
+    py: Python<'py>,
+    runtime: &'static Runtime,
+}
+
+impl Stepper<'_> {
+    pub fn new(py: Python<'_>) -> PyResult<Stepper<'_>> {
+        let runtime = ctxkeeper_embed::runtime::runtime().map_err(|e| errors::embed(py, e))?;
+        Ok(Stepper { py, runtime })
+    }
+}
+
+impl Block for Stepper<'_> {
+    fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let mut future = std::pin::pin!(future);
+        let polled = {
+            let _context = self.runtime.enter();
+            future
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+        };
+        match polled {
+            Poll::Ready(output) => output,
+            Poll::Pending => {
+                let runtime = self.runtime;
+                self.py.detach(|| runtime.block_on(future))
+            }
+        }
+    }
 }

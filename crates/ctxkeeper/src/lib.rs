@@ -400,19 +400,29 @@ impl ContextManager {
 
     /// Appends a message to the context, capping oversized tool results first.
     pub async fn ingest(&mut self, message: Message) -> Result<(), Error> {
+        self.ingest_as_given(message).await.map(|_| ())
+    }
+
+    /// [`Self::ingest`], and whether the context's new last entry is the message as given
+    /// (false when a tool result was cut to a preview). Images over the policy's limit may
+    /// still be moved out of it or of older messages when it carries an image.
+    pub async fn ingest_as_given(&mut self, message: Message) -> Result<bool, Error> {
         let budget = self.budget();
         let started = Instant::now();
         // A message the policy pins is kept verbatim from the start: no ingest cap either.
         if self.engine.pins(&self.state, &message) {
             self.ingest_pinned(message);
             self.clock.engine += started.elapsed();
-            return Ok(());
+            return Ok(true);
         }
         let has_data = message_has_data(&message);
         let decision = self.engine.plan_ingest(&self.state, &budget, message);
         self.clock.engine += started.elapsed();
-        match decision {
-            Ingest::Ready(message) => self.state.push(message),
+        let as_given = match decision {
+            Ingest::Ready(message) => {
+                self.state.push(message);
+                true
+            }
             Ingest::Cap(plan) => {
                 let layout = self.engine.config().archive.clone();
                 let refs = self.archive(&plan.archive, &layout).await?;
@@ -420,12 +430,13 @@ impl ContextManager {
                 let events = self.engine.apply_ingest(&mut self.state, plan, &refs);
                 self.clock.engine += started.elapsed();
                 self.emit(events);
+                false
             }
-        }
+        };
         if has_data {
             self.limit_images().await?;
         }
-        Ok(())
+        Ok(as_given)
     }
 
     /// Enforces the policy's `ingest.max_images`: the oldest images over the limit are

@@ -44,11 +44,12 @@ impl Engine {
     ) -> Ingest {
         let mut message = message;
         let mut archive = Vec::new();
-        let original = message.clone();
-        for part in &mut message.parts {
+        // The message's tokens before its first cut: nothing is copied unless one is cut.
+        let mut tokens_before = None;
+        for index in 0..message.parts.len() {
             let Part::ToolResult {
                 call_id, content, ..
-            } = part
+            } = &message.parts[index]
             else {
                 continue;
             };
@@ -73,14 +74,18 @@ impl Engine {
             };
             archive.push(ArchiveItem::ToolResult {
                 call_id: call_id.clone(),
-                content: full,
+                content: full.into_owned(),
             });
-            *content = vec![Part::text(preview)];
+            if tokens_before.is_none() {
+                tokens_before = Some(u64::from(self.model.message_tokens(&message)));
+            }
+            if let Part::ToolResult { content, .. } = &mut message.parts[index] {
+                *content = vec![Part::text(preview)];
+            }
         }
-        if archive.is_empty() {
-            return Ingest::Ready(original);
-        }
-        let tokens_before = u64::from(self.model.message_tokens(&original));
+        let Some(tokens_before) = tokens_before else {
+            return Ingest::Ready(message);
+        };
         let tokens_after = u64::from(self.model.message_tokens(&message));
         Ingest::Cap(IngestPlan {
             archive,

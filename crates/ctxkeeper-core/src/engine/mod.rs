@@ -967,8 +967,8 @@ fn name_every_summarized_range(entry: &mut Entry) {
     }
 }
 
-fn join_text(parts: &[Part]) -> String {
-    Message::new(Role::Tool, parts.to_vec()).text()
+fn join_text(parts: &[Part]) -> std::borrow::Cow<'_, str> {
+    crate::model::parts_text(parts)
 }
 
 #[cfg(test)]

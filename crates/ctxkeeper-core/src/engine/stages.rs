@@ -569,7 +569,7 @@ impl<'a> Draft<'a> {
                 {
                     continue;
                 }
-                let text = join_text(content);
+                let text = join_text(content).into_owned();
                 let name = last_calls
                     .iter()
                     .find(|(id, _)| id == call_id)
@@ -684,7 +684,7 @@ impl<'a> Draft<'a> {
                 else {
                     continue;
                 };
-                let text = join_text(content);
+                let text = join_text(content).into_owned();
                 if text.chars().count() <= max_chars
                     || text.starts_with(CLEARED_PREFIX)
                     || is_own_preview(&text, max_chars)

@@ -189,7 +189,7 @@ struct OpenCall<'a> {
 }
 
 /// Reports every violation of `rules` in `messages`, in message order.
-pub fn check(messages: &[Message], rules: &CheckRules) -> Vec<Violation> {
+pub fn check<M: AsRef<Message>>(messages: &[M], rules: &CheckRules) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut open: Vec<OpenCall<'_>> = Vec::new();
     // Once content other than results follows an assistant message, its round is closed:
@@ -199,13 +199,14 @@ pub fn check(messages: &[Message], rules: &CheckRules) -> Vec<Violation> {
     let mut previous_side: Option<Role> = None;
 
     for (index, message) in messages.iter().enumerate() {
+        let message = message.as_ref();
         for (part_index, part) in message.parts.iter().enumerate() {
             if rules.internal_markers && part_has_internal_marker(part) {
                 out.push(violation(
                     index,
                     Some(part_index),
                     ViolationKind::InternalMarker,
-                    "an internal fill marker was never replaced by its archive reference",
+                    INTERNAL_MARKER,
                 ));
             }
         }
@@ -389,6 +390,22 @@ fn violation(
         kind,
         reason: reason.into(),
     }
+}
+
+/// The reason given for an [`ViolationKind::InternalMarker`].
+pub const INTERNAL_MARKER: &str =
+    "an internal fill marker was never replaced by its archive reference";
+
+/// The first part (message index, part index) holding an engine fill marker: the first
+/// [`ViolationKind::InternalMarker`] that [`check`] would report, without the other rules.
+pub fn find_internal_marker(messages: &[Message]) -> Option<(usize, usize)> {
+    messages.iter().enumerate().find_map(|(index, message)| {
+        message
+            .parts
+            .iter()
+            .position(part_has_internal_marker)
+            .map(|part| (index, part))
+    })
 }
 
 /// Whether `text` holds one of the engine's fill markers (`\u{1}ref:N\u{1}`,

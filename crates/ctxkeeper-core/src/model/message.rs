@@ -412,12 +412,21 @@ impl Message {
     /// All readable text of the message joined by newlines (text parts, tool-result text and
     /// readable reasoning); tool-call arguments are not included.
     pub fn text(&self) -> String {
-        let mut out = String::new();
-        for part in &self.parts {
-            push_text(part, &mut out);
-        }
-        out
+        parts_text(&self.parts).into_owned()
     }
+}
+
+/// The readable text of `parts` as [`Message::text`] joins it; borrowed when it is the text
+/// of a single text part (a tool result's usual content), so reading it copies nothing.
+pub fn parts_text(parts: &[Part]) -> std::borrow::Cow<'_, str> {
+    if let [Part::Text { text, .. }] = parts {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    for part in parts {
+        push_text(part, &mut out);
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 impl AsRef<Message> for Message {

@@ -195,11 +195,16 @@ impl Tally {
             }
             if byte < 0x80 {
                 prev = match byte {
+                    // The bytes that follow one of the same class change nothing but the
+                    // lengths of the runs: they are skipped in one go.
                     b'a'..=b'z' => {
                         if !matches!(prev, Prev::Lower | Prev::Upper) {
                             run.word_pieces += 1;
                         }
                         run.lower = true;
+                        let more = stretch(bytes, i, |b| b.is_ascii_lowercase());
+                        run.bytes += more as u64;
+                        i += more;
                         Prev::Lower
                     }
                     b'A'..=b'Z' => {
@@ -207,19 +212,29 @@ impl Tally {
                             run.word_pieces += 1;
                         }
                         run.upper = true;
+                        let more = stretch(bytes, i, |b| b.is_ascii_uppercase());
+                        run.bytes += more as u64;
+                        i += more;
                         Prev::Upper
                     }
                     b'0'..=b'9' => {
                         run.digit = true;
+                        let more = stretch(bytes, i, |b| b.is_ascii_digit());
+                        run.bytes += more as u64;
+                        digit_run += more as u64;
+                        i += more;
                         Prev::Digit
                     }
                     b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => {
                         if prev != Prev::Space {
                             tally.whitespace_runs += 1;
                         }
-                        if byte == b'\n' {
-                            tally.newlines += 1;
-                        }
+                        let more = stretch(bytes, i, |b| {
+                            matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
+                        });
+                        let newlines = bytes[i..=i + more].iter().filter(|b| **b == b'\n');
+                        tally.newlines += newlines.count() as u64;
+                        i += more;
                         Prev::Space
                     }
                     _ if in_run => {
@@ -261,6 +276,11 @@ impl Tally {
         run.flush(&mut tally);
         tally
     }
+}
+
+/// How many bytes after `bytes[at]` are of `class`.
+fn stretch(bytes: &[u8], at: usize, class: impl Fn(u8) -> bool) -> usize {
+    bytes[at + 1..].iter().take_while(|b| class(**b)).count()
 }
 
 /// The code point of the `width`-byte UTF-8 sequence at `bytes[at..]`.

@@ -1,5 +1,5 @@
 //! Input checks: the ids, roles and tool pairing of new messages, refused with the rule they
-//! break before anything is ingested; and the stand-ins a step hands back for what it rewrote.
+//! break before anything is ingested.
 
 use super::*;
 
@@ -46,36 +46,34 @@ pub fn validate(state: &ContextState, new: &[Message]) -> Result<(), EmbedError>
         }
     }
     // An engine fill marker in the new messages would be taken for an archive reference.
-    let markers = CheckRules {
-        internal_markers: true,
-        ..CheckRules::history()
-    };
-    if let Some(found) = check(new, &markers)
-        .into_iter()
-        .find(|v| v.kind == ViolationKind::InternalMarker)
-    {
+    if let Some((index, _)) = find_internal_marker(new) {
         return Err(EmbedError::InvalidInput {
-            message: format!("messages[{}]: {}", found.message, found.reason),
-            path: Some(format!("messages[{}]", found.message)),
-            index: Some(found.message),
+            message: format!("messages[{index}]: {INTERNAL_MARKER}"),
+            path: Some(format!("messages[{index}]")),
+            index: Some(index),
             kind: Some("invalid_message"),
         });
     }
-    // Pairing depends on roles, part kinds and ids only: it is checked on stand-ins that
-    // carry just those, so no content is copied.
+    // Pairing depends on roles, part kinds and ids only: the tail and the new messages are
+    // checked in place, so nothing is copied.
     let rules = CheckRules {
         internal_markers: false,
         ..CheckRules::history()
     };
-    let tail = tail(state);
-    let before: Vec<_> = check(&tail, &rules)
+    let mut joined: Vec<&Message> = tail(state).collect();
+    let before_len = joined.len();
+    joined.extend(new);
+    let violations = check(&joined, &rules);
+    if violations.is_empty() {
+        return Ok(());
+    }
+    // What the tail breaks on its own is the context's, not the new messages' (checked only
+    // when the joined list breaks something: the common step pays for one pass).
+    let before: Vec<_> = check(&joined[..before_len], &rules)
         .into_iter()
         .map(|v| (v.message, v.part, v.kind))
         .collect();
-    let before_len = tail.len();
-    let mut joined = tail;
-    joined.extend(new.iter().map(stand_in));
-    for violation in check(&joined, &rules) {
+    for violation in violations {
         if before.contains(&(violation.message, violation.part, violation.kind)) {
             continue;
         }
@@ -103,43 +101,13 @@ pub(super) fn clip(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 
-/// Stand-ins for the context's messages from its last assistant message on: what the pairing
-/// of new messages depends on.
-pub(super) fn tail(state: &ContextState) -> Vec<Message> {
+/// The context's messages from its last assistant message on: what the pairing of new
+/// messages depends on.
+pub(super) fn tail(state: &ContextState) -> impl Iterator<Item = &Message> {
     let start = state
         .entries
         .iter()
         .rposition(|e| e.message.role == Role::Assistant)
         .unwrap_or(state.entries.len());
-    state.entries[start..]
-        .iter()
-        .map(|e| stand_in(&e.message))
-        .collect()
-}
-
-/// A message reduced to what tool pairing looks at: its role, the kinds of its parts, the
-/// ids of its calls and results.
-pub(super) fn stand_in(message: &Message) -> Message {
-    let parts = message
-        .parts
-        .iter()
-        .map(|part| match part {
-            Part::ToolCall { id, .. } => Part::ToolCall {
-                id: id.clone(),
-                name: String::new(),
-                arguments: String::new(),
-                extra: Default::default(),
-            },
-            Part::ToolResult {
-                call_id, is_error, ..
-            } => Part::ToolResult {
-                call_id: call_id.clone(),
-                content: Vec::new(),
-                is_error: *is_error,
-                extra: Default::default(),
-            },
-            _ => Part::text(""),
-        })
-        .collect();
-    Message::new(message.role, parts)
+    state.entries[start..].iter().map(|e| &e.message)
 }
