@@ -9,7 +9,7 @@ mod common;
 use bytes::Bytes;
 use common::{chat_history, client, config, start};
 use ctxkeeper_alloc::counting::{self, Counting};
-use ctxkeeper_gateway::limits::PARSED_BYTE_COST;
+use ctxkeeper_gateway::limits::{BODY_BYTE_COST, PARSED_BYTE_COST};
 use ctxkeeper_gateway::metrics::Metrics;
 use serde_json::json;
 use std::sync::Arc;
@@ -79,6 +79,12 @@ fn large_body(bytes: usize) -> Bytes {
     Bytes::from(serde_json::to_vec(&body).unwrap())
 }
 
+/// A chat request of about `bytes` that is one tool output.
+fn one_output_body(bytes: usize) -> Bytes {
+    let body = json!({"model": "big", "messages": chat_history(1, bytes)});
+    Bytes::from(serde_json::to_vec(&body).unwrap())
+}
+
 fn multiple(bytes: usize, of: usize) -> f64 {
     bytes as f64 / of as f64
 }
@@ -99,7 +105,7 @@ fn big_model_profiles() -> ctxkeeper_core::tokens::Profiles {
 async fn a_large_body_costs_at_most_what_the_in_flight_cap_charges_for_it() {
     // Regression: a fresh 8 MiB history peaked at 8.5× its size (the body held through the
     // commit beside the step's saved copies, those serialized into doubling buffers) while
-    // the in-flight cap counted 1×; 6.3× now, and the cap counts 7×.
+    // the in-flight cap counted 1×; 6.3× now, and the cap counts 8×.
     let upstream = draining_upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&dir, &upstream);
@@ -113,7 +119,7 @@ async fn a_large_body_costs_at_most_what_the_in_flight_cap_charges_for_it() {
     let body = large_body(8 << 20);
     let size = body.len();
     // What the cap charges a body parsed in full.
-    let charged = 1 + PARSED_BYTE_COST;
+    let charged = BODY_BYTE_COST + PARSED_BYTE_COST;
     for (what, session) in [("derived", None), ("named", Some("big-named"))] {
         let cost = send(&url, body.clone(), session).await;
         let (peak, kept) = (multiple(cost.peak, size), multiple(cost.kept, size));
@@ -130,7 +136,23 @@ async fn a_large_body_costs_at_most_what_the_in_flight_cap_charges_for_it() {
     let resent = send(&url, body.clone(), Some("big-named")).await;
     let peak = multiple(resent.peak, size);
     eprintln!("named session, resent: peak {peak:.2}x");
-    assert!(peak < 2.0, "a resent history peaked at {peak:.2}× its size");
+    assert!(
+        resent.peak <= BODY_BYTE_COST * size,
+        "a resent history peaked at {peak:.2}× its size, charged {BODY_BYTE_COST}×"
+    );
+    // One tool output of the same size.
+    let output = one_output_body(8 << 20);
+    let cost = send(&url, output.clone(), Some("big-output")).await;
+    let (peak, kept) = (
+        multiple(cost.peak, output.len()),
+        multiple(cost.kept, output.len()),
+    );
+    eprintln!("one tool output: peak {peak:.2}x, kept {kept:.2}x");
+    assert!(
+        cost.peak <= charged * output.len(),
+        "one tool output: peak {peak:.2}× the body, charged {charged}×"
+    );
+    drop(output);
     drop(body);
     gw.stop().await;
 }
@@ -183,7 +205,7 @@ async fn concurrent_large_bodies_beyond_what_the_cap_can_hold_parsed_get_503() {
     let gw = start(cfg).await;
     let url = gw.url("/v1/chat/completions");
     let body = large_body(1 << 20);
-    let cost = body.len() * (1 + PARSED_BYTE_COST);
+    let cost = body.len() * (BODY_BYTE_COST + PARSED_BYTE_COST);
     let fit = (20 << 20) / cost;
     assert_eq!(fit, 2, "the cap holds two of these bodies parsed");
 
