@@ -5,6 +5,8 @@
 # Run by `bench/run hardening` (or by hand). Environment:
 #   BENCH_RESULTS   results directory; writes hardening.json there, raw outputs in logs/hardening/
 #   BENCH_QUICK     1 for shorter runs (10 s of load, 5,000 subscriptions)
+#   HARDENING_IDLE_ONLY  1 to stop after the idle phase: prints the RSS before the load,
+#                   after it and after the idle time against the bar, writes no results
 #   CTXKEEPER_BIN   the release `ctxkeeper` binary; its target directory receives the mock
 #                   upstream and the load generator (built here if missing or stale)
 #
@@ -107,6 +109,11 @@ echo "   hardening: idle for $IDLE_WAIT s (sessions idle out after $SESSION_IDLE
 sleep $((IDLE_WAIT - 1))
 RSS_AFTER_IDLE=$(rss_kb "$SERVE_PID")
 WARM_AFTER_IDLE=$(gauge ctxkeeper_warm_sessions)
+if [ "${HARDENING_IDLE_ONLY:-0}" = 1 ]; then
+  awk -v b="$RSS_BEFORE" -v l="$RSS_AFTER_LOAD" -v i="$RSS_AFTER_IDLE" -v c="$RESIDENT_CACHES_KB" \
+    -v w="$WARM_AFTER_IDLE" 'BEGIN { printf "before %.1f MB, after the load %.1f MB, after the idle time %.1f MB (%.2fx, %d warm); bar %.1f MB\n", b/1024, l/1024, i/1024, i/b, w, (1.5*b+c)/1024 }'
+  exit 0
+fi
 
 echo "   hardening: $CHURN event subscriptions opened and closed" >&2
 load churn --url "$GATEWAY/v1" --sse-churn "$CHURN" --connections 64

@@ -13,6 +13,8 @@
 //! ctxkeeper_alloc::return_freed_memory();
 //! ```
 
+pub mod counting;
+
 /// The global allocator type the binary installs (`#[global_allocator]`).
 pub use mimalloc::MiMalloc as Allocator;
 

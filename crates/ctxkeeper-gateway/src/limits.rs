@@ -1,11 +1,14 @@
 //! Bounds on what clients can make the gateway hold: request body bytes in flight, and the
 //! time a client may take to send a body.
 //!
-//! A parsed request costs several times its body in memory (the bytes, the JSON tree, the
-//! neutral messages, the emitted request), so the body bytes held at once are capped over
-//! every request together: a request that would go over the cap is refused at once with 503
-//! and `Retry-After` instead of queueing (a queue of 32 MB bodies is itself the memory
-//! problem).
+//! A parsed request costs several times its body in memory, so what the requests in flight
+//! hold is capped over every request together: a request that would go over the cap is
+//! refused at once with 503 and `Retry-After` instead of queueing (a queue of 32 MB bodies is
+//! itself the memory problem). While a body arrives its permit counts the bytes received;
+//! once it is in, the permit grows to what handling it costs: [`BODY_BYTE_COST`] for each
+//! byte received, plus [`PARSED_BYTE_COST`] for each byte that is parsed (the whole body, or only what follows
+//! the session's resent prefix, [`crate::resent`]), at most the whole cap, so that a request
+//! within the body limit is always served alone.
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -28,10 +31,26 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
 
-/// The cap on request body bytes held at once.
+/// What a received body byte costs, parsed or not: the byte itself, and as much again for
+/// the chunks it arrived in while they wait for an early upload to the upstream
+/// ([`crate::early`]): a resent history whose known prefix is put back (nothing of it parsed
+/// again) peaked at 1.1–1.7× its body in `tests/body_memory.rs`, as fast as the upstream
+/// took the upload.
+pub const BODY_BYTE_COST: usize = 2;
+
+/// What a parsed body byte costs on top of [`BODY_BYTE_COST`], at the peak of its request:
+/// the parsed JSON (moved into the request's messages), the session's copy of its context,
+/// and the step's saved copies (the state, the log rows and their search text) at the
+/// commit. Measured with a counting allocator on a fresh 8 MiB chat history
+/// (`tests/body_memory.rs`): the request peaked at 6.3× the body, the body itself included
+/// (SQLite's own copies of the rows it writes, in the system allocator, are not counted).
+pub const PARSED_BYTE_COST: usize = 6;
+
+/// The cap on request bytes held at once.
 #[derive(Debug)]
 pub struct InflightBytes {
     semaphore: Arc<Semaphore>,
+    max: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -46,10 +65,23 @@ pub struct BodyPermit {
 impl InflightBytes {
     /// A cap of `max_bytes` (clamped to what a semaphore can count).
     pub fn new(max_bytes: usize, metrics: Arc<Metrics>) -> InflightBytes {
+        let max = max_bytes.min(Semaphore::MAX_PERMITS);
         InflightBytes {
-            semaphore: Arc::new(Semaphore::new(max_bytes.min(Semaphore::MAX_PERMITS))),
+            semaphore: Arc::new(Semaphore::new(max)),
+            max,
             metrics,
         }
+    }
+
+    /// Grows a permit to what handling a body of `body` bytes costs, `parsed` of them parsed
+    /// ([`BODY_BYTE_COST`], [`PARSED_BYTE_COST`]), at most the whole cap; false when that
+    /// would go over the cap.
+    pub fn hold_parsed(&self, permit: &mut BodyPermit, body: usize, parsed: usize) -> bool {
+        let cost = body
+            .saturating_mul(BODY_BYTE_COST)
+            .saturating_add(parsed.saturating_mul(PARSED_BYTE_COST))
+            .min(self.max);
+        self.grow(permit, cost.saturating_sub(permit.bytes))
     }
 
     /// Admits a body of `bytes`, or `None` when that would go over the cap.

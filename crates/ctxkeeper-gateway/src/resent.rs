@@ -468,6 +468,17 @@ impl Reading {
         })
     }
 
+    /// Bytes of the body's leading elements the session's kept record already holds (they
+    /// are not parsed again); 0 when none is known.
+    pub fn known_bytes(&self) -> usize {
+        self.known.as_ref().map_or(0, |(elements, ..)| {
+            self.spans.elements[..*elements]
+                .iter()
+                .map(|span| span.len())
+                .sum()
+        })
+    }
+
     /// The body without its known prefix, parsed; `None` when no prefix is known or that
     /// body is not JSON (the full body then gives the error).
     pub fn skeleton(&self, body: &[u8]) -> Option<serde_json::Value> {

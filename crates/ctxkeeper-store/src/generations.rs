@@ -87,6 +87,30 @@ struct Item<'a> {
     t: Option<Value>,
 }
 
+/// `value` as JSON in a string of exactly its length: measured first, then written. A
+/// growing buffer would hold up to twice the text (its capacity doubles), and a large
+/// request's messages are all serialized at once for its save.
+pub(crate) fn json_exact<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    struct Length(usize);
+    impl std::io::Write for Length {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut length = Length(0);
+    serde_json::to_writer(&mut length, value)?;
+    let mut out = Vec::with_capacity(length.0);
+    serde_json::to_writer(&mut out, value)?;
+    // serde_json writes UTF-8 only.
+    String::from_utf8(out).map_err(|err| {
+        serde_json::Error::io(std::io::Error::new(std::io::ErrorKind::InvalidData, err))
+    })
+}
+
 fn unserializable(what: &str, err: serde_json::Error) -> StoreError {
     StoreError::InvalidInput(format!("{what} does not serialize: {err}"))
 }
@@ -116,7 +140,7 @@ pub(crate) fn split(state: &AgentState) -> Result<Split, StoreError> {
             m: message,
             x: state.context_meta.get(i),
         };
-        items.push(serde_json::to_string(&item).map_err(|e| unserializable("message", e))?);
+        items.push(json_exact(&item).map_err(|e| unserializable("message", e))?);
     }
     for value in &state.trail {
         items.push(

@@ -2,7 +2,9 @@
 //! it arrives.
 //!
 //! The body is refused when it is announced (or turns out) over the body limit (413), when
-//! the gateway already holds as many request bytes as it may (503, `max_inflight_bytes`) and
+//! the gateway already holds as many request bytes as it may (503, `max_inflight_bytes`:
+//! the bytes received while the body arrives, then what parsing it will cost,
+//! [`crate::limits::PARSED_BYTE_COST`]) and
 //! when the client takes longer than the body timeout to send it (408). For a session a
 //! header names, two things happen while the bytes arrive: the body's message elements are
 //! found and hashed ([`crate::resent::ElementScanner`]), so that the part the session's
@@ -106,6 +108,12 @@ pub(super) async fn receive(
     upstream.received(&bytes, early);
     let resent = scan
         .and_then(|(key, scanner, grouping)| Reading::start(&gw.resent, key, scanner, grouping));
+    // Now the permit holds what the request will: the body and the copies parsing it makes.
+    let mut permit = permit;
+    let parsed = bytes.len() - resent.as_ref().map_or(0, Reading::known_bytes);
+    if !gw.inflight.hold_parsed(&mut permit, bytes.len(), parsed) {
+        return Err(IntakeError::Overloaded);
+    }
     Ok(Received {
         bytes,
         permit,

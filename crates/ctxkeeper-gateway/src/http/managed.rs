@@ -238,10 +238,14 @@ pub(super) async fn run(
         managed.incoming.forwarded = Some(body.clone());
     }
     let forwarded_as_sent = same_buffer(&body, &client_bytes);
+    let client_len = client_bytes.len();
+    // The client's bytes are not needed past this point: held until the upstream answered,
+    // they would sit beside the step's saved copies at the commit (`forward` drops `body` there).
+    drop(client_bytes);
     let response = managed.forward(gw, upstream, body, report).await;
     // This request's messages are what the session's next request most likely resends.
     let kept = resent.filter(|_| !rewritten);
-    managed.keep_for_next(gw, kept, forwarded_as_sent, client_bytes.len());
+    managed.keep_for_next(gw, kept, forwarded_as_sent, client_len);
     response
 }
 
@@ -318,6 +322,9 @@ impl Managed {
                 }
             };
             let Some((status_code, failure)) = answer.failure() else {
+                // Accepted: the body is never sent again, so it is not held through the
+                // commit, which writes the step's own copies.
+                drop(std::mem::take(&mut body));
                 let compactions = self.commit(gw).await;
                 let mut trace = upstream.trace.take();
                 if let Some(trace) = trace.as_mut() {

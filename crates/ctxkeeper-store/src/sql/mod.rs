@@ -298,7 +298,7 @@ fn log_rows(messages: &[Message]) -> Result<Vec<(String, String)>, StoreError> {
     messages
         .iter()
         .map(|message| {
-            let json = serde_json::to_string(message).map_err(|err| {
+            let json = crate::generations::json_exact(message).map_err(|err| {
                 StoreError::InvalidInput(format!("message does not serialize: {err}"))
             })?;
             Ok((json, indexed_body(message)))
