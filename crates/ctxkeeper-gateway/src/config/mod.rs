@@ -57,8 +57,10 @@ pub const DEFAULT_UPSTREAM: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_UPSTREAM: &str = "https://api.anthropic.com";
 /// The default request body limit: 32 MiB (images inline as base64 make bodies large).
 pub const DEFAULT_BODY_LIMIT: usize = 32 * 1024 * 1024;
-/// The default cap on request body bytes held at once: eight bodies at the default limit.
-pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 8 * DEFAULT_BODY_LIMIT;
+/// The default cap on what requests in flight hold, counted at what handling a body costs
+/// (up to 8× its size, see `limits`): 1 GiB, four fresh bodies at the default limit at once,
+/// or a hundred of the few-MiB bodies agents usually send.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 32 * DEFAULT_BODY_LIMIT;
 
 /// Everything the gateway needs, loaded once at start-up and passed down.
 #[derive(Debug, Clone)]

@@ -102,7 +102,7 @@ pub struct GatewaySettings {
     pub body_limit: Option<usize>,
 
     /// Request body bytes held at once over all requests; past it requests get 503 with
-    /// Retry-After (default 256 MiB).
+    /// Retry-After (default 1 GiB).
     #[arg(long, value_name = "BYTES", env = "CTXKEEPER_MAX_INFLIGHT_BYTES")]
     pub max_inflight_bytes: Option<usize>,
 
