@@ -958,9 +958,6 @@ fn a_merged_summary_lists_the_newest_archive_files_and_counts_the_rest() {
     );
 }
 
-mod seed_documents;
-mod seed_presets;
-
 #[test]
 fn a_replaced_newest_message_keeps_what_the_steps_taught_a_rewrite_forgets_it() {
     let mut state = agent_session(3, 50);
@@ -977,3 +974,6 @@ fn a_replaced_newest_message_keeps_what_the_steps_taught_a_rewrite_forgets_it() 
     state.replace_entries(entries);
     assert_eq!(state.trigger_memory().last_step_tokens, None);
 }
+
+mod seed_documents;
+mod seed_presets;
