@@ -172,14 +172,18 @@ async fn a_request_the_provider_manages_is_forwarded_untouched() {
     assert_eq!(forwarded, body);
 }
 
-/// Runs the conversation through a gateway in front of a mock whose summaries take
-/// `summary_delay`, waiting after each request until any summary being prepared has arrived.
-/// Returns the latency of every request that compacted, and the summary calls' cached shares.
-async fn crossing_latencies(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<f64>, u64) {
-    let summary_delay = Duration::from_millis(400);
+/// A summarizing gateway, preparing at `prepare_at`, in front of a mock whose summary answers
+/// take 400 ms (its other answers are immediate). The directory holds the gateway's store.
+async fn behind_a_slow_summarizer(
+    prepare_at: Option<f64>,
+) -> (
+    ctxkeeper_mock_upstream::MockServer,
+    tempfile::TempDir,
+    common::Running,
+) {
     let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
         window: 60_000,
-        summary_delay,
+        summary_delay: Duration::from_millis(400),
         ..Default::default()
     })
     .await
@@ -188,6 +192,13 @@ async fn crossing_latencies(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<f64>
     let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
     cfg.prepare_summaries_at = prepare_at;
     let gw = common::start(cfg).await;
+    (upstream, dir, gw)
+}
+
+/// Runs the conversation [`behind_a_slow_summarizer`], waiting after each request until any summary being prepared has arrived.
+/// Returns the latency of every request that compacted, and the summary calls' cached shares.
+async fn crossing_latencies(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<f64>, u64) {
+    let (upstream, _dir, gw) = behind_a_slow_summarizer(prepare_at).await;
     let prepared = || {
         gw.gateway
             .metrics
@@ -258,17 +269,7 @@ async fn a_summary_prepared_in_the_background_spares_the_crossing_request_the_wa
 /// summary wait) instead of asking the upstream for the same summary a second time.
 #[tokio::test]
 async fn a_crossing_request_waits_for_the_summary_being_prepared_instead_of_asking_again() {
-    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
-        window: 60_000,
-        summary_delay: Duration::from_millis(400),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
-    cfg.prepare_summaries_at = Some(0.75);
-    let gw = common::start(cfg).await;
+    let (upstream, _dir, gw) = behind_a_slow_summarizer(Some(0.75)).await;
     let mut compacted = 0;
     for turns in 1..14 {
         let response = send(&gw, &conversation(turns)).await;
