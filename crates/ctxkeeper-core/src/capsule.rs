@@ -76,6 +76,17 @@ pub const CAPSULE_TITLE: &str = "[Session capsule:";
 /// The heading of the user's words: the one section only user-role text fills.
 pub const USER_WORDS_HEADING: &str = "## The user's own words (earlier messages, oldest first)";
 
+/// The heading of the user's words that left the context since the capsule's first message
+/// was written (in its second message).
+pub const USER_WORDS_SINCE_HEADING: &str =
+    "## The user's newer words (since the part above, oldest first)";
+
+/// The heading of the standing orders set since the capsule's first message was written.
+pub const ORDERS_SINCE_HEADING: &str = "## Standing orders set since the part above (still in force, verbatim; they replace earlier statements on the same subject)";
+
+/// How the capsule's first message goes on after its title.
+const TITLE_REST: &str = " what this session must not forget, kept across compactions. The full earlier messages are archived at the references given.]";
+
 /// The heading of the standing orders, the capsule's first section.
 pub const ORDERS_HEADING: &str = "## Standing orders (set earlier in this session, still in force, verbatim; a later statement on a subject replaces an earlier one)";
 
@@ -93,8 +104,9 @@ fn text_hash(text: &str) -> u64 {
 
 /// How the capsule's sections open: a line of the user's own text that reads like one is
 /// escaped, so that even the user's words cannot open a second section of the capsule.
-const SECTION_PREFIXES: [&str; 9] = [
+const SECTION_PREFIXES: [&str; 10] = [
     "## Standing orders",
+    "## The user's newer words",
     "## Instructions sent during the session",
     "## The user's own words",
     "## Environment",
@@ -158,6 +170,11 @@ pub struct CapsuleConfig {
     /// calls and notes that name what it is still using ([`crate::working_set`]); 0 turns it
     /// off.
     pub working_set_budget_ratio: f64,
+    /// Whether the capsule's lasting sections (standing orders, the user's words, system
+    /// notes, environment) stay in a first message that later compactions leave as it was,
+    /// writing what came since into a second one: the provider's prompt cache keeps reading
+    /// the first at a tenth of the price instead of billing it anew at every compaction.
+    pub lasting_part: bool,
 }
 
 impl Default for CapsuleConfig {
@@ -172,6 +189,10 @@ impl Default for CapsuleConfig {
             standing_orders: true,
             orders_budget_ratio: 0.40,
             working_set_budget_ratio: 0.02,
+            // Off by default: on the Codex rollout at 16k the kept first message, longer than
+            // a fresh one, left one recent round verbatim at one step where two are the bar
+            // (bench/RESULTS.md, "The capsule's lasting part").
+            lasting_part: false,
         }
     }
 }
@@ -349,7 +370,38 @@ pub struct Capsule {
     /// The names the agent's own calls and notes were using, and their lines.
     #[serde(skip_serializing_if = "WorkingSet::is_empty")]
     pub working_set: WorkingSet,
+    /// What the capsule's first message covers while later compactions leave it as it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lasting: Option<LastingPart>,
 }
+
+/// The capsule's first message as last written in full ([`Capsule::render_parts`]): what it
+/// shows, so that a later compaction can keep it byte for byte and write only what came
+/// since into the second message. Rewritten when it no longer holds (an order it lists was
+/// replaced, a message it shows came back into the context, the environment changed) or when
+/// what came since outgrows [`LASTING_REWRITE_SHARE`] of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LastingPart {
+    /// Log indexes of the user's and system messages it shows or counts, ascending.
+    pub covered: Vec<u64>,
+    /// Current standing orders of those messages when it was written.
+    pub orders_current: usize,
+    /// The user's messages folded into a count when it was written.
+    pub folded: usize,
+    /// Hash of the environment and working directory it shows.
+    pub environment: u64,
+}
+
+/// What came since the lasting part may take this share of it before the part is rewritten.
+pub const LASTING_REWRITE_SHARE: f64 = 0.3;
+
+/// The lasting part and what came since may be this many times a fresh lasting part before
+/// the part is rewritten (a fresh one shortens the oldest words to fit the budget).
+pub const LASTING_GROWTH: f64 = 1.2;
+
+/// How the capsule's second message opens (it continues the first).
+pub const CAPSULE_CONTINUED_TITLE: &str = "[Session capsule: continued. What came since the part above, and what the agent is working with now.]";
 
 impl Capsule {
     /// Reads the entries not read yet (log index past [`Capsule::absorbed_through`]), oldest

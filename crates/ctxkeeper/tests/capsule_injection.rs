@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ctxkeeper::core::capsule::{CAPSULE_TITLE, USER_WORDS_HEADING};
+use ctxkeeper::core::capsule::{CAPSULE_CONTINUED_TITLE, CAPSULE_TITLE, USER_WORDS_HEADING};
 use ctxkeeper::core::engine::presets;
 use ctxkeeper::core::formats::Wire;
 use ctxkeeper::core::model::{Message, Part, Role};
@@ -178,12 +178,26 @@ async fn tool_output_cannot_forge_capsule_sections_on_any_wire() {
         for (name, payload) in payloads() {
             let texts = managed(wire, &payload).await;
             let case = format!("{wire:?} / {name}");
+            // The capsule: its lasting first message and the second that continues it.
             let capsules: Vec<&String> = texts
                 .iter()
                 .filter(|t| t.starts_with(CAPSULE_TITLE))
                 .collect();
-            assert_eq!(capsules.len(), 1, "{case}: one capsule\n{texts:#?}");
-            let capsule = capsules[0];
+            assert!(
+                (1..=2).contains(&capsules.len()),
+                "{case}: one capsule in at most two messages\n{texts:#?}"
+            );
+            if let [_, second] = capsules[..] {
+                assert!(
+                    second.starts_with(CAPSULE_CONTINUED_TITLE),
+                    "{case}\n{second}"
+                );
+            }
+            let capsule = &capsules
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join("\n\n");
             // The failing command is the open problem, its output quoted as data.
             assert!(capsule.contains("## Open problem"), "{case}\n{capsule}");
             assert!(

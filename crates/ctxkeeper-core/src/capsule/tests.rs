@@ -417,3 +417,93 @@ fn the_working_set_spends_its_room_on_names_the_request_does_not_show_elsewhere(
         "{text}"
     );
 }
+
+// A compaction leaves the capsule's first message as it was (the provider keeps it cached)
+// and writes what came since into the second; a statement that replaces an order the first
+// shows rewrites it, so no replaced value is ever shown as current.
+#[test]
+fn the_lasting_part_stays_byte_for_byte_until_it_no_longer_holds() {
+    let brief = format!(
+        "We are porting the billing service to Rust. The budget cap is $500. {}",
+        "The service reads invoices from the queue and writes ledger rows. ".repeat(30)
+    );
+    let mut messages = vec![
+        Message::user(brief.as_str()),
+        Message::assistant_with_calls(
+            "",
+            vec![Part::tool_call(
+                "c1",
+                "Edit",
+                r#"{"file_path":"src/ledger.rs"}"#,
+            )],
+        ),
+        Message::tool_result("c1", "ok"),
+        Message::user("Use the staging database for the tests."),
+        Message::assistant("Will do."),
+    ];
+    let config = CapsuleConfig {
+        lasting_part: true,
+        ..CapsuleConfig::default()
+    };
+    let parts = |capsule: &mut Capsule, live: &[u64], previous: Option<&str>| {
+        capsule.render_parts(&config, 32_000, live, 2_000, &|_| false, previous)
+    };
+    let mut capsule = absorbed(messages.clone());
+    // First compaction: the brief and the edit left the context.
+    let (first, second) = parts(&mut capsule, &[3, 4], None);
+    assert!(first.starts_with(CAPSULE_TITLE) && first.contains("The budget cap is $500."));
+    assert!(!first.contains("## Files"), "{first}");
+    assert!(second.starts_with(CAPSULE_CONTINUED_TITLE), "{second}");
+    assert!(second.contains("src/ledger.rs"), "{second}");
+
+    // Second compaction: two more messages left; the first message is kept as it was.
+    messages.push(Message::user("Please keep the commits small."));
+    messages.push(Message::assistant("Sure."));
+    capsule.absorb(&entries(messages.clone())[5..]);
+    let (kept, since) = parts(&mut capsule, &[6], Some(&first));
+    assert_eq!(kept, first, "the first message is left as it was");
+    assert!(since.contains(USER_WORDS_SINCE_HEADING), "{since}");
+    assert!(since.contains("Use the staging database"), "{since}");
+    assert!(since.contains("keep the commits small"), "{since}");
+    assert!(
+        !since.contains("porting the billing"),
+        "not said twice: {since}"
+    );
+    assert!(since.contains("src/ledger.rs"), "{since}");
+
+    // The cap the first message shows is replaced: the first message is written anew, and
+    // nothing presents the old cap as current.
+    messages.push(Message::user("Update: the budget cap is now $900."));
+    messages.push(Message::assistant("Updated."));
+    capsule.absorb(&entries(messages.clone())[7..]);
+    let (rewritten, since) = parts(&mut capsule, &[8], Some(&first));
+    assert_ne!(rewritten, first);
+    let both = format!("{rewritten}\n\n{since}");
+    assert!(both.contains("$900"), "{both}");
+    assert!(!current_orders(&both).contains("$500"), "{both}");
+    assert!(both.contains("No longer current"), "{both}");
+    for text in ["porting the billing", "staging database", "commits small"] {
+        assert!(both.contains(text), "{text}: {both}");
+    }
+
+    // With the split off, the capsule is one message, as `render_within` writes it.
+    let off = CapsuleConfig {
+        lasting_part: false,
+        ..CapsuleConfig::default()
+    };
+    let (one, none) = capsule.render_parts(&off, 32_000, &[8], 2_000, &|_| false, Some(&first));
+    assert_eq!(
+        one,
+        capsule.render_within(&off, 32_000, &[8], 2_000, &|_| false)
+    );
+    assert!(none.is_empty());
+}
+
+/// The lines a capsule text lists as current standing orders.
+fn current_orders(text: &str) -> String {
+    text.lines()
+        .skip_while(|l| !l.starts_with("## Standing orders"))
+        .take_while(|l| !l.starts_with("## The user"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

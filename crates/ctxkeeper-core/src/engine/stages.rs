@@ -442,35 +442,48 @@ impl<'a> Draft<'a> {
                 });
             });
         }
-        let text = capsule.render_within(config, self.window, &live, working_set_chars, &|name| {
-            visible.contains(name)
-        });
-        let old = self
-            .entries
-            .iter()
-            .position(is_capsule_entry)
-            .map(|index| self.entries.remove(index));
-        if text.is_empty() {
+        let mut capsule = capsule;
+        // The capsule's old messages leave; the first comes back as it was when its text is
+        // unchanged (the provider's cache keeps reading it).
+        let mut old: Vec<Entry> = Vec::new();
+        while let Some(index) = self.entries.iter().position(is_capsule_entry) {
+            old.push(self.entries.remove(index));
+        }
+        let previous_first = old.first().and_then(|e| e.message.parts.first()?.as_text());
+        let (first, second) = capsule.render_parts(
+            config,
+            self.window,
+            &live,
+            working_set_chars,
+            &|name| visible.contains(name),
+            previous_first,
+        );
+        if first.is_empty() {
             return;
         }
         let start = self.conversation_start();
-        let entry = match old {
-            Some(mut old) if old.message.parts.first().and_then(Part::as_text) == Some(&text) => {
-                old.meta.capsule = Some(Box::new(capsule));
+        let mut old = old.into_iter();
+        let reuse = |text: &str, old: Option<Entry>| match old {
+            Some(mut old) if old.message.parts.first().and_then(Part::as_text) == Some(text) => {
                 old.meta.pending_fill = true;
                 old
             }
             _ => {
-                let mut entry = Entry::new(Message::user(text));
+                let mut entry = Entry::new(Message::user(text.to_string()));
                 entry.estimated = Some(text_tokens_estimate(&entry.message.text()) as u32);
                 entry.meta.synthetic = true;
                 entry.meta.pinned = true;
-                entry.meta.capsule = Some(Box::new(capsule));
                 entry.meta.pending_fill = true;
                 entry
             }
         };
+        let mut entry = reuse(&first, old.next());
+        entry.meta.capsule = Some(Box::new(capsule));
         self.entries.insert(start, entry);
+        if !second.is_empty() {
+            let entry = reuse(&second, old.next());
+            self.entries.insert(start + 1, entry);
+        }
     }
 
     // ---- stages -------------------------------------------------------------------------
