@@ -47,6 +47,7 @@ pub mod events;
 pub mod file_store;
 mod fsutil;
 pub mod generations;
+mod idle;
 pub mod memory;
 pub mod memory_store;
 #[cfg(feature = "object-store")]
@@ -68,6 +69,7 @@ pub use archive::{ArchiveRef, ArchiveScope, Offloader};
 pub use error::StoreError;
 pub use events::{EventBus, open_event_bus};
 pub use generations::ContextWrite;
+pub use idle::on_thread_idle;
 pub use open::{check_store_url, install_tls_provider, open_archive, open_store};
 pub use session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,

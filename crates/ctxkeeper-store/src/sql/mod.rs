@@ -66,6 +66,8 @@ use group::Committer;
 
 mod archive;
 mod group;
+#[cfg(all(test, feature = "sqlite"))]
+mod idle_tests;
 mod open;
 mod save;
 mod schema;

@@ -14,10 +14,28 @@ use super::writer_thread;
 use super::{Dialect, SqlStore};
 use crate::{StoreError, redact};
 
+/// How long a pooled SQLite connection to a database file stays open unused. Each connection
+/// runs on a thread of its own (`sqlx`'s), and a thread keeps the memory it allocated and
+/// others freed until it is busy again; a closed connection's thread ends and hands that
+/// memory back. A busy store uses its connections in turn and keeps them; an idle one opens
+/// a connection again (about a millisecond) for its next request. The pool's reaper looks at
+/// this period, so an idle connection is closed between one and two periods after its last
+/// use.
+pub(super) const SQLITE_IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
 impl SqlStore {
     /// Connects and migrates. `sqlite://PATH` creates the file (and its directory) if
     /// missing; `sqlite://` alone is refused (say where the database lives).
     pub async fn connect(url: &str) -> Result<SqlStore, StoreError> {
+        Self::connect_closing_idle(url, SQLITE_IDLE_TIMEOUT).await
+    }
+
+    /// [`connect`](Self::connect), with a SQLite database file's pooled connections closed
+    /// once unused for `idle_timeout` (the tests' shorter one).
+    pub(super) async fn connect_closing_idle(
+        url: &str,
+        idle_timeout: Duration,
+    ) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
         let (url, synchronous) = match dialect {
@@ -29,6 +47,11 @@ impl SqlStore {
             .flatten();
         let shown = redact(&url);
         let mut options = AnyPoolOptions::new().acquire_timeout(Duration::from_secs(10));
+        // An in-memory database lives only while a connection to it is open: its pool keeps
+        // `sqlx`'s defaults.
+        if dialect == Dialect::Sqlite && !sqlite_in_memory(&url) {
+            options = options.idle_timeout(idle_timeout);
+        }
         options = match dialect {
             // A connection to a local file needs no liveness check before each use (a round
             // trip to its thread, on every group commit and load).
@@ -196,6 +219,14 @@ pub(super) fn sqlite_url(url: &str) -> Result<(String, SqliteSync), StoreError> 
         params.push("mode=rwc");
     }
     Ok((format!("sqlite://{path}?{}", params.join("&")), synchronous))
+}
+
+/// Whether a sqlx `sqlite://` URL ([`sqlite_url`]'s) names an in-memory database, which
+/// lives only as long as a connection to it.
+pub(super) fn sqlite_in_memory(url: &str) -> bool {
+    let rest = url.strip_prefix("sqlite://").unwrap_or(url);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    path == ":memory:" || path.is_empty() || query.split('&').any(|param| param == "mode=memory")
 }
 
 /// The database file a writer thread may write, from a sqlx `sqlite://` URL

@@ -17,6 +17,11 @@
 //! databases in a file. An in-memory database, which only `sqlx`'s pool sees, and a
 //! read-only one (whose saves must fail) keep that one.
 //!
+//! A thread that owns memory of its own must give it back when it goes quiet: once no save has
+//! arrived for [`IDLE_AFTER`] after a group, the thread calls the process's idle hook
+//! ([`crate::on_thread_idle`]; the `ctxkeeper` binary's returns what the thread's allocator
+//! heap holds freed), once, and then waits for the next save.
+//!
 //! ```text
 //! sessions' saves ──queue──▶ writer thread: BEGIN IMMEDIATE
 //!                                           SAVEPOINT · read · judge · write · RELEASE  (each save)
@@ -26,10 +31,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use rusqlite::{Connection, ToSql, params, params_from_iter};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::PendingCommit;
 use super::group::{
@@ -47,7 +54,7 @@ type Reply = oneshot::Sender<Result<Committed, StoreError>>;
 /// The queue to the writer thread. The thread ends when the last clone is dropped.
 #[derive(Debug, Clone)]
 pub(super) struct WriterThread {
-    queue: mpsc::UnboundedSender<(PendingCommit, Reply)>,
+    queue: mpsc::Sender<(PendingCommit, Reply)>,
 }
 
 /// What the thread shares with its store.
@@ -57,7 +64,7 @@ pub(super) struct Shared {
     /// Log rows not yet in the full-text index.
     pub unindexed: Arc<AtomicU64>,
     /// Told after each group (the background checkpoint).
-    pub wal_grew: mpsc::Sender<()>,
+    pub wal_grew: tokio::sync::mpsc::Sender<()>,
 }
 
 fn backend(err: rusqlite::Error) -> StoreError {
@@ -78,7 +85,8 @@ impl WriterThread {
             synchronous.pragma()
         ))
         .map_err(backend)?;
-        let (queue, pending) = mpsc::unbounded_channel();
+        // Unbounded: a send never blocks the committing task.
+        let (queue, pending) = mpsc::channel();
         std::thread::Builder::new()
             .name("ctxkeeper-sqlite-writer".into())
             .spawn(move || run(conn, pending, shared))
@@ -94,16 +102,36 @@ impl WriterThread {
     }
 }
 
+/// How long the writer waits for the next save after a group before it counts as idle and
+/// calls the idle hook ([`crate::on_thread_idle`]). Under load the next save comes sooner and
+/// nothing is called.
+pub(super) const IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The next save to commit: waits at most [`IDLE_AFTER`] after work, then calls the idle
+/// hook once and waits for as long as it takes. `None` once the queue is closed.
+pub(super) fn next_save<T>(pending: &mpsc::Receiver<T>, worked: &mut bool) -> Option<T> {
+    if *worked {
+        match pending.recv_timeout(IDLE_AFTER) {
+            Ok(next) => return Some(next),
+            Err(RecvTimeoutError::Disconnected) => return None,
+            Err(RecvTimeoutError::Timeout) => {
+                *worked = false;
+                crate::idle::thread_idle();
+            }
+        }
+    }
+    let next = pending.recv().ok()?;
+    *worked = true;
+    Some(next)
+}
+
 /// The thread: a group is every save waiting when the previous group ended (at most
 /// [`MAX_GROUP`]).
-fn run(
-    mut conn: Connection,
-    mut pending: mpsc::UnboundedReceiver<(PendingCommit, Reply)>,
-    shared: Shared,
-) {
+fn run(mut conn: Connection, pending: mpsc::Receiver<(PendingCommit, Reply)>, shared: Shared) {
     conn.set_prepared_statement_cache_capacity(64);
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = pending.blocking_recv() {
+    let mut worked = false;
+    while let Some(first) = next_save(&pending, &mut worked) {
         group.push(first);
         while group.len() < MAX_GROUP
             && let Ok(next) = pending.try_recv()
