@@ -270,11 +270,7 @@ fn reme(mode: Mode) -> PolicyConfig {
         // threw the compaction away).
         Mode::Auto => ("reme-auto", vec![compact, compress(Some(0.75), None)]),
     };
-    let field = |name: &str, title: &str, description: &str| SummaryField {
-        name: name.into(),
-        title: title.into(),
-        description: description.into(),
-    };
+    let field = SummaryField::new;
     PolicyConfig {
         name: name.into(),
         trigger_ratio: None,
@@ -440,11 +436,7 @@ fn cowagent() -> PolicyConfig {
 }
 
 fn harness() -> PolicyConfig {
-    let field = |name: &str, title: &str, description: &str| SummaryField {
-        name: name.into(),
-        title: title.into(),
-        description: description.into(),
-    };
+    let field = SummaryField::new;
     PolicyConfig {
         name: "harness".into(),
         trigger_ratio: None,
