@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{
     anthropic_tool_loop, client, config, filler, json_of, mock_and_config, mock_and_gateway,
+    post_chat,
 };
 use ctxkeeper_core::tokens::Profiles;
 use ctxkeeper_gateway::metrics::Metrics;
@@ -217,13 +218,12 @@ async fn two_interleaved_conversations_with_identical_starts_log_only_their_own_
                     json!({"role": "user", "content": format!("agent {c}, next step {round}")}),
                 );
             }
-            let response = client()
-                .post(gw.url("/v1/chat/completions"))
-                .header("authorization", format!("Bearer {KEY}"))
-                .json(&json!({"model": "gpt-4o", "messages": messages}))
-                .send()
-                .await
-                .unwrap();
+            let response = post_chat(
+                &gw,
+                &[("authorization", &format!("Bearer {KEY}"))],
+                &json!({"model": "gpt-4o", "messages": messages}),
+            )
+            .await;
             assert_eq!(response.status(), 200);
             sessions[c] = response.headers()["x-ctxkeeper-session"]
                 .to_str()
@@ -322,14 +322,15 @@ async fn a_session_that_keeps_overflowing_gets_the_providers_error_instead_of_a_
         messages.push(json!({"role": "assistant", "content": format!("part {i} read")}));
         messages.push(json!({"role": "user", "content": "Go on."}));
         let before = calls.load(Ordering::SeqCst);
-        let response = client()
-            .post(gw.url("/v1/chat/completions"))
-            .header("authorization", format!("Bearer {KEY}"))
-            .header("x-ctxkeeper-session", "looping")
-            .json(&json!({"model": "gpt-4o", "messages": messages}))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(
+            &gw,
+            &[
+                ("authorization", &format!("Bearer {KEY}")),
+                ("x-ctxkeeper-session", "looping"),
+            ],
+            &json!({"model": "gpt-4o", "messages": messages}),
+        )
+        .await;
         assert_eq!(response.status(), 400);
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "context_length_exceeded");

@@ -9,7 +9,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{chat_history, client, config, error_message, mock, mock_and_config, start, unique};
+use common::{
+    chat_history, client, config, error_message, mock, mock_and_config, post_chat, start, unique,
+};
 use ctxkeeper::core::engine::{ContextState, presets};
 use ctxkeeper::core::formats::Wire;
 use ctxkeeper::core::model::Message;
@@ -56,14 +58,12 @@ fn store_urls(dir: &tempfile::TempDir) -> Vec<String> {
 }
 
 async fn send(gw: &common::Running, session: &str, history: &[Value]) -> reqwest::Response {
-    client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-session", session)
-        .json(&json!({"model": "gpt-4o", "messages": history}))
-        .send()
-        .await
-        .unwrap()
+    post_chat(
+        gw,
+        &[("authorization", KEY), ("x-ctxkeeper-session", session)],
+        &json!({"model": "gpt-4o", "messages": history}),
+    )
+    .await
 }
 
 async fn log_len(store: &Arc<dyn SessionStore>, key: &SessionKey) -> usize {

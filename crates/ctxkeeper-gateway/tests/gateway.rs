@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use common::{
     SMALL_MODEL, chat_history, client, config, filler, mock_and_config, mock_and_gateway,
-    mock_with, start, tools,
+    mock_with, post_chat, start, tools,
 };
 use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::tenancy::TenantRule;
@@ -719,12 +719,7 @@ async fn other_upstream_errors_pass_through_with_status_and_body() {
         .unwrap();
     let direct_status = direct.status();
     let direct_body: Value = direct.json().await.unwrap();
-    let through = client()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let through = post_chat(&gw, &[], &body).await;
     assert_eq!(direct_status, 401);
     assert_eq!(through.status(), direct_status);
     assert_eq!(through.json::<Value>().await.unwrap(), direct_body);
@@ -735,14 +730,12 @@ async fn credentials_go_upstream_untouched_and_are_never_stored() {
     let (upstream, dir, mut cfg) = mock_and_config(3_000).await;
     cfg.store_url = format!("sqlite://{}", dir.path().join("sessions.db").display());
     let gw = start(cfg).await;
-    let response = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("openai-organization", "org-test")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(20, 1200)}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &gw,
+        &[("authorization", KEY), ("openai-organization", "org-test")],
+        &json!({"model": "gpt-4o", "messages": chat_history(20, 1200)}),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     for request in upstream.requests() {
         assert_eq!(request.header("authorization"), Some(KEY));

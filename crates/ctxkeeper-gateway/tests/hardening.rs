@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    chat_history, client, config, error_message, mock_and_config, mock_and_gateway, start,
+    chat_history, client, config, error_message, mock_and_config, mock_and_gateway, post_chat,
+    start,
 };
 use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::tenancy::TenantRule;
@@ -77,15 +78,16 @@ async fn a_request_naming_another_tenant_writes_and_watches_nothing() {
     // committed before the upstream refused the key, so anyone could write into (and read
     // back through session_search) another tenant's session.
     let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
-    let response = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", "Bearer sk-invalid")
-        .header("x-ctxkeeper-tenant", "acme")
-        .header("x-ctxkeeper-session", "ticket-1")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &gw,
+        &[
+            ("authorization", "Bearer sk-invalid"),
+            ("x-ctxkeeper-tenant", "acme"),
+            ("x-ctxkeeper-session", "ticket-1"),
+        ],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(response.status(), 403);
     let (body, message) = error_message(response).await;
     assert!(message.contains("--trust-tenant-header"), "{body}");
@@ -137,15 +139,16 @@ async fn a_trusted_proxy_or_a_tenant_token_chooses_the_tenant() {
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.tenants = TenantRule::default().trust_header(true);
     let trusted = start(cfg).await;
-    let response = client()
-        .post(trusted.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-tenant", "globex")
-        .header("x-ctxkeeper-session", "s1")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &trusted,
+        &[
+            ("authorization", KEY),
+            ("x-ctxkeeper-tenant", "globex"),
+            ("x-ctxkeeper-session", "s1"),
+        ],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         log_len(&trusted, "globex", "s1").await,
@@ -294,13 +297,7 @@ async fn bodies_over_the_in_flight_cap_get_503_with_retry_after() {
     );
     let body = json!({"model": "gpt-4o", "messages": chat_history(6, 8_000)});
     assert!(serde_json::to_vec(&body).unwrap().len() > 41 * 1024);
-    let refused = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let refused = post_chat(&gw, &[("authorization", KEY)], &body).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "1");
     let (error, message) = error_message(refused).await;
@@ -310,13 +307,7 @@ async fn bodies_over_the_in_flight_cap_get_503_with_retry_after() {
     while Metrics::get(&gw.gateway.metrics.inflight_body_bytes) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let admitted = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let admitted = post_chat(&gw, &[("authorization", KEY)], &body).await;
     assert_eq!(admitted.status(), 200, "admitted once the holder left");
     assert_eq!(Metrics::get(&gw.gateway.metrics.inflight_body_bytes), 0);
 }
@@ -327,26 +318,23 @@ async fn a_policy_patch_with_nan_is_refused_with_the_fields_name() {
     let (_upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.admin_token = Some("admin-secret-1".into());
     let gw = start(cfg).await;
-    let chat = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("x-ctxkeeper-session", "patched")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let chat = post_chat(
+        &gw,
+        &[("x-ctxkeeper-session", "patched")],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(
         chat.status(),
         401,
         "the mock wants a key; nothing is stored"
     );
-    let chat = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-session", "patched")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let chat = post_chat(
+        &gw,
+        &[("authorization", KEY), ("x-ctxkeeper-session", "patched")],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(chat.status(), 200);
     for bad in [
         "trigger_ratio = nan",

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{chat_history, client, files_under, mock_and_config, start};
+use common::{chat_history, files_under, mock_and_config, post_chat, start};
 use serde_json::{Value, json};
 
 const KEY: &str = "Bearer sk-seeds-0123456789";
@@ -25,14 +25,12 @@ fn last_request(upstream: &ctxkeeper_mock_upstream::MockServer) -> String {
 }
 
 async fn send(gw: &common::Running, history: &[Value]) {
-    let response = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-session", "seeds")
-        .json(&json!({"model": "gpt-4o", "messages": history}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &gw,
+        &[("authorization", KEY), ("x-ctxkeeper-session", "seeds")],
+        &json!({"model": "gpt-4o", "messages": history}),
+    )
+    .await;
     assert!(
         response.status().is_success(),
         "{}",

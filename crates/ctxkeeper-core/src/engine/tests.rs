@@ -157,15 +157,7 @@ fn default_masks_old_outputs_first_and_keeps_the_recent_rounds_verbatim() {
 #[test]
 fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
     let mut config = presets::preset("default").unwrap_or_default();
-    config.stages = vec![Stage::Summarize {
-        keep_tokens: None,
-        keep_messages: None,
-        group_token_threshold: None,
-        oldest_rounds: None,
-        keep_ratio: None,
-        min_ratio: None,
-        min_tokens: None,
-    }];
+    config.stages = vec![super::presets::summarize_stage()];
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
     let budget = Budget {
@@ -220,15 +212,7 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
 #[test]
 fn a_summary_may_quote_the_user_s_task_kept_outside_the_summarized_span() {
     let mut config = presets::preset("default").unwrap_or_default();
-    config.stages = vec![Stage::Summarize {
-        keep_tokens: None,
-        keep_messages: None,
-        group_token_threshold: None,
-        oldest_rounds: None,
-        keep_ratio: None,
-        min_ratio: None,
-        min_tokens: None,
-    }];
+    config.stages = vec![super::presets::summarize_stage()];
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
     let budget = Budget {

@@ -198,6 +198,15 @@ pub async fn mock_with(config: MockConfig) -> MockServer {
     ctxkeeper_mock_upstream::spawn(config).await.unwrap()
 }
 
+/// A Chat Completions request to the gateway with these headers.
+pub async fn post_chat(gw: &Running, headers: &[(&str, &str)], body: &Value) -> reqwest::Response {
+    let mut request = client().post(gw.url("/v1/chat/completions")).json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
 /// Sends `request` and reads its answer's JSON body.
 pub async fn json_of<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
     request.send().await.unwrap().json().await.unwrap()

@@ -1,7 +1,7 @@
 //! The admin API: its token, and a tenant token that stays in its tenant.
 
 use super::*;
-use crate::common::json_of;
+use crate::common::{json_of, post_chat};
 
 #[tokio::test]
 async fn the_admin_api_needs_its_token_and_stays_in_its_tenant() {
@@ -24,15 +24,16 @@ async fn the_admin_api_needs_its_token_and_stays_in_its_tenant() {
         .with_token("globex", "globex-token-1")
         .unwrap();
     let gw = start(cfg).await;
-    let chat = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-tenant-token", "acme-token-1")
-        .header("x-ctxkeeper-session", "ticket-7")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(2, 200)}))
-        .send()
-        .await
-        .unwrap();
+    let chat = post_chat(
+        &gw,
+        &[
+            ("authorization", KEY),
+            ("x-ctxkeeper-tenant-token", "acme-token-1"),
+            ("x-ctxkeeper-session", "ticket-7"),
+        ],
+        &json!({"model": "gpt-4o", "messages": chat_history(2, 200)}),
+    )
+    .await;
     assert_eq!(chat.status(), 200);
 
     let admin = |method: reqwest::Method, path: &str, tenant: &str, token: &str| {
