@@ -36,7 +36,7 @@ use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use ctxkeeper_store::archive::{ArchiveEntry, Offloader};
 use ctxkeeper_store::{
     HistoryPage, Retention, SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore,
-    StoreError, TenantInfo, format_timestamp, open_archive, open_store,
+    StoreError, TenantInfo, format_timestamp, is_sql_url, open_archive, open_store,
 };
 use serde_json::json;
 
@@ -514,18 +514,6 @@ async fn log_for_recent_turns(
     Ok(messages)
 }
 
-fn is_sql(url: &str) -> bool {
-    [
-        "sqlite://",
-        "postgres://",
-        "postgresql://",
-        "mysql://",
-        "mariadb://",
-    ]
-    .iter()
-    .any(|scheme| url.starts_with(scheme))
-}
-
 fn filter(args: &SessionsArgs) -> SessionFilter {
     SessionFilter {
         tenant: args.tenant.clone(),
@@ -744,7 +732,7 @@ fn archives_to_read(given: Option<&str>, store_url: &str, gateway_workspace: &st
     if std::path::Path::new(gateway_workspace).is_dir() {
         archives.push(gateway_workspace.to_owned());
     }
-    if is_sql(store_url) {
+    if is_sql_url(store_url) {
         archives.push(store_url.to_owned());
     }
     archives

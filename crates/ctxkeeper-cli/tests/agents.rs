@@ -3,30 +3,16 @@
 //! in `tests/python/fixtures/agents/`), and `wrap`'s settings and exit codes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
-}
+mod common;
+
+use common::{json_of, run};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/fixtures/agents")
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("the binary runs")
-}
-
-fn json_of(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "exit {:?}: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("JSON on stdout")
 }
 
 const CLAUDE_SESSION: &str = "91d59ea3-f193-446d-956c-539c99f0e549";

@@ -2,74 +2,38 @@
 //! `replay`, emitted requests checked against the providers' rules, and bad input.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use ctxkeeper_core::formats::Wire;
 use ctxkeeper_core::import::{self};
 use ctxkeeper_core::model::{CheckRules, check};
+use ctxkeeper_core::stats::thousands;
 use serde_json::Value;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
-}
+mod common;
 
-fn traces_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("CTXKEEPER_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
-        });
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: shared traces not found at {}", dir.display());
-        None
-    }
-}
+use common::{assert_success, bin, json_of, run, stdout_of};
+
+#[path = "../../ctxkeeper-core/tests/support/traces.rs"]
+mod traces;
+
+use traces::{HARNESSES, harness_files, traces_dir};
 
 /// Every trace file of the shared set.
 fn traces() -> Vec<PathBuf> {
     let Some(dir) = traces_dir() else {
         return Vec::new();
     };
-    let mut files = Vec::new();
-    for sub in [
-        "tau-bench",
-        "swe-agent",
-        "openhands",
-        "claude-code",
-        "codex",
-    ] {
-        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.file_name().is_some_and(|n| n != "LICENSE") {
-                files.push(path);
-            }
-        }
-    }
+    let mut files: Vec<PathBuf> = HARNESSES
+        .iter()
+        .flat_map(|harness| harness_files(&dir, harness))
+        .collect();
     files.sort();
     assert!(
         files.len() >= 6,
         "expected the six shared traces, found {files:?}"
     );
     files
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("the binary runs")
-}
-
-fn json_of(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "exit {:?}: {}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("stdout is one JSON object")
 }
 
 #[test]
@@ -361,12 +325,7 @@ fn a_replayed_trace_leaves_a_real_session_behind() {
     assert_eq!(report["unrecoverable_items"], 0);
 
     let show = run(&["sessions", "show", "s1", "--store", &store]);
-    let text = String::from_utf8_lossy(&show.stdout);
-    assert!(
-        show.status.success(),
-        "{}",
-        String::from_utf8_lossy(&show.stderr)
-    );
+    let text = stdout_of(&show);
     assert!(text.contains("s1") && text.contains("assistant"), "{text}");
 
     // A word that appears only in a tool output of the trace.
@@ -378,23 +337,13 @@ fn a_replayed_trace_leaves_a_real_session_behind() {
         &store,
         "--json",
     ]);
-    assert!(
-        search.status.success(),
-        "{}",
-        String::from_utf8_lossy(&search.stderr)
-    );
-    let hits = String::from_utf8_lossy(&search.stdout);
+    let hits = stdout_of(&search);
     assert!(hits.contains("s1"), "every hit names its session: {hits}");
 
     let history = run(&[
         "sessions", "history", "s1", "--last", "5", "--store", &store, "--json",
     ]);
-    assert!(
-        history.status.success(),
-        "{}",
-        String::from_utf8_lossy(&history.stderr)
-    );
-    let entries: Value = serde_json::from_slice(&history.stdout).expect("json");
+    let entries = json_of(&history);
     let count = entries
         .as_array()
         .map(Vec::len)
@@ -425,11 +374,7 @@ fn a_stored_replay_archives_under_its_tenant_and_session() {
         "--workspace",
         workspace.to_str().expect("utf-8"),
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     // Where `mcp --tenant acme --session stored-1` reads, and nowhere else.
     let archived = workspace.join("tenants/acme/sessions/stored-1");
     let items: Vec<_> = std::fs::read_dir(&archived)
@@ -542,11 +487,7 @@ fn a_stored_replay_is_idempotent_and_refuses_another_conversation() {
         );
         for (trace, entries) in [(&short, 2), (&long, 4), (&long, 4)] {
             let output = replay(trace.to_str().expect("utf-8"), "grown");
-            assert!(
-                output.status.success(),
-                "{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
+            assert_success(&output);
             assert_eq!(stored_session(store, "grown")["log_entries"], entries);
         }
 
@@ -557,19 +498,6 @@ fn a_stored_replay_is_idempotent_and_refuses_another_conversation() {
         assert!(stderr.contains("different conversation"), "{stderr}");
         assert_eq!(stored_session(store, "demo")["log_entries"], 105);
     }
-}
-
-/// `1234567` as the text report writes it: `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// One tau-bench task run: a lookup whose `rounds` tool outputs of `output_bytes` each fill

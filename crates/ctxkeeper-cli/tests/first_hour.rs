@@ -25,6 +25,21 @@ fn bin(home: &Path) -> Command {
     command
 }
 
+/// `wrap` around `sh -c true`, over an in-memory store and an upstream nothing listens on.
+fn wrap_true(command: &mut Command) -> Output {
+    command
+        .args([
+            "wrap",
+            "--store",
+            "memory://",
+            "--upstream",
+            "http://127.0.0.1:9/v1",
+        ])
+        .args(["sh", "--", "-c", "true"])
+        .output()
+        .expect("run wrap")
+}
+
 /// `bin` without API keys in the environment.
 fn keyless(home: &Path) -> Command {
     let mut command = bin(home);
@@ -156,20 +171,12 @@ fn ui_runs_without_options_over_the_default_store_and_workspace() {
 #[test]
 fn wrap_ends_by_saying_where_the_agents_sessions_are() {
     let home = tempfile::tempdir().expect("temp dir");
-    let output = bin(home.path())
-        .env("OPENAI_API_KEY", "sk-first-hour")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_AUTH_TOKEN")
-        .args([
-            "wrap",
-            "--store",
-            "memory://",
-            "--upstream",
-            "http://127.0.0.1:9/v1",
-        ])
-        .args(["sh", "--", "-c", "true"])
-        .output()
-        .expect("run wrap");
+    let output = wrap_true(
+        bin(home.path())
+            .env("OPENAI_API_KEY", "sk-first-hour")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("ANTHROPIC_AUTH_TOKEN"),
+    );
     assert!(output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -185,18 +192,7 @@ fn an_empty_tenant_points_at_the_api_keys_tenant_that_holds_sessions() {
     let home = tempfile::tempdir().expect("temp dir");
     let key = "sk-first-hour-list";
     // `wrap` names the tenant the gateway gives this key.
-    let wrapped = bin(home.path())
-        .env("OPENAI_API_KEY", key)
-        .args([
-            "wrap",
-            "--store",
-            "memory://",
-            "--upstream",
-            "http://127.0.0.1:9/v1",
-        ])
-        .args(["sh", "--", "-c", "true"])
-        .output()
-        .expect("run wrap");
+    let wrapped = wrap_true(bin(home.path()).env("OPENAI_API_KEY", key));
     let stderr = String::from_utf8_lossy(&wrapped.stderr);
     let tenant = stderr
         .split_whitespace()

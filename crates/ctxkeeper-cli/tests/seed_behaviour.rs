@@ -8,8 +8,15 @@ use std::process::Command;
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use serde_json::{Value, json};
 
+#[allow(dead_code)]
+#[path = "seeds/common.rs"]
+mod common;
+
+use common::{dense, trace};
+
 fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str]) -> Value {
-    let output = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"));
+    command
         .arg("replay")
         .arg(trace)
         .args([
@@ -23,7 +30,13 @@ fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str
         .arg(scratch.join("ws"))
         .arg("--emit-requests")
         .arg(scratch.join("req"))
-        .args(extra)
+        .args(extra);
+    report_of(&mut command)
+}
+
+/// Runs the binary (without the user's config file) and reads the JSON report it prints.
+fn report_of(command: &mut Command) -> Value {
+    let output = command
         .env_remove("CTXKEEPER_CONFIG")
         .output()
         .expect("the binary runs");
@@ -33,16 +46,6 @@ fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[&str
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("a JSON report")
-}
-
-fn trace(dir: &Path, name: &str, messages: Vec<Value>) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(
-        &path,
-        json!({"model": "gpt-4o", "messages": messages}).to_string(),
-    )
-    .expect("write trace");
-    path
 }
 
 /// The emitted requests, oldest first, parsed.
@@ -68,21 +71,6 @@ fn tokens(text: &str) -> u32 {
     TokenModel::for_model("gpt-4o", &Profiles::builtin()).text_tokens(text)
 }
 
-/// Text dense in tokens (hex words: about 2.5 characters a token), `n` lines.
-fn dense(lines: usize) -> String {
-    (0..lines)
-        .map(|i| {
-            let x = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            format!(
-                "{:x} {:x} {:x}\n",
-                x >> 40,
-                (x >> 20) & 0xfffff,
-                x & 0xfffff
-            )
-        })
-        .collect()
-}
-
 /// Item 2: AgentScope's `tool_result_limit` is 50,000 *tokens*. A result of about 65k
 /// tokens in under 200,000 characters used to pass whole; a bigger one kept 200,000
 /// characters (about 75k tokens). Both now keep the largest prefix within 50,000 tokens.
@@ -90,7 +78,7 @@ fn dense(lines: usize) -> String {
 fn agentscope_cuts_tool_results_at_50000_tokens() {
     for lines in [8_000, 14_000] {
         let scratch = tempfile::tempdir().expect("temp dir");
-        let output = dense(lines);
+        let output = dense(lines, 0);
         let whole = tokens(&output);
         assert!(
             whole > 60_000,
@@ -352,7 +340,7 @@ fn agentrail_saves_capped_outputs_to_tool_results_by_call_id_and_hostile_ids_sta
             json!({"role": "assistant", "content": "", "tool_calls": [{"id": id,
             "type": "function", "function": {"name": "dump", "arguments": "{}"}}]}),
         );
-        messages.push(json!({"role": "tool", "tool_call_id": id, "content": dense(3_000)}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": dense(3_000, 0)}));
     }
     messages.push(json!({"role": "assistant", "content": "Done."}));
     let file = trace(scratch.path(), "dumps.json", messages);
@@ -434,17 +422,7 @@ fn agentrail_gives_an_unknown_model_a_200k_window_unless_the_user_sets_one() {
             "--json".into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
-        let output = Command::new(env!("CARGO_BIN_EXE_ctxkeeper"))
-            .args(&args)
-            .env_remove("CTXKEEPER_CONFIG")
-            .output()
-            .expect("the binary runs");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let report: Value = serde_json::from_slice(&output.stdout).expect("a JSON report");
+        let report = report_of(Command::new(env!("CARGO_BIN_EXE_ctxkeeper")).args(&args));
         report["window"].as_u64().expect("the window")
     };
     assert_eq!(window("agentrail", &[]), 200_000);

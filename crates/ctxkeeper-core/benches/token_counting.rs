@@ -6,7 +6,6 @@
 //! `cargo bench -p ctxkeeper-core --bench token_counting -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -14,9 +13,10 @@ use ctxkeeper_core::tokens::estimate::estimate;
 use ctxkeeper_core::tokens::exact::Encoding;
 use serde_json::Value;
 
-fn traces_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
-}
+#[path = "../tests/support/traces.rs"]
+mod traces;
+
+use traces::{default_traces_dir, trace_files};
 
 fn collect_strings(value: &Value, out: &mut Vec<String>) {
     match value {
@@ -29,24 +29,7 @@ fn collect_strings(value: &Value, out: &mut Vec<String>) {
 
 /// Every string value of every trace file (JSON Lines line by line), in file-name order.
 fn trace_strings() -> Vec<String> {
-    let mut files = Vec::new();
-    let mut pending = vec![traces_dir()];
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for path in entries.flatten().map(|entry| entry.path()) {
-            if path.is_dir() {
-                pending.push(path);
-            } else if matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("json" | "jsonl" | "traj")
-            ) {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let files = trace_files(&default_traces_dir());
     let mut strings = Vec::new();
     for path in files {
         let Ok(text) = std::fs::read_to_string(&path) else {
@@ -101,7 +84,7 @@ fn main() {
     if strings.is_empty() {
         println!(
             "\n!!!!!!!! SKIP: no traces under {}; benchmarking synthetic text instead !!!!!!!!\n",
-            traces_dir().display()
+            default_traces_dir().display()
         );
         strings = vec![
             "The quick brown fox jumps over the lazy dog. 1234567 fn main() {}\n".repeat(10_000),

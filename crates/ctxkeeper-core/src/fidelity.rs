@@ -37,7 +37,7 @@
 //!
 //! let history = vec![
 //!     Message::user("Please fix the rounding bug in invoice.py, and never touch the database."),
-//!     Message::assistant_with_calls("", vec![Part::tool_call("c1", "Read", r#"{"file_path":"src/invoice.py"}"#)]),
+//!     Message::tool_call("c1", "Read", r#"{"file_path":"src/invoice.py"}"#),
 //!     Message::tool_result("c1", "def total(): ..."),
 //! ];
 //! let mut probe = Probe::default();
@@ -45,7 +45,7 @@
 //! // A request that kept the user's words but lost the call that named the file.
 //! let managed = vec![history[0].clone(), Message::user("[earlier messages summarized]")];
 //! // The agent's next action opens the file it read before.
-//! let next = Message::assistant_with_calls("", vec![Part::tool_call("c2", "Edit", r#"{"file_path":"src/invoice.py"}"#)]);
+//! let next = Message::tool_call("c2", "Edit", r#"{"file_path":"src/invoice.py"}"#);
 //! let step = probe.measure(&managed, Some(&next));
 //! assert_eq!((step.user_texts, step.user_texts_kept), (1, 1));
 //! assert_eq!((step.paths, step.paths_kept), (1, 0));
@@ -541,14 +541,7 @@ mod tests {
         let mut history = vec![
             Message::system("You are an agent. Use parse_args carefully."),
             Message::user("The CLI crashes on --verbose."),
-            Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(
-                    "g",
-                    "Bash",
-                    r#"{"command":"grep -n verbose src/cli.py"}"#,
-                )],
-            ),
+            Message::tool_call("g", "Bash", r#"{"command":"grep -n verbose src/cli.py"}"#),
             Message::tool_result(
                 "g",
                 "src/cli.py:120:    def build_parser(self):\n121: VERBOSE_FLAG = 2",

@@ -569,7 +569,6 @@ pub fn percentile(values: &[f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Part;
     use crate::tokens::Profiles;
 
     fn session(messages: Vec<Message>) -> Session {
@@ -602,10 +601,7 @@ mod tests {
         let messages = vec![
             Message::system("be brief"),
             Message::user("what is 2+2"),
-            Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call("c", "calc", "{\"e\":\"2+2\"}")],
-            ),
+            Message::tool_call("c", "calc", "{\"e\":\"2+2\"}"),
             Message::tool_result("c", "4"),
             Message::assistant("4"),
         ];
@@ -658,9 +654,9 @@ mod tests {
     fn rounds_missing_from_the_tail_are_not_verbatim() {
         let history = vec![
             Message::user("u"),
-            Message::assistant_with_calls("", vec![Part::tool_call("a", "f", "{}")]),
+            Message::tool_call("a", "f", "{}"),
             Message::tool_result("a", "1"),
-            Message::assistant_with_calls("", vec![Part::tool_call("b", "f", "{}")]),
+            Message::tool_call("b", "f", "{}"),
             Message::tool_result("b", "2"),
         ];
         let starts = [1, 3];

@@ -226,7 +226,7 @@ mod tests {
             id: "s1".into(),
             messages: vec![
                 Message::user("hi"),
-                Message::assistant_with_calls("", vec![Part::tool_call("a", "search", "{}")]),
+                Message::tool_call("a", "search", "{}"),
                 Message::tool_result("a", "result ".repeat(50)),
                 Message::tool_result("ghost", "x"),
             ],

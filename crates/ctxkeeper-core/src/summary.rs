@@ -40,6 +40,17 @@ pub struct SummaryField {
     pub description: String,
 }
 
+impl SummaryField {
+    /// A field named `name`, headed `title`, that the summarizer fills as `description` says.
+    pub fn new(name: &str, title: &str, description: &str) -> SummaryField {
+        SummaryField {
+            name: name.to_string(),
+            title: title.to_string(),
+            description: description.to_string(),
+        }
+    }
+}
+
 /// The fields a summary must fill.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,11 +61,7 @@ pub struct SummarySchema {
 impl Default for SummarySchema {
     /// The five fields of AgentScope's structured summary.
     fn default() -> SummarySchema {
-        let field = |name: &str, title: &str, description: &str| SummaryField {
-            name: name.to_string(),
-            title: title.to_string(),
-            description: description.to_string(),
-        };
+        let field = SummaryField::new;
         SummarySchema {
             fields: vec![
                 field(
@@ -768,14 +775,7 @@ mod tests {
     fn invented_user_words_are_dropped_and_unknown_names_marked() {
         let source = request(vec![
             Message::user("Please fix the rounding in invoice totals. Never touch the database."),
-            Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(
-                    "c1",
-                    "Read",
-                    r#"{"file_path":"src/invoice.rs"}"#,
-                )],
-            ),
+            Message::tool_call("c1", "Read", r#"{"file_path":"src/invoice.rs"}"#),
             Message::tool_result(
                 "c1",
                 "fn round_total(value: f64) -> f64 { CacheManager::get() }",

@@ -51,25 +51,19 @@ fn capsule_of(output: String, command: String, plan: String, path: String, faile
     }
     let messages = vec![
         Message::user(TASK),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "c0",
-                "Edit",
-                serde_json::json!({"file_path": path, "old_string": "a", "new_string": "b"})
-                    .to_string(),
-            )],
+        Message::tool_call(
+            "c0",
+            "Edit",
+            serde_json::json!({"file_path": path, "old_string": "a", "new_string": "b"})
+                .to_string(),
         ),
         Message::tool_result("c0", "ok"),
-        Message::assistant_with_calls("", vec![Part::tool_call("p", "TodoWrite", plan)]),
+        Message::tool_call("p", "TodoWrite", plan),
         Message::tool_result("p", "Todos updated"),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "c1",
-                "shell",
-                serde_json::json!({"command": command}).to_string(),
-            )],
+        Message::tool_call(
+            "c1",
+            "shell",
+            serde_json::json!({"command": command}).to_string(),
         ),
         result,
     ];

@@ -17,28 +17,15 @@
 //! returns a value or an error, never a panic.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use ctxkeeper_core::Position;
 use ctxkeeper_core::import::{Session, TraceFormat, detect, import};
 use ctxkeeper_core::model::{CheckRules, Message, Role, check};
 
-/// Where the shared traces are, or `None` (after a loud notice) when they are absent.
-fn traces_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("CTXKEEPER_TRACES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/data/traces"
-        )),
-    };
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: shared traces not found at {}", dir.display());
-        None
-    }
-}
+#[path = "support/traces.rs"]
+mod traces;
+
+use traces::traces_dir;
 
 fn read(relative: &str) -> Option<(String, String)> {
     let path = traces_dir()?.join(relative);

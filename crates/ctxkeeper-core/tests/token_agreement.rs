@@ -5,40 +5,17 @@
 //! `<|endoftext|>` in user content are plain characters, as a provider treats text a user sends.
 //! The two encodings run on two threads.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use ctxkeeper_core::tokens::exact::Encoding;
 use serde_json::Value;
 use tiktoken_rs::CoreBPE;
 
-fn traces_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
-}
+#[path = "support/traces.rs"]
+mod traces;
 
-/// Every trace file (`.json`, `.jsonl`, `.traj`) under `dir`, sorted.
-fn trace_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if matches!(
-                path.extension().and_then(|e| e.to_str()),
-                Some("json" | "jsonl" | "traj")
-            ) {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
+use traces::{default_traces_dir, trace_files};
 
 fn collect_strings(value: &Value, out: &mut Vec<String>) {
     match value {
@@ -98,7 +75,7 @@ fn disagreements(encoding: Encoding, reference: &CoreBPE, strings: &[String]) ->
 
 #[test]
 fn exact_counts_agree_with_tiktoken_on_every_trace_string() {
-    let dir = traces_dir();
+    let dir = default_traces_dir();
     let files = trace_files(&dir);
     if files.is_empty() {
         eprintln!(

@@ -613,7 +613,7 @@ fn damaged_fixtures_fail_cleanly_or_round_trip() {
 fn hostile_tool_ids_survive_as_valid_anthropic_ids() {
     let messages = vec![
         Message::user("go"),
-        Message::assistant_with_calls("", vec![Part::tool_call("../../etc/passwd", "read", "{}")]),
+        Message::tool_call("../../etc/passwd", "read", "{}"),
         Message::tool_result("../../etc/passwd", "denied"),
     ];
     let out = anthropic::emit_messages(&messages);

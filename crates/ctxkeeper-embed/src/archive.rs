@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ctxkeeper::store::ArchiveRef;
-use ctxkeeper::store::archive::{ArchiveEntry, ArchiveScope, GrepHit, Offloader};
+use ctxkeeper::store::archive::{ArchiveEntry, ArchiveScope, GrepHit, Offloader, excerpt};
 
 use crate::error::EmbedError;
 
@@ -93,21 +93,4 @@ impl Archive {
     pub async fn list(&self) -> Result<Vec<ArchiveEntry>, EmbedError> {
         Ok(self.offloader.list(&self.scope).await?)
     }
-}
-
-/// At most `width` characters of `line`, around the first match (archived messages are one
-/// JSON object per line and can be very long).
-fn excerpt(line: &str, pattern: &regex::Regex, width: usize) -> String {
-    let chars = line.chars().count();
-    if chars <= width {
-        return line.to_string();
-    }
-    let at = pattern
-        .find(line)
-        .map_or(0, |m| line[..m.start()].chars().count());
-    let start = at.saturating_sub(width / 4).min(chars - width);
-    let body: String = line.chars().skip(start).take(width).collect();
-    let head = if start > 0 { "…" } else { "" };
-    let tail = if start + width < chars { "…" } else { "" };
-    format!("{head}{body}{tail}")
 }

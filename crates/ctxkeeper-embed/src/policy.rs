@@ -5,6 +5,7 @@ use std::path::Path;
 
 use ctxkeeper_core::engine::{PolicyConfig, presets};
 use ctxkeeper_core::tokens::Profiles;
+use ctxkeeper_store::is_sql_url;
 use serde_json::Value;
 
 use crate::error::EmbedError;
@@ -156,21 +157,9 @@ pub fn archive_url(workspace: Option<&str>, store: Option<&str>) -> String {
         return workspace.to_string();
     }
     match store {
-        Some(url) if is_sql(url) || url.starts_with("file://") || !url.contains("://") => {
+        Some(url) if is_sql_url(url) || url.starts_with("file://") || !url.contains("://") => {
             url.to_string()
         }
         _ => "memory://".to_string(),
     }
-}
-
-fn is_sql(url: &str) -> bool {
-    [
-        "sqlite://",
-        "postgres://",
-        "postgresql://",
-        "mysql://",
-        "mariadb://",
-    ]
-    .iter()
-    .any(|scheme| url.starts_with(scheme))
 }

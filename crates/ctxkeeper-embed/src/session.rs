@@ -36,7 +36,7 @@ use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper::llm::Summarizer;
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot, SnapshotRef, StoredShape};
 use ctxkeeper::store::archive::{ArchiveScope, Offloader};
-use ctxkeeper::store::{ContextWrite, SessionKey, SessionStore, StoreError};
+use ctxkeeper::store::{SessionKey, SessionStore, StoreError};
 use ctxkeeper::{ContextManager, Settings};
 use serde::Serialize;
 use serde_json::Value;
@@ -900,16 +900,7 @@ impl<O: Send> Session<O> {
             unknown: &persist.rest.unknown,
             engine_unknown: &persist.rest.engine_unknown,
         };
-        let (state, write) = match append {
-            Some(shape) => (
-                parts.encode_after(shape.entries, shape.fingerprints, shape.records),
-                ContextWrite::Append {
-                    context: shape.entries,
-                    trail: shape.fingerprints + shape.records,
-                },
-            ),
-            None => (parts.encode(), ContextWrite::Generation),
-        };
+        let (state, write) = parts.encode_for(append);
         let committed = persist
             .store
             .commit(

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
+use ctxkeeper_core::stats::thousands;
 use sha2::{Digest, Sha256};
 
 use crate::Target;
@@ -88,19 +89,6 @@ impl Report {
             "artifact": self.crash.as_ref().and_then(|c| c.artifact.as_ref()).map(|p| p.display().to_string()),
         })
     }
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl Report {

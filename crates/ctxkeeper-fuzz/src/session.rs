@@ -431,10 +431,7 @@ mod tests {
     fn encoding_decodes_to_the_same_conversation() {
         let messages = vec![
             Message::user("Fix the build"),
-            Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call("id", "shell", "{\"command\":\"make\"}")],
-            ),
+            Message::tool_call("id", "shell", "{\"command\":\"make\"}"),
             Message::tool_result("id", "error: boom"),
         ];
         let session = decode(&encode([1, 2], &messages, 100));

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ctxkeeper_core::engine::presets;
-use ctxkeeper_core::model::{Message, Part};
+use ctxkeeper_core::model::Message;
 use ctxkeeper_core::tokens::Profiles;
 use ctxkeeper_gateway::sessions::{Incoming, Sessions};
 use ctxkeeper_gateway::tenancy::TenantRule;
@@ -83,13 +83,10 @@ async fn main() {
             // One rare word, far back in the archive.
             result.push_str(" zyxwvut");
         }
-        messages.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                &id,
-                "read_file",
-                "{\"path\":\"src/lib.rs\"}",
-            )],
+        messages.push(Message::tool_call(
+            &id,
+            "read_file",
+            "{\"path\":\"src/lib.rs\"}",
         ));
         messages.push(Message::tool_result(&id, result));
     }

@@ -105,10 +105,7 @@ async fn measure(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<Duration>) {
                 .send()
                 .await
                 .unwrap();
-            let compacted = response
-                .headers()
-                .get("x-ctxkeeper-compacted")
-                .is_some_and(|v| v == "true");
+            let compacted = common::compacted(&response);
             assert_eq!(response.status(), 200);
             let _ = response.bytes().await.unwrap();
             let elapsed = started.elapsed();

@@ -9,12 +9,12 @@
 //! repairs to the same bytes on every request and the prompt cache holds.
 //!
 //! ```
-//! use ctxkeeper_core::model::{Message, Part};
+//! use ctxkeeper_core::model::Message;
 //! use ctxkeeper_gateway::repair::repair_history;
 //!
 //! let mut history = vec![
 //!     Message::user("list files"),
-//!     Message::assistant_with_calls("", vec![Part::tool_call("c1", "ls", "{}")]),
+//!     Message::tool_call("c1", "ls", "{}"),
 //!     Message::user("never mind"),
 //! ];
 //! let repairs = repair_history(&mut history).expect("the call had no result");
@@ -82,7 +82,7 @@ fn named(report: &RepairReport) -> BTreeMap<String, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxkeeper_core::model::{Part, check};
+    use ctxkeeper_core::model::check;
 
     #[test]
     fn an_orphan_result_is_dropped_and_named() {
@@ -103,7 +103,7 @@ mod tests {
     fn a_valid_history_is_left_alone() {
         let mut history = vec![
             Message::user("list"),
-            Message::assistant_with_calls("", vec![Part::tool_call("c1", "ls", "{}")]),
+            Message::tool_call("c1", "ls", "{}"),
             Message::tool_result("c1", "a b"),
             Message::assistant("two files"),
         ];

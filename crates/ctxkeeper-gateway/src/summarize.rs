@@ -573,10 +573,9 @@ mod tests {
         assert!(!body.contains_key("tool_choice"));
         // With tool blocks among them the tools are declared, and not to be called.
         let mut with_calls = request();
-        with_calls.messages.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call("t1", "bash", "{}")],
-        ));
+        with_calls
+            .messages
+            .push(Message::tool_call("t1", "bash", "{}"));
         with_calls.messages.push(Message::tool_result("t1", "ok"));
         let summarizer = UpstreamSummarizer::new(Arc::new(tooled), None, None);
         let body = summarizer.body(&with_calls);

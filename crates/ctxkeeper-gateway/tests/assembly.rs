@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{client, config, filler, mock, start};
+use common::{client, config, files_under, filler, mock, mock_and_config, mock_and_gateway, start};
 use ctxkeeper_gateway::GatewayConfig;
 use ctxkeeper_gateway::assembly::ContextProvider;
 use ctxkeeper_store::SessionKey;
@@ -31,21 +31,29 @@ fn tenant_of(gw: &common::Running, authorization: &str) -> String {
     gw.gateway.config.tenants.resolve(&headers).unwrap()
 }
 
+/// Says "hello" on the Anthropic face as tenant A; the body the upstream then received.
+async fn anthropic_hello(
+    gw: &common::Running,
+    upstream: &ctxkeeper_mock_upstream::MockServer,
+) -> String {
+    let response = client()
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", "sk-ant-tenant-a-0123456789")
+        .header("anthropic-version", "2023-06-01")
+        .json(
+            &json!({"model": "claude-sonnet-4", "max_tokens": 100, "messages": [
+            {"role": "user", "content": "hello"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    upstream.requests().last().unwrap().body.to_string()
+}
+
 /// Every file under `dir` (recursively) named `name`.
 fn named(dir: &Path, name: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(named(&path, name));
-        } else if path.file_name().is_some_and(|n| n == name) {
-            out.push(path);
-        }
-    }
-    out
+    files_under(dir, &|file| file == name)
 }
 
 async fn post(
@@ -208,9 +216,7 @@ async fn facts_are_flushed_when_summaries_are_written_upstream_too() {
 /// file", not into the context (here 4 turns instead of 20, to keep the test small).
 #[tokio::test]
 async fn cowagent_writes_the_trimmed_turns_summaries_to_the_daily_memory_file() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.policy = ctxkeeper_core::engine::presets::preset("cowagent").unwrap();
     cfg.policy.trigger_turns = Some(4);
     for stage in &mut cfg.policy.stages {
@@ -279,9 +285,7 @@ async fn memory_is_off_when_the_policy_does_not_want_it_or_the_config_says_so() 
 /// previous history from its cache on the next request, though the budget line changed.
 #[tokio::test]
 async fn providers_sit_after_the_stable_prefix_so_the_prompt_cache_keeps_hitting() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.context_providers = vec![ContextProvider::Date, ContextProvider::Budget];
     let gw = start(cfg).await;
     let mut history = vec![
@@ -324,19 +328,7 @@ async fn providers_sit_after_the_stable_prefix_so_the_prompt_cache_keeps_hitting
 
     // The Anthropic face gets it as well, with its roles still alternating (the mock refuses
     // two user messages in a row).
-    let response = client()
-        .post(gw.url("/v1/messages"))
-        .header("x-api-key", "sk-ant-tenant-a-0123456789")
-        .header("anthropic-version", "2023-06-01")
-        .json(
-            &json!({"model": "claude-sonnet-4", "max_tokens": 100, "messages": [
-            {"role": "user", "content": "hello"}]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-    let sent = upstream.requests().last().unwrap().body.to_string();
+    let sent = anthropic_hello(&gw, &upstream).await;
     assert!(sent.contains("Today's date:"), "{sent}");
     gw.stop().await;
 }
@@ -348,9 +340,7 @@ async fn providers_sit_after_the_stable_prefix_so_the_prompt_cache_keeps_hitting
 /// history.
 #[tokio::test]
 async fn agentrail_prepends_the_providers_to_the_history_and_keeps_the_prefix_cached() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.policy = ctxkeeper_core::engine::presets::preset("agentrail").unwrap();
     cfg.context_providers = vec![ContextProvider::Date, ContextProvider::Budget];
     let gw = start(cfg).await;
@@ -391,19 +381,7 @@ async fn agentrail_prepends_the_providers_to_the_history_and_keeps_the_prefix_ca
 
     // The Anthropic face gets it before the conversation too, its roles still alternating
     // (the mock refuses two user messages in a row).
-    let response = client()
-        .post(gw.url("/v1/messages"))
-        .header("x-api-key", "sk-ant-tenant-a-0123456789")
-        .header("anthropic-version", "2023-06-01")
-        .json(
-            &json!({"model": "claude-sonnet-4", "max_tokens": 100, "messages": [
-            {"role": "user", "content": "hello"}]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-    let sent = upstream.requests().last().unwrap().body.to_string();
+    let sent = anthropic_hello(&gw, &upstream).await;
     let (date_at, hello_at) = (sent.find("Today's date:"), sent.find("hello"));
     assert!(date_at.is_some() && date_at < hello_at, "{sent}");
     gw.stop().await;
@@ -411,9 +389,7 @@ async fn agentrail_prepends_the_providers_to_the_history_and_keeps_the_prefix_ca
 
 #[tokio::test]
 async fn no_context_is_added_by_default() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let history = vec![json!({"role": "user", "content": "hi"})];
     send(&gw, KEY_A, "plain", &history).await;
     let sent = upstream.requests().last().unwrap().body.clone();
@@ -435,9 +411,7 @@ fn broken_history() -> Vec<Value> {
 
 #[tokio::test]
 async fn broken_tool_pairs_are_refused_unless_repair_is_on() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let body = json!({"model": "gpt-4o", "messages": broken_history()});
     let response = post(&gw, KEY_A, "broken", &body).await;
     assert_eq!(response.status(), 400);

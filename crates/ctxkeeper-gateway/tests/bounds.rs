@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use axum::extract::ConnectInfo;
-use common::{config, mock};
+use common::{config, mock, mock_and_config, summarizing};
 use ctxkeeper_gateway::Gateway;
 use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::router::Server;
@@ -73,24 +73,11 @@ fn conversation(turns: usize) -> serde_json::Value {
 #[tokio::test]
 async fn a_hung_summarizer_holds_no_request_past_the_wait_bound() {
     for prepare_at in [None, Some(0.5)] {
-        let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
-            window: 60_000,
+        let (upstream, _dir, mut cfg) = summarizing(ctxkeeper_mock_upstream::MockConfig {
             summary_delay: Duration::from_secs(60),
             ..Default::default()
         })
-        .await
-        .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut cfg = config(&dir, &upstream.anthropic_base_url());
-        cfg.summarizer = ctxkeeper_gateway::GatewayConfig::new(dir.path()).summarizer;
-        cfg.profiles = ctxkeeper_core::tokens::Profiles::from_toml_str(
-            "[models.\"sum-model\"]\ncontext_window = 6000\ntokenizer = \"o200k_base\"\n",
-        )
-        .unwrap();
-        cfg.policy = cfg
-            .policy
-            .with_overrides("stages = [{ kind = \"summarize\" }]")
-            .unwrap();
+        .await;
         cfg.summary_timeout = Duration::from_secs(30);
         cfg.summary_wait = Duration::from_millis(300);
         cfg.prepare_summaries_at = prepare_at;
@@ -139,9 +126,7 @@ async fn a_hung_summarizer_holds_no_request_past_the_wait_bound() {
 /// new session arriving to trigger a sweep.
 #[tokio::test]
 async fn idle_sessions_are_swept_without_new_traffic() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (_upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.session_idle = Duration::from_millis(300);
     let gw = common::start(cfg).await;
     for session in ["idle-a", "idle-b", "idle-c"] {

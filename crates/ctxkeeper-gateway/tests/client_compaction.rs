@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{client, config, filler};
+use common::{client, config, error_message, filler, mock_with};
 use ctxkeeper_gateway::compaction_items::{ResponsesCompaction, decode};
 use ctxkeeper_mock_upstream::{MockConfig, MockServer};
 use serde_json::{Value, json};
@@ -33,12 +33,11 @@ fn history(rounds: usize) -> Vec<Value> {
 }
 
 async fn upstream(native: bool) -> MockServer {
-    ctxkeeper_mock_upstream::spawn(MockConfig {
+    mock_with(ctxkeeper_mock_upstream::MockConfig {
         native_compaction: native,
         ..MockConfig::default()
     })
     .await
-    .unwrap()
 }
 
 async fn send(gw: &common::Running, body: &Value) -> reqwest::Response {
@@ -158,11 +157,9 @@ async fn without_the_gateway_the_compatible_upstream_refuses_the_trigger() {
         .await
         .unwrap();
     assert_eq!(response.status(), 400);
-    let body: Value = response.json().await.unwrap();
+    let (body, message) = error_message(response).await;
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("Invalid value: 'compaction_trigger'")
+        message.starts_with("Invalid value: 'compaction_trigger'"),
+        "{body}"
     );
 }

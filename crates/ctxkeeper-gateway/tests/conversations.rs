@@ -10,7 +10,10 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{client, config, filler, mock};
+use common::{
+    anthropic_tool_loop, client, config, filler, json_of, mock_and_config, mock_and_gateway,
+    post_chat,
+};
 use ctxkeeper_core::tokens::Profiles;
 use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::tenancy::TenantRule;
@@ -29,18 +32,7 @@ fn tenant() -> String {
 /// the system blocks, and one on the last block of the newest message only (it moves every
 /// call).
 fn claude_code_body(steps: usize, output_bytes: usize, max_tokens: u64) -> Value {
-    let mut messages = vec![json!({"role": "user", "content": [
-        {"type": "text", "text": "Fix the failing invoice test."}]})];
-    for i in 0..steps {
-        let id = format!("toolu_{i:04}");
-        messages.push(json!({"role": "assistant", "content": [
-            {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": format!("cat src/f{i}.rs")}}]}));
-        messages.push(json!({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": id, "content": filler(i, output_bytes)}]}));
-    }
-    let last = messages.last_mut().unwrap();
-    let blocks = last["content"].as_array_mut().unwrap();
-    blocks.last_mut().unwrap()["cache_control"] = json!({"type": "ephemeral"});
+    let messages = anthropic_tool_loop(steps, output_bytes, |i| format!("cat src/f{i}.rs"));
     json!({
         "model": "cc-model",
         "max_tokens": max_tokens,
@@ -83,9 +75,7 @@ async fn compacting_gateway(
     tempfile::TempDir,
     common::Running,
 ) {
-    let upstream = mock(20_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, dir, mut cfg) = mock_and_config(20_000).await;
     cfg.profiles = profile(20_000);
     edit(&mut cfg);
     let gw = common::start(cfg).await;
@@ -104,9 +94,7 @@ async fn claude_codes_moving_cache_marker_keeps_one_session_and_at_most_its_own_
     // Regression: the moving marker changed the fingerprint of the previous newest message,
     // so every request "diverged" and rebuilt the context, and the first request derived a
     // session of its own.
-    let upstream = mock(4_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(4_000).await;
     cfg.profiles = profile(4_000);
     let gw = common::start(cfg).await;
     let mut sessions = Vec::new();
@@ -158,13 +146,7 @@ async fn claude_codes_moving_cache_marker_keeps_one_session_and_at_most_its_own_
         .await
         .unwrap();
     assert_eq!(listed.len(), 1);
-    let log = gw
-        .gateway
-        .sessions
-        .store()
-        .history(&listed[0].key, HistoryPage::last(1_000))
-        .await
-        .unwrap();
+    let log = gw.log(&listed[0].key, 1_000).await;
     let shown: Vec<String> = log
         .iter()
         .map(|e| {
@@ -181,9 +163,7 @@ async fn claude_codes_moving_cache_marker_keeps_one_session_and_at_most_its_own_
 
 #[tokio::test]
 async fn harness_session_headers_name_the_session_and_a_side_request_forks() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let header = [(
         "x-claude-code-session-id",
         "3f0c1b2a-aaaa-4bbb-8ccc-0123456789ab",
@@ -221,9 +201,7 @@ async fn harness_session_headers_name_the_session_and_a_side_request_forks() {
 #[tokio::test]
 async fn two_interleaved_conversations_with_identical_starts_log_only_their_own_messages() {
     // Regression: 200 requests of 2 interleaved conversations produced 15,506 log entries.
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let start = vec![
         json!({"role": "system", "content": "You are a careful coding agent."}),
         json!({"role": "user", "content": "Fix the rounding bug."}),
@@ -240,13 +218,12 @@ async fn two_interleaved_conversations_with_identical_starts_log_only_their_own_
                     json!({"role": "user", "content": format!("agent {c}, next step {round}")}),
                 );
             }
-            let response = client()
-                .post(gw.url("/v1/chat/completions"))
-                .header("authorization", format!("Bearer {KEY}"))
-                .json(&json!({"model": "gpt-4o", "messages": messages}))
-                .send()
-                .await
-                .unwrap();
+            let response = post_chat(
+                &gw,
+                &[("authorization", &format!("Bearer {KEY}"))],
+                &json!({"model": "gpt-4o", "messages": messages}),
+            )
+            .await;
             assert_eq!(response.status(), 200);
             sessions[c] = response.headers()["x-ctxkeeper-session"]
                 .to_str()
@@ -283,9 +260,7 @@ fn tenant_of_bearer() -> String {
 async fn the_requested_max_tokens_is_kept_free_in_the_window() {
     // Regression: Claude Code sends max_tokens 32000; the context was budgeted to the whole
     // window, so input + max_tokens went over it and the provider refused every ~20 steps.
-    let upstream = mock(20_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(20_000).await;
     cfg.profiles = profile(20_000);
     let gw = common::start(cfg).await;
     for step in 0..30 {
@@ -347,14 +322,15 @@ async fn a_session_that_keeps_overflowing_gets_the_providers_error_instead_of_a_
         messages.push(json!({"role": "assistant", "content": format!("part {i} read")}));
         messages.push(json!({"role": "user", "content": "Go on."}));
         let before = calls.load(Ordering::SeqCst);
-        let response = client()
-            .post(gw.url("/v1/chat/completions"))
-            .header("authorization", format!("Bearer {KEY}"))
-            .header("x-ctxkeeper-session", "looping")
-            .json(&json!({"model": "gpt-4o", "messages": messages}))
-            .send()
-            .await
-            .unwrap();
+        let response = post_chat(
+            &gw,
+            &[
+                ("authorization", &format!("Bearer {KEY}")),
+                ("x-ctxkeeper-session", "looping"),
+            ],
+            &json!({"model": "gpt-4o", "messages": messages}),
+        )
+        .await;
         assert_eq!(response.status(), 400);
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "context_length_exceeded");
@@ -373,9 +349,7 @@ async fn a_session_that_keeps_overflowing_gets_the_providers_error_instead_of_a_
 async fn a_responses_overflow_without_a_stated_window_is_learned_once() {
     // Regression: OpenAI's Responses overflow error states no number; the gateway learned
     // nothing and a Codex run overflowed and recovered on nearly every request.
-    let upstream = mock(3_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(3_000).await;
     let mut input = vec![
         json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]}),
         json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the build."}]}),
@@ -477,9 +451,7 @@ async fn the_pin_header_keeps_the_newest_user_message_through_every_compaction()
     }
 
     // A misspelt value is refused, not ignored.
-    let upstream = mock(20_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(20_000).await;
     let response = send_messages(&gw, &pinned_body(1), &[("x-ctxkeeper-pin", "lastest")]).await;
     assert_eq!(response.status(), 400);
     assert!(response.text().await.unwrap().contains("x-ctxkeeper-pin"));
@@ -514,9 +486,7 @@ async fn the_focus_header_steers_the_summaries_of_its_requests() {
         assert_eq!(named, focused, "focus header sent: {focused}");
     }
 
-    let upstream = mock(20_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(20_000).await;
     let long = "x".repeat(ctxkeeper_gateway::identity::MAX_FOCUS_BYTES + 1);
     let response = send_messages(&gw, &pinned_body(1), &[("x-ctxkeeper-focus", &long)]).await;
     assert_eq!(response.status(), 400);
@@ -549,13 +519,7 @@ async fn standing_orders_are_listed_and_edited_through_the_admin_api() {
             .header("authorization", "Bearer admin-secret")
             .header("x-ctxkeeper-tenant", tenant())
     };
-    let listed: Value = admin(reqwest::Method::GET, "/admin/sessions/orders/orders")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = json_of(admin(reqwest::Method::GET, "/admin/sessions/orders/orders")).await;
     let orders = listed["orders"]
         .as_array()
         .unwrap_or_else(|| panic!("orders listed: {listed}"));
@@ -587,13 +551,8 @@ async fn standing_orders_are_listed_and_edited_through_the_admin_api() {
         let edited: Value = answer.json().await.unwrap();
         assert_eq!(edited["order"][field], value, "{edit}: {edited}");
         // Saved: a fresh read shows it.
-        let again: Value = admin(reqwest::Method::GET, "/admin/sessions/orders/orders")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let again: Value =
+            json_of(admin(reqwest::Method::GET, "/admin/sessions/orders/orders")).await;
         assert_eq!(again["orders"][rule][field], value, "{edit}: {again}");
     }
 

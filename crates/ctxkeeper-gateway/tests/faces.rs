@@ -9,7 +9,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{chat_history, client, config, mock, start, unique};
+use common::{
+    chat_history, client, config, error_message, mock, mock_and_config, post_chat, start, unique,
+};
 use ctxkeeper::core::engine::{ContextState, presets};
 use ctxkeeper::core::formats::Wire;
 use ctxkeeper::core::model::Message;
@@ -56,14 +58,12 @@ fn store_urls(dir: &tempfile::TempDir) -> Vec<String> {
 }
 
 async fn send(gw: &common::Running, session: &str, history: &[Value]) -> reqwest::Response {
-    client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-session", session)
-        .json(&json!({"model": "gpt-4o", "messages": history}))
-        .send()
-        .await
-        .unwrap()
+    post_chat(
+        gw,
+        &[("authorization", KEY), ("x-ctxkeeper-session", session)],
+        &json!({"model": "gpt-4o", "messages": history}),
+    )
+    .await
 }
 
 async fn log_len(store: &Arc<dyn SessionStore>, key: &SessionKey) -> usize {
@@ -167,9 +167,7 @@ async fn the_gateway_continues_what_every_other_face_stored() {
 
 #[tokio::test]
 async fn an_unreadable_state_says_why_and_is_rebuilt_from_its_log() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (_upstream, dir, mut cfg) = mock_and_config(128_000).await;
     cfg.store_url = format!("sqlite://{}", dir.path().join("bad.db").display());
     cfg.admin_token = Some("admin-faces-1".into());
     let gw = start(cfg).await;
@@ -184,8 +182,7 @@ async fn an_unreadable_state_says_why_and_is_rebuilt_from_its_log() {
 
     let refused = send(&gw, &session, &chat_history(3, 100)).await;
     assert_eq!(refused.status(), 500);
-    let body: Value = refused.json().await.unwrap();
-    let message = body["error"]["message"].as_str().unwrap();
+    let (_body, message) = error_message(refused).await;
     assert!(message.contains("ctxkeeper/99"), "{message}");
     assert!(message.contains("/rebuild"), "{message}");
 

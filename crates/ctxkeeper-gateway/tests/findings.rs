@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{client, config, mock, start};
+use common::{client, config, mock_and_gateway, start};
 use ctxkeeper_gateway::tenancy::TenantRule;
-use ctxkeeper_store::{HistoryPage, SessionKey};
+use ctxkeeper_store::SessionKey;
 use serde_json::{Value, json};
 
 const KEY: &str = "Bearer sk-findings-0123456789";
@@ -67,13 +67,7 @@ async fn a_chat_stream_cut_after_its_role_chunk_is_an_error_and_commits_nothing(
         let body: Value = response.json().await.unwrap();
         assert!(body["error"]["message"].is_string(), "{body}");
         let key = SessionKey::new(key_tenant(), "default", "default", "cut").unwrap();
-        let log = gw
-            .gateway
-            .sessions
-            .store()
-            .history(&key, HistoryPage::last(100))
-            .await
-            .unwrap();
+        let log = gw.log(&key, 100).await;
         assert!(log.is_empty(), "the cut step was committed: {log:?}");
     }
 }
@@ -82,9 +76,7 @@ async fn a_chat_stream_cut_after_its_role_chunk_is_an_error_and_commits_nothing(
 /// the client's error names no path of the workspace.
 #[tokio::test]
 async fn a_refused_planted_link_answers_without_a_workspace_path() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let workspace = gw.gateway.config.workspace_dir().unwrap();
     let sessions = workspace
         .join("tenants")

@@ -10,7 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use common::{SMALL_MODEL, chat_history, client, config, filler, mock, start, tools};
+use common::{
+    SMALL_MODEL, chat_history, client, config, filler, mock_and_config, mock_and_gateway,
+    mock_with, post_chat, start, tools,
+};
 use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::tenancy::TenantRule;
 use ctxkeeper_store::{HistoryPage, SessionKey};
@@ -37,9 +40,7 @@ fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
 
 #[tokio::test]
 async fn resent_history_is_ingested_once_and_forwarded_whole() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let url = gw.url("/v1/chat/completions");
     for rounds in [1, 2, 3] {
         let body =
@@ -72,21 +73,13 @@ async fn resent_history_is_ingested_once_and_forwarded_whole() {
         })
         .unwrap();
     let key = SessionKey::new(tenant, "default", "default", "prefix-1").unwrap();
-    let log = gw
-        .gateway
-        .sessions
-        .store()
-        .history(&key, HistoryPage::last(100))
-        .await
-        .unwrap();
+    let log = gw.log(&key, 100).await;
     assert_eq!(log.len(), chat_history(3, 300).len());
 }
 
 #[tokio::test]
 async fn sessions_are_derived_from_the_conversation_when_no_header_names_one() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let url = gw.url("/v1/chat/completions");
     let first = post(
         &url,
@@ -182,9 +175,7 @@ async fn the_forwarded_prefix_is_byte_identical_between_compactions() {
 
 #[tokio::test]
 async fn an_edited_turn_is_followed_in_a_fork_of_its_own() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let url = gw.url("/v1/chat/completions");
     post(
         &url,
@@ -248,9 +239,7 @@ async fn an_edited_turn_is_followed_in_a_fork_of_its_own() {
 
 #[tokio::test]
 async fn a_context_overflow_is_compacted_and_retried_before_the_client_sees_it() {
-    let upstream = mock(3_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(3_000).await;
     let url = gw.url("/v1/chat/completions");
     // gpt-4o's profile says 128k, so only the upstream's error reveals the 3,000-token window.
     let body = json!({"model": "gpt-4o", "messages": chat_history(20, 1200), "tools": tools()});
@@ -284,9 +273,7 @@ async fn a_context_overflow_is_compacted_and_retried_before_the_client_sees_it()
 
 #[tokio::test]
 async fn a_streamed_anthropic_overflow_is_recovered_before_the_first_byte() {
-    let upstream = mock(3_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(3_000).await;
     let mut messages = vec![json!({"role": "user", "content": "Summarise the logs."})];
     for i in 0..12 {
         let id = format!("toolu_{i}");
@@ -363,6 +350,12 @@ impl SessionEvents {
         }
     }
 
+    /// Reads events until one named `name` has arrived; fails the test (naming the events that
+    /// did arrive) when none does within 10 s.
+    async fn expect(&mut self, name: &str) {
+        assert!(self.wait_for(name).await, "{:?}", self.names());
+    }
+
     /// Reads events until one named `name` has arrived (10 s at most); returns whether it did.
     async fn wait_for(&mut self, name: &str) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -410,9 +403,7 @@ impl SessionEvents {
 
 #[tokio::test]
 async fn a_streamed_responses_overflow_is_recovered_before_the_first_byte() {
-    let upstream = mock(3_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(3_000).await;
     let mut events = SessionEvents::open(&gw, "responses-overflow").await;
     // gpt-4o's profile says 128k: only the upstream's in-stream error reveals the window.
     let body = json!({"model": "gpt-4o", "stream": true, "instructions": "You fix bugs.",
@@ -449,11 +440,7 @@ async fn a_streamed_responses_overflow_is_recovered_before_the_first_byte() {
             .render()
             .contains("ctxkeeper_overflow_recoveries_total 1")
     );
-    assert!(
-        events.wait_for("overflow_recovered").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("overflow_recovered").await;
     let recovered = events.named("overflow_recovered")[0];
     assert_eq!(recovered["attempt"], 1);
     assert!(
@@ -464,9 +451,7 @@ async fn a_streamed_responses_overflow_is_recovered_before_the_first_byte() {
 
 #[tokio::test]
 async fn compactions_and_overflow_recoveries_are_announced_on_the_event_stream() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let url = gw.url("/v1/chat/completions");
 
     // 1. A compaction the policy triggers: the small window fills after a few tool rounds.
@@ -483,11 +468,7 @@ async fn compactions_and_overflow_recoveries_are_announced_on_the_event_stream()
         }
     }
     assert!(compacted_at.is_some(), "a 4,000-token window must compact");
-    assert!(
-        events.wait_for("context_compaction_end").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("context_compaction_end").await;
     let names = events.names();
     let start_at = names
         .iter()
@@ -520,11 +501,7 @@ async fn compactions_and_overflow_recoveries_are_announced_on_the_event_stream()
     let body = json!({"model": "gpt-4o", "messages": chat_history(20, 1200), "tools": tools()});
     let response = post(&url, Some("events-overflow"), &body).await;
     assert_eq!(response.status(), 200);
-    assert!(
-        events.wait_for("overflow_recovered").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("overflow_recovered").await;
     let recovered = events.named("overflow_recovered")[0];
     assert_eq!(recovered["attempt"], 1);
     assert_eq!(
@@ -552,9 +529,7 @@ async fn compactions_and_overflow_recoveries_are_announced_on_the_event_stream()
 /// `messagesBefore` / `messagesAfter` for a compaction inside a request.
 #[tokio::test]
 async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.policy = ctxkeeper_core::engine::presets::preset("agentrail")
         .unwrap()
         .with_overrides("trigger_tokens = 3000")
@@ -563,6 +538,11 @@ async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
     let url = gw.url("/v1/chat/completions");
     let session = "agentrail-layers";
     let mut events = SessionEvents::open(&gw, session).await;
+    let send = |messages: &[Value]| {
+        let body = json!({"model": "gpt-4o", "messages": messages});
+        let url = url.clone();
+        async move { post(&url, Some(session), &body).await }
+    };
 
     // Inside the first request: far over the trigger, and nothing compacts.
     let mut history = chat_history(24, 700);
@@ -581,19 +561,10 @@ async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
     // The user's next request: the request-boundary compaction, announced by start and end.
     history.push(json!({"role": "assistant", "content": "The rounding happens too early."}));
     history.push(json!({"role": "user", "content": "Now fix the tax module."}));
-    let response = post(
-        &url,
-        Some(session),
-        &json!({"model": "gpt-4o", "messages": history}),
-    )
-    .await;
+    let response = send(&history).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-ctxkeeper-compacted"), "true");
-    assert!(
-        events.wait_for("context_compaction_end").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("context_compaction_end").await;
     let start = events.named("context_compaction_start");
     assert_eq!(start.len(), 1, "{:?}", events.names());
     assert_eq!(start[0]["reason"], "tokens");
@@ -608,19 +579,10 @@ async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
             "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}),
         );
         history.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
-        let response = post(
-            &url,
-            Some(session),
-            &json!({"model": "gpt-4o", "messages": history}),
-        )
-        .await;
+        let response = send(&history).await;
         assert_eq!(response.status(), 200);
     }
-    assert!(
-        events.wait_for("tool_result_truncated").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("tool_result_truncated").await;
     let cut = events.named("tool_result_truncated");
     assert_eq!(cut[0]["call_id"], "call_100");
     assert!(
@@ -645,11 +607,7 @@ async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
     let body = json!({"model": "gpt-4o", "messages": chat_history(20, 1200)});
     let response = post(&url, Some(other), &body).await;
     assert_eq!(response.status(), 200);
-    assert!(
-        events.wait_for("overflow_recovered").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("overflow_recovered").await;
     let names = events.names();
     assert!(
         !names.iter().any(|n| n.starts_with("context_compaction_")),
@@ -670,9 +628,7 @@ async fn agentrail_announces_each_compaction_layer_with_its_own_events() {
 async fn an_unrecoverable_overflow_gives_up_with_the_providers_own_error() {
     // Nothing fits: the window is smaller than the output budget the mock reserves (64), so
     // every attempt overflows however hard the context is compacted.
-    let upstream = mock(40).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(40).await;
     let huge = filler(1, 6_000);
 
     let mut events = SessionEvents::open(&gw, "give-up-chat").await;
@@ -683,11 +639,7 @@ async fn an_unrecoverable_overflow_gives_up_with_the_providers_own_error() {
     let error: Value = response.json().await.unwrap();
     assert_eq!(error["error"]["code"], "context_length_exceeded");
     assert_eq!(error["error"]["type"], "invalid_request_error");
-    assert!(
-        events.wait_for("overflow_unrecovered").await,
-        "{:?}",
-        events.names()
-    );
+    events.expect("overflow_unrecovered").await;
     let gave_up = events.named("overflow_unrecovered")[0].clone();
     assert!(gave_up["attempt"].as_u64().unwrap() >= 1, "{gave_up}");
     // The engine sees that the user's request alone cannot fit and says so instead of
@@ -741,9 +693,7 @@ async fn an_unrecoverable_overflow_gives_up_with_the_providers_own_error() {
 
 #[tokio::test]
 async fn a_connected_event_subscriber_does_not_hold_the_graceful_shutdown() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let mut events = SessionEvents::open(&gw, "watched").await;
     tokio::time::timeout(Duration::from_secs(10), gw.stop())
         .await
@@ -758,9 +708,7 @@ async fn a_connected_event_subscriber_does_not_hold_the_graceful_shutdown() {
 
 #[tokio::test]
 async fn other_upstream_errors_pass_through_with_status_and_body() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let body = json!({"model": "gpt-4o", "messages": chat_history(1, 50)});
     // No API key: the mock answers 401 like the real API.
     let direct = client()
@@ -771,12 +719,7 @@ async fn other_upstream_errors_pass_through_with_status_and_body() {
         .unwrap();
     let direct_status = direct.status();
     let direct_body: Value = direct.json().await.unwrap();
-    let through = client()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let through = post_chat(&gw, &[], &body).await;
     assert_eq!(direct_status, 401);
     assert_eq!(through.status(), direct_status);
     assert_eq!(through.json::<Value>().await.unwrap(), direct_body);
@@ -784,19 +727,15 @@ async fn other_upstream_errors_pass_through_with_status_and_body() {
 
 #[tokio::test]
 async fn credentials_go_upstream_untouched_and_are_never_stored() {
-    let upstream = mock(3_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, dir, mut cfg) = mock_and_config(3_000).await;
     cfg.store_url = format!("sqlite://{}", dir.path().join("sessions.db").display());
     let gw = start(cfg).await;
-    let response = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("openai-organization", "org-test")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(20, 1200)}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &gw,
+        &[("authorization", KEY), ("openai-organization", "org-test")],
+        &json!({"model": "gpt-4o", "messages": chat_history(20, 1200)}),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     for request in upstream.requests() {
         assert_eq!(request.header("authorization"), Some(KEY));
@@ -824,9 +763,7 @@ async fn credentials_go_upstream_untouched_and_are_never_stored() {
 
 #[tokio::test]
 async fn health_metrics_and_models_answer() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let health = client().get(gw.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
     post(

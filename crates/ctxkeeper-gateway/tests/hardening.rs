@@ -10,11 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{chat_history, client, config, mock, start};
+use common::{
+    chat_history, client, config, error_message, mock_and_config, mock_and_gateway, post_chat,
+    start,
+};
 use ctxkeeper_gateway::metrics::Metrics;
 use ctxkeeper_gateway::tenancy::TenantRule;
-use ctxkeeper_store::{HistoryPage, SessionFilter, SessionKey};
-use serde_json::{Value, json};
+use ctxkeeper_store::{SessionFilter, SessionKey};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY: &str = "Bearer sk-hardening-0123456789";
@@ -66,13 +69,7 @@ fn key_tenant() -> String {
 
 async fn log_len(gw: &common::Running, tenant: &str, session: &str) -> usize {
     let key = SessionKey::new(tenant, "default", "default", session).unwrap();
-    gw.gateway
-        .sessions
-        .store()
-        .history(&key, HistoryPage::last(1_000))
-        .await
-        .unwrap()
-        .len()
+    gw.log(&key, 1_000).await.len()
 }
 
 #[tokio::test]
@@ -80,27 +77,20 @@ async fn a_request_naming_another_tenant_writes_and_watches_nothing() {
     // Regression: `x-ctxkeeper-tenant` used to win over the API key, and the step was
     // committed before the upstream refused the key, so anyone could write into (and read
     // back through session_search) another tenant's session.
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
-    let response = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", "Bearer sk-invalid")
-        .header("x-ctxkeeper-tenant", "acme")
-        .header("x-ctxkeeper-session", "ticket-1")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
+    let response = post_chat(
+        &gw,
+        &[
+            ("authorization", "Bearer sk-invalid"),
+            ("x-ctxkeeper-tenant", "acme"),
+            ("x-ctxkeeper-session", "ticket-1"),
+        ],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(response.status(), 403);
-    let body: Value = response.json().await.unwrap();
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("--trust-tenant-header"),
-        "{body}"
-    );
+    let (body, message) = error_message(response).await;
+    assert!(message.contains("--trust-tenant-header"), "{body}");
     assert!(upstream.requests().is_empty(), "nothing went upstream");
     let acme = gw
         .gateway
@@ -126,9 +116,7 @@ async fn a_request_naming_another_tenant_writes_and_watches_nothing() {
 
 #[tokio::test]
 async fn a_trusted_proxy_or_a_tenant_token_chooses_the_tenant() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.tenants = TenantRule::default()
         .with_token("acme", "acme-token-123")
         .unwrap();
@@ -151,15 +139,16 @@ async fn a_trusted_proxy_or_a_tenant_token_chooses_the_tenant() {
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.tenants = TenantRule::default().trust_header(true);
     let trusted = start(cfg).await;
-    let response = client()
-        .post(trusted.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-tenant", "globex")
-        .header("x-ctxkeeper-session", "s1")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &trusted,
+        &[
+            ("authorization", KEY),
+            ("x-ctxkeeper-tenant", "globex"),
+            ("x-ctxkeeper-session", "s1"),
+        ],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         log_len(&trusted, "globex", "s1").await,
@@ -175,15 +164,16 @@ async fn a_failed_model_call_leaves_nothing_in_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let gw = start(config(&dir, &upstream)).await;
     let body = json!({"model": "gpt-4o", "messages": chat_history(2, 100)});
-    for expected in [500, 429, 401, 502] {
-        let response = client()
+    let send = || {
+        client()
             .post(gw.url("/v1/chat/completions"))
             .header("authorization", KEY)
             .header("x-ctxkeeper-session", "flaky")
             .json(&body)
             .send()
-            .await
-            .unwrap();
+    };
+    for expected in [500, 429, 401, 502] {
+        let response = send().await.unwrap();
         assert_eq!(response.status(), expected);
         assert_eq!(log_len(&gw, &key_tenant(), "flaky").await, 0, "{expected}");
         let key = SessionKey::new(key_tenant(), "default", "default", "flaky").unwrap();
@@ -200,14 +190,7 @@ async fn a_failed_model_call_leaves_nothing_in_the_session() {
     }
     // The retry that succeeds commits the step once, and a repeat adds nothing.
     for _ in 0..2 {
-        let response = client()
-            .post(gw.url("/v1/chat/completions"))
-            .header("authorization", KEY)
-            .header("x-ctxkeeper-session", "flaky")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let response = send().await.unwrap();
         assert_eq!(response.status(), 200);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 6);
@@ -222,9 +205,7 @@ async fn a_failed_model_call_leaves_nothing_in_the_session() {
 async fn event_subscriptions_are_freed_when_their_clients_leave() {
     // Regression: every distinct session id subscribed at /v1/sessions/{id}/events left its
     // channel behind for good (25,000 ids: +805 MB).
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (_upstream, _dir, gw) = mock_and_gateway(128_000).await;
     for i in 0..300 {
         let mut response = client()
             .get(gw.url(&format!("/v1/sessions/probe-{i}/events")))
@@ -245,9 +226,7 @@ async fn event_subscriptions_are_freed_when_their_clients_leave() {
 
 #[tokio::test]
 async fn half_sent_requests_are_cut_off_in_bounded_time() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (_upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.header_timeout = Duration::from_millis(500);
     cfg.body_timeout = Duration::from_millis(500);
     let gw = start(cfg).await;
@@ -294,9 +273,7 @@ async fn half_sent_requests_are_cut_off_in_bounded_time() {
 
 #[tokio::test]
 async fn bodies_over_the_in_flight_cap_get_503_with_retry_after() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (_upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.body_limit = 64 * 1024;
     cfg.max_inflight_bytes = 100 * 1024;
     cfg.body_timeout = Duration::from_secs(5);
@@ -320,34 +297,17 @@ async fn bodies_over_the_in_flight_cap_get_503_with_retry_after() {
     );
     let body = json!({"model": "gpt-4o", "messages": chat_history(6, 8_000)});
     assert!(serde_json::to_vec(&body).unwrap().len() > 41 * 1024);
-    let refused = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let refused = post_chat(&gw, &[("authorization", KEY)], &body).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(refused.headers()["retry-after"], "1");
-    let error: Value = refused.json().await.unwrap();
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_inflight_bytes")
-    );
+    let (error, message) = error_message(refused).await;
+    assert!(message.contains("max_inflight_bytes"), "{error}");
     drop(holder);
     let deadline = Instant::now() + Duration::from_secs(5);
     while Metrics::get(&gw.gateway.metrics.inflight_body_bytes) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let admitted = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let admitted = post_chat(&gw, &[("authorization", KEY)], &body).await;
     assert_eq!(admitted.status(), 200, "admitted once the holder left");
     assert_eq!(Metrics::get(&gw.gateway.metrics.inflight_body_bytes), 0);
 }
@@ -355,31 +315,26 @@ async fn bodies_over_the_in_flight_cap_get_503_with_retry_after() {
 #[tokio::test]
 async fn a_policy_patch_with_nan_is_refused_with_the_fields_name() {
     // Regression: `trigger_ratio = nan` went through as "unset" and turned compaction off.
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (_upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.admin_token = Some("admin-secret-1".into());
     let gw = start(cfg).await;
-    let chat = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("x-ctxkeeper-session", "patched")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let chat = post_chat(
+        &gw,
+        &[("x-ctxkeeper-session", "patched")],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(
         chat.status(),
         401,
         "the mock wants a key; nothing is stored"
     );
-    let chat = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-session", "patched")
-        .json(&json!({"model": "gpt-4o", "messages": chat_history(1, 100)}))
-        .send()
-        .await
-        .unwrap();
+    let chat = post_chat(
+        &gw,
+        &[("authorization", KEY), ("x-ctxkeeper-session", "patched")],
+        &json!({"model": "gpt-4o", "messages": chat_history(1, 100)}),
+    )
+    .await;
     assert_eq!(chat.status(), 200);
     for bad in [
         "trigger_ratio = nan",

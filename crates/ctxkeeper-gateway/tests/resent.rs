@@ -7,7 +7,10 @@
 
 mod common;
 
-use common::{SMALL_MODEL, chat_history, client, config, filler, mock, start, tools};
+use common::{
+    SMALL_MODEL, anthropic_tool_loop, chat_history, client, error_message, filler, mock_and_config,
+    mock_and_gateway, start, tools,
+};
 use ctxkeeper_gateway::metrics::Metrics;
 use serde_json::{Value, json};
 
@@ -49,9 +52,7 @@ struct Forwarded {
 /// Sends `bodies` in turn, as one session named by a header, to a fresh gateway reading as
 /// `reading` says.
 async fn forwarded(path: &str, bodies: &[Value], reading: Reading, window: u64) -> Forwarded {
-    let upstream = mock(window).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut config) = mock_and_config(window).await;
     config.resent_prefix_bytes = reading.resent_bytes;
     config.forward_early_from = reading.early_from;
     let gw = start(config).await;
@@ -152,19 +153,8 @@ async fn a_long_history_that_arrives_in_many_chunks_too() {
 #[tokio::test]
 async fn an_anthropic_conversation_with_a_system_prompt_and_a_moving_cache_marker_too() {
     let body = |steps: usize| {
-        let mut messages = vec![json!({"role": "user", "content": [
-            {"type": "text", "text": "Fix the failing invoice test."}]})];
-        for i in 0..steps {
-            let id = format!("toolu_{i:04}");
-            messages.push(json!({"role": "assistant", "content": [
-                {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": format!("cat f{i}")}}]}));
-            messages.push(json!({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": id, "content": filler(i, 500)}]}));
-        }
         // The marker moves to the newest message: the previous newest one changes bytes.
-        let last = messages.last_mut().unwrap();
-        last["content"].as_array_mut().unwrap().last_mut().unwrap()["cache_control"] =
-            json!({"type": "ephemeral"});
+        let messages = anthropic_tool_loop(steps, 500, |i| format!("cat f{i}"));
         json!({
             "model": SMALL_MODEL,
             "max_tokens": 64,
@@ -210,9 +200,7 @@ async fn a_refused_request_whose_upload_started_early_never_reaches_the_upstream
 /// `early_from` bytes on, 0: never): each names its place in the whole body, none reaches the
 /// upstream, and the session goes on.
 async fn errors_after_a_resent_prefix(early_from: usize) {
-    let upstream = mock(1_000_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut config) = mock_and_config(1_000_000).await;
     config.forward_early_from = early_from;
     let gw = start(config).await;
     let send = |body: String| {
@@ -262,14 +250,8 @@ async fn errors_after_a_resent_prefix(early_from: usize) {
     rewarm().await;
     let refused = send(truncated).await.unwrap();
     assert_eq!(refused.status(), 400);
-    let error: Value = refused.json().await.unwrap();
-    assert!(
-        error["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("malformed JSON"),
-        "{error}"
-    );
+    let (error, message) = error_message(refused).await;
+    assert!(message.contains("malformed JSON"), "{error}");
     // A broken tool pair in a new message is refused as a full parse refuses it.
     let mut orphan = messages.clone();
     orphan.push(json!({"role": "tool", "tool_call_id": "call_nowhere", "content": "x"}));
@@ -356,9 +338,7 @@ async fn a_responses_history_whose_items_group_into_messages_too() {
 async fn a_responses_history_holding_the_gateways_own_compaction_item_is_read_in_full() {
     // The gateway answers compaction triggers here (the mock is no OpenAI): a history that
     // carries its item goes upstream as the item's text, whatever the prefix holds.
-    let upstream = mock(4000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(4000).await;
     let send = |body: Value| {
         client()
             .post(gw.url("/v1/responses"))

@@ -12,7 +12,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{SMALL_MODEL, chat_history, client, config, mock, start_shared, tools, unique};
+use common::{
+    SMALL_MODEL, chat_history, client, config, mock, mock_and_config, start_shared, tools, unique,
+};
 use ctxkeeper_store::{HistoryPage, SessionKey, SessionStore};
 use serde_json::{Value, json};
 
@@ -30,10 +32,7 @@ async fn send(url: &str, session: &str, rounds: usize) -> (u16, bool) {
         .send()
         .await
         .unwrap();
-    let compacted = response
-        .headers()
-        .get("x-ctxkeeper-compacted")
-        .is_some_and(|v| v == "true");
+    let compacted = common::compacted(&response);
     let status = response.status().as_u16();
     let _: Value = response.json().await.unwrap();
     (status, compacted)
@@ -260,9 +259,7 @@ async fn two_gateways_share_a_postgres_store() {
 /// A step served by one replica is announced to a subscriber of another, through the store's
 /// own pub/sub.
 async fn events_cross_replicas(store_url: &str) {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (_upstream, dir, mut cfg) = mock_and_config(128_000).await;
     cfg.store_url = store_url.to_string();
     cfg.workspace = dir.path().join("archive").display().to_string();
     cfg.tenants = ctxkeeper_gateway::tenancy::TenantRule::default().trust_header(true);

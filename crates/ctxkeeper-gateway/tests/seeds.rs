@@ -6,39 +6,31 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use common::{chat_history, client, config, mock, start};
+use common::{chat_history, files_under, mock_and_config, post_chat, start};
 use serde_json::{Value, json};
 
 const KEY: &str = "Bearer sk-seeds-0123456789";
 
-/// Every file under `dir` whose name satisfies `keep`.
-fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(files(&path, keep));
-        } else if path.file_name().and_then(|n| n.to_str()).is_some_and(keep) {
-            out.push(path);
-        }
-    }
-    out
+/// The body of the last request the mock upstream received.
+fn last_request(upstream: &ctxkeeper_mock_upstream::MockServer) -> String {
+    upstream
+        .requests()
+        .last()
+        .cloned()
+        .expect("a request")
+        .body
+        .to_string()
 }
 
 async fn send(gw: &common::Running, history: &[Value]) {
-    let response = client()
-        .post(gw.url("/v1/chat/completions"))
-        .header("authorization", KEY)
-        .header("x-ctxkeeper-session", "seeds")
-        .json(&json!({"model": "gpt-4o", "messages": history}))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(
+        &gw,
+        &[("authorization", KEY), ("x-ctxkeeper-session", "seeds")],
+        &json!({"model": "gpt-4o", "messages": history}),
+    )
+    .await;
     assert!(
         response.status().is_success(),
         "{}",
@@ -48,9 +40,7 @@ async fn send(gw: &common::Running, history: &[Value]) {
 
 #[tokio::test]
 async fn agentscope_keeps_five_images_and_stores_the_rest_by_hash() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.policy = ctxkeeper_core::engine::presets::preset("agentscope").unwrap();
     let workspace = PathBuf::from(&cfg.workspace);
     let gw = start(cfg).await;
@@ -69,15 +59,9 @@ async fn agentscope_keeps_five_images_and_stores_the_rest_by_hash() {
         send(&gw, &history).await;
         history.push(json!({"role": "assistant", "content": format!("chart {i} rises")}));
     }
-    let last = upstream
-        .requests()
-        .last()
-        .cloned()
-        .expect("a request")
-        .body
-        .to_string();
+    let last = last_request(&upstream);
     assert_eq!(last.matches("data:image/png;base64,").count(), 5);
-    let stored = files(&workspace, &|name| name.ends_with(".png"));
+    let stored = files_under(&workspace, &|name| name.ends_with(".png"));
     assert_eq!(stored.len(), 3, "{stored:?}");
     for path in &stored {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap();
@@ -91,26 +75,18 @@ async fn agentscope_keeps_five_images_and_stores_the_rest_by_hash() {
 
 #[tokio::test]
 async fn reme_compress_writes_group_files_through_the_gateway() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.policy = ctxkeeper_core::engine::presets::preset("reme-compress").unwrap();
     let workspace = PathBuf::from(&cfg.workspace);
     let gw = start(cfg).await;
     // About 30,000 tokens: over ReMe's 20,000, in groups of at most 8,000.
     let history = chat_history(22, 8_000);
     send(&gw, &history).await;
-    let groups = files(&workspace, &|name| {
+    let groups = files_under(&workspace, &|name| {
         name.ends_with(".json") && name.rsplit_once('_').is_some()
     });
     assert!(groups.len() >= 2, "{groups:?}");
-    let last = upstream
-        .requests()
-        .last()
-        .cloned()
-        .expect("a request")
-        .body
-        .to_string();
+    let last = last_request(&upstream);
     assert!(last.contains("[Part 1/"), "one message per group");
     for group in &groups {
         let messages: Value =

@@ -8,9 +8,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, config, filler, mock};
-use ctxkeeper_core::tokens::Profiles;
+use common::{client, filler, summarizing};
+
 use ctxkeeper_gateway::summarize::{SUMMARY_REQUEST_MARK, SummarizerChoice};
+use ctxkeeper_mock_upstream::MockConfig;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-ant-summaries-0123456789";
@@ -32,24 +33,6 @@ fn conversation(turns: usize) -> Value {
     })
 }
 
-fn summarizing_config(
-    dir: &tempfile::TempDir,
-    upstream: &str,
-) -> ctxkeeper_gateway::config::GatewayConfig {
-    let mut cfg = config(dir, upstream);
-    // What `serve` does by default (the shared test configuration pins extractive).
-    cfg.summarizer = ctxkeeper_gateway::config::GatewayConfig::new(dir.path()).summarizer;
-    cfg.profiles = Profiles::from_toml_str(
-        "[models.\"sum-model\"]\ncontext_window = 6000\ntokenizer = \"o200k_base\"\n",
-    )
-    .unwrap();
-    cfg.policy = cfg
-        .policy
-        .with_overrides("stages = [{ kind = \"summarize\" }]")
-        .unwrap();
-    cfg
-}
-
 async fn send(gw: &common::Running, body: &Value) -> reqwest::Response {
     client()
         .post(gw.url("/v1/messages"))
@@ -67,9 +50,7 @@ fn is_summary_call(body: &Value) -> bool {
 
 #[tokio::test]
 async fn the_summary_call_reads_the_conversation_from_the_prompt_cache() {
-    let upstream = mock(60_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, cfg) = summarizing(MockConfig::default()).await;
     assert_eq!(cfg.summarizer.name(), "upstream", "the default of serve");
     let gw = common::start(cfg).await;
     for turns in 1..14 {
@@ -108,15 +89,11 @@ async fn the_summary_call_reads_the_conversation_from_the_prompt_cache() {
 #[tokio::test]
 async fn a_summarizer_that_times_out_never_fails_the_agents_request() {
     // Every answer takes 150 ms; the summary call has 50.
-    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
-        window: 60_000,
+    let (upstream, _dir, mut cfg) = summarizing(MockConfig {
         delay: Duration::from_millis(150),
         ..Default::default()
     })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    .await;
     cfg.summary_timeout = Duration::from_millis(50);
     let gw = common::start(cfg).await;
     for turns in 1..14 {
@@ -139,9 +116,7 @@ async fn a_summarizer_that_times_out_never_fails_the_agents_request() {
 
 #[tokio::test]
 async fn a_fixed_summarizer_makes_no_upstream_call() {
-    let upstream = mock(60_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = summarizing(MockConfig::default()).await;
     cfg.summarizer = SummarizerChoice::parse("extractive", None, None).unwrap();
     let gw = common::start(cfg).await;
     for turns in 1..14 {
@@ -153,9 +128,8 @@ async fn a_fixed_summarizer_makes_no_upstream_call() {
 
 #[tokio::test]
 async fn a_request_the_provider_manages_is_forwarded_untouched() {
-    let upstream = mock(60_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(summarizing_config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, cfg) = summarizing(MockConfig::default()).await;
+    let gw = common::start(cfg).await;
     // Far over the 6,000-token window the gateway would manage: the provider's own context
     // management (and its compaction blocks) decide instead.
     let mut body = conversation(13);
@@ -181,15 +155,11 @@ async fn behind_a_slow_summarizer(
     tempfile::TempDir,
     common::Running,
 ) {
-    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
-        window: 60_000,
+    let (upstream, dir, mut cfg) = summarizing(MockConfig {
         summary_delay: Duration::from_millis(400),
         ..Default::default()
     })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    .await;
     cfg.prepare_summaries_at = prepare_at;
     let gw = common::start(cfg).await;
     (upstream, dir, gw)
@@ -211,11 +181,7 @@ async fn crossing_latencies(prepare_at: Option<f64>) -> (Vec<Duration>, Vec<f64>
         let response = send(&gw, &conversation(turns)).await;
         let elapsed = started.elapsed();
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-        if response
-            .headers()
-            .get("x-ctxkeeper-compacted")
-            .is_some_and(|v| v == "true")
-        {
+        if common::compacted(&response) {
             crossing.push(elapsed);
         }
         // A preparation started by this step has answered (and been handed back) before the
@@ -274,11 +240,7 @@ async fn a_crossing_request_waits_for_the_summary_being_prepared_instead_of_aski
     for turns in 1..14 {
         let response = send(&gw, &conversation(turns)).await;
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
-        if response
-            .headers()
-            .get("x-ctxkeeper-compacted")
-            .is_some_and(|v| v == "true")
-        {
+        if common::compacted(&response) {
             compacted += 1;
             let forwarded = upstream
                 .requests()
@@ -317,15 +279,12 @@ async fn a_crossing_request_waits_for_the_summary_being_prepared_instead_of_aski
 #[tokio::test]
 async fn a_summarizer_outage_of_any_kind_never_fails_the_agents_request() {
     for status in [401, 500, 529] {
-        let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
-            window: 60_000,
+        let (upstream, _dir, cfg) = summarizing(MockConfig {
             summary_status: Some(status),
             ..Default::default()
         })
-        .await
-        .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let gw = common::start(summarizing_config(&dir, &upstream.anthropic_base_url())).await;
+        .await;
+        let gw = common::start(cfg).await;
         for turns in 1..14 {
             let response = send(&gw, &conversation(turns)).await;
             assert_eq!(
@@ -374,9 +333,7 @@ fn agent_conversation(turns: usize, choice: &str, stream: bool) -> Value {
 async fn no_summary_is_prepared_after_an_answer_that_ends_the_agents_turn() {
     for stream in [false, true] {
         for choice in ["auto", "none"] {
-            let upstream = mock(60_000).await;
-            let dir = tempfile::tempdir().unwrap();
-            let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+            let (_upstream, _dir, mut cfg) = summarizing(MockConfig::default()).await;
             cfg.prepare_summaries_at = Some(0.5);
             let gw = common::start(cfg).await;
             let metrics = &gw.gateway.metrics;
@@ -421,15 +378,11 @@ async fn no_summary_is_prepared_after_an_answer_that_ends_the_agents_turn() {
 /// on its own credentials, never on the departed caller's.
 #[tokio::test]
 async fn a_cancelled_request_leaves_no_summarizer_or_credential_in_the_warm_session() {
-    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
-        window: 60_000,
+    let (upstream, _dir, mut cfg) = summarizing(MockConfig {
         summary_delay: Duration::from_millis(2_500),
         ..Default::default()
     })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = summarizing_config(&dir, &upstream.anthropic_base_url());
+    .await;
     // Summaries written inline, in the request that needs them, and never timed out here.
     cfg.prepare_summaries_at = None;
     cfg.summary_timeout = Duration::from_secs(30);

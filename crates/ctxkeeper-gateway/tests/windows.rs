@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{client, config, filler, mock, start};
+use common::{client, config, filler, mock_and_gateway, mock_with, start};
 use serde_json::{Value, json};
 
 const BETAS: &str = "claude-code-20250219,context-1m-2025-08-07,interleaved-thinking-2025-05-14";
@@ -40,9 +40,7 @@ fn claude_code_body(rounds: usize) -> Value {
 /// Sends `body` as Claude Code would (with `betas` when given) and returns whether the gateway
 /// reports a compaction, and what the upstream received.
 async fn forwarded(betas: Option<&str>, session: &str, body: &Value) -> (bool, Value) {
-    let upstream = mock(1_100_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(1_100_000).await;
     let mut request = client()
         .post(gw.url("/v1/messages"))
         .header("x-api-key", "sk-ant-windows-0123456789")
@@ -103,13 +101,12 @@ async fn the_window_a_providers_model_list_states_is_used_for_an_unknown_model()
     });
     let mut refused = Vec::new();
     for list_first in [false, true] {
-        let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+        let upstream = mock_with(ctxkeeper_mock_upstream::MockConfig {
             window: 5_000,
             list_windows: true,
             ..Default::default()
         })
-        .await
-        .unwrap();
+        .await;
         let dir = tempfile::tempdir().unwrap();
         let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
         if list_first {

@@ -164,7 +164,6 @@ fn shrink(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxkeeper_core::model::Part;
 
     fn count(text: &str) -> u32 {
         (text.len() / 4) as u32
@@ -183,10 +182,7 @@ mod tests {
         let mut messages = Vec::new();
         for i in 0..20 {
             let id = format!("c{i}");
-            messages.push(Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(&id, "read", "{}")],
-            ));
+            messages.push(Message::tool_call(&id, "read", "{}"));
             messages.push(Message::tool_result(&id, "x".repeat(100)));
         }
         let plan = plan_chunks(&messages, 0, 150, 64, 100, &count);

@@ -7,7 +7,6 @@
 //! the facts of the first slice (the original task) survive to the end. The whole replay must
 //! also be cheap, since the extractive summarizer runs inside replays of thousands of steps.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ctxkeeper_core::import::{detect, import};
@@ -15,46 +14,17 @@ use ctxkeeper_core::model::Message;
 use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
 use ctxkeeper_llm::{EXTRACTIVE_LABEL, ExtractiveSummarizer};
 
-fn traces_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("CTXKEEPER_TRACES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/data/traces"
-        )),
-    };
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!("SKIP: shared traces not found at {}", dir.display());
-        None
-    }
-}
+#[path = "../../ctxkeeper-core/tests/support/traces.rs"]
+mod traces;
+
+use traces::{trace_files, traces_dir};
 
 /// Every trace file as one concatenated session.
 fn sessions() -> Vec<(String, Vec<Message>)> {
     let Some(dir) = traces_dir() else {
         return Vec::new();
     };
-    let mut files = Vec::new();
-    let mut stack = vec![dir];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir)
-            .expect("readable trace directory")
-            .flatten()
-        {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path
-                .extension()
-                .is_some_and(|e| e == "json" || e == "jsonl" || e == "traj")
-            {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let files = trace_files(&dir);
     let mut out = Vec::new();
     for path in files {
         let name = path

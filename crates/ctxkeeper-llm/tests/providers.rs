@@ -816,13 +816,10 @@ async fn huge_prefixes_are_summarized_chunk_by_chunk_within_the_window() {
     let mut messages = Vec::new();
     for i in 0..60 {
         let id = format!("c{i}");
-        messages.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                &id,
-                "read_file",
-                format!(r#"{{"path":"src/m{i}.rs"}}"#),
-            )],
+        messages.push(Message::tool_call(
+            &id,
+            "read_file",
+            format!(r#"{{"path":"src/m{i}.rs"}}"#),
         ));
         messages.push(Message::tool_result(
             &id,

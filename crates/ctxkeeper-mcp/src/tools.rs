@@ -24,7 +24,7 @@ use ctxkeeper::core::engine::{
 };
 use ctxkeeper::core::model::{Message, Part, Role, api_rounds, turns};
 use ctxkeeper::snapshot::Snapshot;
-use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope};
+use ctxkeeper::store::archive::{ArchiveRef, ArchiveScope, excerpt};
 use ctxkeeper::store::memory::MemoryScope;
 use ctxkeeper::store::state::validate_identifier;
 use ctxkeeper::store::{
@@ -654,25 +654,6 @@ async fn context_grep(backend: &Backend, args: Result<GrepArgs, ToolError>) -> T
 /// Collapses a multi-line message (regex errors draw a caret diagram) into one line.
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// At most `width` characters of `line`, centred on the first match when the line is long
-/// (archived messages are one JSON object per line and can be very long).
-fn excerpt(line: &str, regex: &regex::Regex, width: usize) -> String {
-    let chars = line.chars().count();
-    if chars <= width {
-        return line.to_string();
-    }
-    let match_start = regex
-        .find(line)
-        .map(|m| line[..m.start()].chars().count())
-        .unwrap_or(0);
-    let start = match_start.saturating_sub(width / 4);
-    let start = start.min(chars - width);
-    let body: String = line.chars().skip(start).take(width).collect();
-    let head = if start > 0 { "…" } else { "" };
-    let tail = if start + width < chars { "…" } else { "" };
-    format!("{head}{body}{tail}")
 }
 
 async fn context_list(backend: &Backend, args: Result<ListArchiveArgs, ToolError>) -> ToolResult {

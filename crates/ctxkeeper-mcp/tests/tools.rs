@@ -948,16 +948,18 @@ async fn the_rmcp_client_sees_schemas_results_and_tool_errors() -> anyhow_free::
         // 20 bytes end on a character boundary of the fixture's multi-byte text.
         Some(json!(f.output[..20]))
     );
-    let hostile = client
-        .call_tool(
-            CallToolRequestParams::new("context_read")
-                .with_arguments(arguments(json!({"reference": "../../etc/passwd"}))),
-        )
-        .await?;
+    let hostile = client.call_tool(hostile_read()).await?;
     assert_eq!(hostile.is_error, Some(true));
     client.cancel().await?;
     running.abort();
     Ok(())
+}
+
+/// `context_read` of a reference that climbs out of the archive.
+fn hostile_read() -> rmcp::model::CallToolRequestParams {
+    let arguments = json!({"reference": "../../etc/passwd"});
+    rmcp::model::CallToolRequestParams::new("context_read")
+        .with_arguments(arguments.as_object().cloned().expect("object"))
 }
 
 #[path = "tools/observed.rs"]

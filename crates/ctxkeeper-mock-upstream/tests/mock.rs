@@ -57,6 +57,16 @@ async fn post(
     (status, response.text().await.expect("a body"))
 }
 
+/// Posts `body` with a key and returns the status and the raw body.
+async fn keyed(
+    server: &MockServer,
+    client: &reqwest::Client,
+    api: Api,
+    body: &Value,
+) -> (u16, String) {
+    post(server, client, api, Some("k"), body).await
+}
+
 fn parse(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|error| panic!("not JSON ({error}): {body}"))
 }
@@ -101,14 +111,7 @@ fn responses_body(text: &str) -> Value {
 #[tokio::test]
 async fn chat_overflow_is_classified_with_the_limit_and_the_input() {
     let (server, client) = mock(512).await;
-    let (status, body) = post(
-        &server,
-        &client,
-        Api::Chat,
-        Some("k"),
-        &chat_body(&long_text(2000)),
-    )
-    .await;
+    let (status, body) = keyed(&server, &client, Api::Chat, &chat_body(&long_text(2000))).await;
     assert_eq!(status, 400);
     let error = parse(&body);
     assert_eq!(error["error"]["code"], "context_length_exceeded");
@@ -132,7 +135,7 @@ async fn chat_overflow_with_a_stated_output_budget_names_both_parts() {
     let (server, client) = mock(1000).await;
     let mut body = chat_body("short question");
     body["max_completion_tokens"] = json!(995);
-    let (status, answer) = post(&server, &client, Api::Chat, Some("k"), &body).await;
+    let (status, answer) = keyed(&server, &client, Api::Chat, &body).await;
     assert_eq!(status, 400, "{answer}");
     let overflow = classify(status, &answer).expect("an overflow");
     let input = server.requests()[0].input_tokens;
@@ -145,11 +148,10 @@ async fn chat_overflow_with_a_stated_output_budget_names_both_parts() {
 #[tokio::test]
 async fn anthropic_overflow_is_classified_with_the_limit() {
     let (server, client) = mock(512).await;
-    let (status, body) = post(
+    let (status, body) = keyed(
         &server,
         &client,
         Api::Anthropic,
-        Some("k"),
         &anthropic_body(&long_text(2000), 100),
     )
     .await;
@@ -170,11 +172,10 @@ async fn anthropic_overflow_is_classified_with_the_limit() {
 #[tokio::test]
 async fn anthropic_input_plus_max_tokens_over_the_window_names_both() {
     let (server, client) = mock(512).await;
-    let (status, body) = post(
+    let (status, body) = keyed(
         &server,
         &client,
         Api::Anthropic,
-        Some("k"),
         &anthropic_body("hello", 510),
     )
     .await;
@@ -190,11 +191,10 @@ async fn anthropic_input_plus_max_tokens_over_the_window_names_both() {
 #[tokio::test]
 async fn responses_overflow_is_a_400_and_a_stream_error_event() {
     let (server, client) = mock(512).await;
-    let (status, body) = post(
+    let (status, body) = keyed(
         &server,
         &client,
         Api::Responses,
-        Some("k"),
         &responses_body(&long_text(2000)),
     )
     .await;
@@ -207,7 +207,7 @@ async fn responses_overflow_is_a_400_and_a_stream_error_event() {
 
     let mut streamed = responses_body(&long_text(2000));
     streamed["stream"] = json!(true);
-    let (status, body) = post(&server, &client, Api::Responses, Some("k"), &streamed).await;
+    let (status, body) = keyed(&server, &client, Api::Responses, &streamed).await;
     assert_eq!(
         status, 200,
         "the stream is already open when the overflow is found"
@@ -230,20 +230,11 @@ async fn responses_overflow_is_a_400_and_a_stream_error_event() {
 async fn fitting_requests_pass_and_set_window_moves_the_limit() {
     let (server, client) = mock(128_000).await;
     let body = chat_body(&long_text(600));
-    assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &body).await.0,
-        200
-    );
+    assert_eq!(keyed(&server, &client, Api::Chat, &body).await.0, 200);
     server.set_window(100);
-    assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &body).await.0,
-        400
-    );
+    assert_eq!(keyed(&server, &client, Api::Chat, &body).await.0, 400);
     server.set_window(100_000);
-    assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &body).await.0,
-        200
-    );
+    assert_eq!(keyed(&server, &client, Api::Chat, &body).await.0, 200);
 }
 
 // ---- validation and authentication -------------------------------------------------------
@@ -256,7 +247,7 @@ async fn openai_tool_pairing_errors_are_the_real_ones() {
         {"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_sVab", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
         {"role": "user", "content": "and?"}]});
-    let (status, body) = post(&server, &client, Api::Chat, Some("k"), &unanswered).await;
+    let (status, body) = keyed(&server, &client, Api::Chat, &unanswered).await;
     assert_eq!(status, 400);
     let error = parse(&body);
     assert_eq!(
@@ -273,7 +264,7 @@ async fn openai_tool_pairing_errors_are_the_real_ones() {
     let orphan = json!({"model": "gpt-4o", "messages": [
         {"role": "user", "content": "hi"},
         {"role": "tool", "tool_call_id": "call_1", "content": "out"}]});
-    let (status, body) = post(&server, &client, Api::Chat, Some("k"), &orphan).await;
+    let (status, body) = keyed(&server, &client, Api::Chat, &orphan).await;
     assert_eq!(status, 400);
     assert_eq!(parse(&body)["error"]["param"], "messages.[1].role");
 }
@@ -285,7 +276,7 @@ async fn anthropic_tool_pairing_errors_are_the_real_ones() {
         {"role": "user", "content": "list files"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01N8", "name": "ls", "input": {}}]},
         {"role": "user", "content": "and?"}]});
-    let (status, answer) = post(&server, &client, Api::Anthropic, Some("k"), &body).await;
+    let (status, answer) = keyed(&server, &client, Api::Anthropic, &body).await;
     assert_eq!(status, 400);
     let error = parse(&answer);
     assert_eq!(
@@ -320,11 +311,10 @@ async fn malformed_and_incomplete_bodies_get_400s() {
             .is_some_and(|m| m.starts_with("We could not parse the JSON body"))
     );
 
-    let (status, body) = post(
+    let (status, body) = keyed(
         &server,
         &client,
         Api::Anthropic,
-        Some("k"),
         &json!({"model": "claude", "messages": []}),
     )
     .await;
@@ -332,11 +322,10 @@ async fn malformed_and_incomplete_bodies_get_400s() {
         (status, parse(&body)["error"]["message"].clone()),
         (400, json!("max_tokens: Field required"))
     );
-    let (status, body) = post(
+    let (status, body) = keyed(
         &server,
         &client,
         Api::Chat,
-        Some("k"),
         &json!({"messages": [{"role": "user", "content": "x"}]}),
     )
     .await;
@@ -435,7 +424,7 @@ async fn the_clients_key_and_headers_are_recorded_untouched() {
 #[tokio::test]
 async fn answers_are_deterministic_text_or_one_tool_call() {
     let (server, client) = mock(128_000).await;
-    let (_, body) = post(&server, &client, Api::Chat, Some("k"), &chat_body("hi")).await;
+    let (_, body) = keyed(&server, &client, Api::Chat, &chat_body("hi")).await;
     let answer = parse(&body);
     assert_eq!(answer["choices"][0]["message"]["content"], "mock reply 1");
     assert_eq!(answer["choices"][0]["finish_reason"], "stop");
@@ -450,7 +439,7 @@ async fn answers_are_deterministic_text_or_one_tool_call() {
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "data"}]}]});
-    let (status, body) = post(&server, &client, Api::Anthropic, Some("k"), &with_tools).await;
+    let (status, body) = keyed(&server, &client, Api::Anthropic, &with_tools).await;
     assert_eq!(status, 200, "{body}");
     let answer = parse(&body);
     assert_eq!(answer["stop_reason"], "tool_use");
@@ -479,7 +468,7 @@ async fn chat_stream_order_text_and_tool_call() {
     let mut body = chat_body("hi");
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
-    let (status, text) = post(&server, &client, Api::Chat, Some("k"), &body).await;
+    let (status, text) = keyed(&server, &client, Api::Chat, &body).await;
     assert_eq!(status, 200);
     let events = sse(&text);
     assert_eq!(events.last().map(|(_, data)| data.as_str()), Some("[DONE]"));
@@ -510,7 +499,7 @@ async fn chat_stream_order_text_and_tool_call() {
 
     body["tools"] = json!([{"type": "function", "function": {"name": "grep", "parameters": {}}}]);
     body["stream_options"] = json!({"include_usage": false});
-    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &body).await;
+    let (_, text) = keyed(&server, &client, Api::Chat, &body).await;
     let events = sse(&text);
     let chunks: Vec<Value> = events[..events.len() - 1]
         .iter()
@@ -551,7 +540,7 @@ async fn anthropic_stream_order_text_and_tool_use() {
     let (server, client) = mock(128_000).await;
     let mut body = anthropic_body("hi", 100);
     body["stream"] = json!(true);
-    let (status, text) = post(&server, &client, Api::Anthropic, Some("k"), &body).await;
+    let (status, text) = keyed(&server, &client, Api::Anthropic, &body).await;
     assert_eq!(status, 200);
     let events = sse(&text);
     assert_eq!(
@@ -580,7 +569,7 @@ async fn anthropic_stream_order_text_and_tool_use() {
     assert_eq!(delta["usage"]["output_tokens"], 4);
 
     body["tools"] = json!([{"name": "ls", "input_schema": {"type": "object"}}]);
-    let (_, text) = post(&server, &client, Api::Anthropic, Some("k"), &body).await;
+    let (_, text) = keyed(&server, &client, Api::Anthropic, &body).await;
     let events = sse(&text);
     let start = parse(&events[1].1);
     assert_eq!(start["content_block"]["type"], "tool_use");
@@ -613,7 +602,7 @@ async fn responses_stream_order_text_and_function_call() {
     let (server, client) = mock(128_000).await;
     let mut body = responses_body("hi");
     body["stream"] = json!(true);
-    let (status, text) = post(&server, &client, Api::Responses, Some("k"), &body).await;
+    let (status, text) = keyed(&server, &client, Api::Responses, &body).await;
     assert_eq!(status, 200);
     let events = sse(&text);
     assert_eq!(
@@ -650,7 +639,7 @@ async fn responses_stream_order_text_and_function_call() {
     );
 
     body["tools"] = json!([{"type": "function", "name": "search", "parameters": {}}]);
-    let (_, text) = post(&server, &client, Api::Responses, Some("k"), &body).await;
+    let (_, text) = keyed(&server, &client, Api::Responses, &body).await;
     let events = sse(&text);
     let names = names(&events);
     assert_eq!(names[2], "response.output_item.added");
@@ -684,7 +673,7 @@ async fn responses_non_streaming_answers_with_a_function_call_item() {
             {"role": "user", "content": "find"},
             {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "nothing"}]});
-    let (status, text) = post(&server, &client, Api::Responses, Some("k"), &body).await;
+    let (status, text) = keyed(&server, &client, Api::Responses, &body).await;
     assert_eq!(status, 200, "{text}");
     let answer = parse(&text);
     assert_eq!(answer["object"], "response");
@@ -708,7 +697,7 @@ async fn a_repeated_prefix_is_reported_as_cached() {
     let first = json!({"model": "gpt-4o", "messages": [
         {"role": "system", "content": long_text(300)},
         {"role": "user", "content": "question one"}]});
-    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &first).await;
+    let (_, text) = keyed(&server, &client, Api::Chat, &first).await;
     let first_usage = parse(&text)["usage"].clone();
     assert_eq!(first_usage["prompt_tokens_details"]["cached_tokens"], 0);
     let first_input = first_usage["prompt_tokens"].as_u64().unwrap_or(0);
@@ -718,7 +707,7 @@ async fn a_repeated_prefix_is_reported_as_cached() {
         messages.push(json!({"role": "assistant", "content": "mock reply 2"}));
         messages.push(json!({"role": "user", "content": "question two"}));
     }
-    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &second).await;
+    let (_, text) = keyed(&server, &client, Api::Chat, &second).await;
     let usage = parse(&text)["usage"].clone();
     assert_eq!(
         usage["prompt_tokens_details"]["cached_tokens"], first_input,
@@ -734,7 +723,7 @@ async fn a_repeated_prefix_is_reported_as_cached() {
     );
     let mut changed = second.clone();
     changed["messages"][0]["content"] = json!("a different system prompt");
-    let (_, text) = post(&server, &client, Api::Chat, Some("k"), &changed).await;
+    let (_, text) = keyed(&server, &client, Api::Chat, &changed).await;
     let cached = parse(&text)["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
     assert!(
         cached.is_some_and(|c| c < 10),
@@ -747,9 +736,9 @@ async fn anthropic_reports_cache_reads_outside_input_tokens() {
     let (server, client) = mock(128_000).await;
     let first = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": long_text(300),
         "messages": [{"role": "user", "content": "one"}]});
-    let (_, text) = post(&server, &client, Api::Anthropic, Some("k"), &first).await;
+    let (_, text) = keyed(&server, &client, Api::Anthropic, &first).await;
     let total_first = parse(&text)["usage"]["input_tokens"].as_u64().unwrap_or(0);
-    let (_, text) = post(&server, &client, Api::Anthropic, Some("k"), &first).await;
+    let (_, text) = keyed(&server, &client, Api::Anthropic, &first).await;
     let usage = parse(&text)["usage"].clone();
     assert_eq!(
         usage["cache_read_input_tokens"], total_first,
@@ -769,7 +758,7 @@ async fn anthropic_reports_cache_reads_outside_input_tokens() {
 async fn control_endpoints_read_reset_and_configure() {
     let (server, client) = mock(128_000).await;
     let base = format!("http://{}", server.addr());
-    post(&server, &client, Api::Chat, Some("k"), &chat_body("hi")).await;
+    keyed(&server, &client, Api::Chat, &chat_body("hi")).await;
     let recorded: Value = client
         .get(format!("{base}/mock/requests"))
         .send()
@@ -792,9 +781,7 @@ async fn control_endpoints_read_reset_and_configure() {
         .expect("json");
     assert_eq!(config["window"], 10);
     assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &chat_body("hi"))
-            .await
-            .0,
+        keyed(&server, &client, Api::Chat, &chat_body("hi")).await.0,
         400
     );
     let bad = client
@@ -856,9 +843,7 @@ async fn recording_can_be_off() {
     .expect("bind");
     let client = reqwest::Client::new();
     assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &chat_body("hi"))
-            .await
-            .0,
+        keyed(&server, &client, Api::Chat, &chat_body("hi")).await.0,
         200
     );
     assert!(server.requests().is_empty());
@@ -876,9 +861,7 @@ async fn delay_holds_the_answer_back() {
     let client = reqwest::Client::new();
     let started = std::time::Instant::now();
     assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &chat_body("hi"))
-            .await
-            .0,
+        keyed(&server, &client, Api::Chat, &chat_body("hi")).await.0,
         200
     );
     assert!(started.elapsed() >= std::time::Duration::from_millis(150));
@@ -914,7 +897,7 @@ async fn a_script_drives_an_agent_loop_step_by_step() {
     };
     let first =
         json!({"model": "gpt-4o", "tools": tools, "messages": [{"role": "user", "content": "go"}]});
-    let (status, answer) = post(&server, &client, Api::Chat, Some("k"), &first).await;
+    let (status, answer) = keyed(&server, &client, Api::Chat, &first).await;
     assert_eq!(status, 200);
     let command = call_of(&answer);
     assert_eq!(command, ctxkeeper_mock_upstream::script_command(1, 50));
@@ -922,16 +905,13 @@ async fn a_script_drives_an_agent_loop_step_by_step() {
     let huge = json!({"model": "gpt-4o", "tools": tools, "messages": [
         {"role": "user", "content": "go"},
         {"role": "tool", "tool_call_id": "c", "content": format!("ctxkstep1out {}", "1 ".repeat(3_000))}]});
-    assert_eq!(
-        post(&server, &client, Api::Chat, Some("k"), &huge).await.0,
-        400
-    );
+    assert_eq!(keyed(&server, &client, Api::Chat, &huge).await.0, 400);
     // The compacted retry (the marker gone) still gets step 2, then the submit command.
     let compacted = json!({"model": "gpt-4o", "tools": tools, "messages": [
         {"role": "user", "content": "go"}, {"role": "user", "content": "(summary)"}]});
-    let (_, answer) = post(&server, &client, Api::Chat, Some("k"), &compacted).await;
+    let (_, answer) = keyed(&server, &client, Api::Chat, &compacted).await;
     assert!(call_of(&answer).starts_with("echo ctxkstep2out;"));
-    let (_, answer) = post(&server, &client, Api::Chat, Some("k"), &compacted).await;
+    let (_, answer) = keyed(&server, &client, Api::Chat, &compacted).await;
     assert_eq!(
         call_of(&answer),
         "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

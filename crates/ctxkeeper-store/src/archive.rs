@@ -188,6 +188,24 @@ pub fn inline_data(source: &ctxkeeper_core::model::DataSource) -> Option<(String
     crate::blob::inline_bytes(source)
 }
 
+/// At most `width` characters of a grep hit's `line`, around the first match of `pattern` when
+/// the line is longer (archived messages are one JSON object per line and can be very long);
+/// `…` marks what was cut at either end.
+pub fn excerpt(line: &str, pattern: &regex::Regex, width: usize) -> String {
+    let chars = line.chars().count();
+    if chars <= width {
+        return line.to_string();
+    }
+    let at = pattern
+        .find(line)
+        .map_or(0, |m| line[..m.start()].chars().count());
+    let start = at.saturating_sub(width / 4).min(chars - width);
+    let body: String = line.chars().skip(start).take(width).collect();
+    let head = if start > 0 { "…" } else { "" };
+    let tail = if start + width < chars { "…" } else { "" };
+    format!("{head}{body}{tail}")
+}
+
 /// Turns an identifier (session id, tool-call id) into a safe single path segment.
 ///
 /// Characters outside `[A-Za-z0-9._-]` become `_`, leading dots are replaced, and the result is

@@ -70,7 +70,7 @@ pub use error::StoreError;
 pub use events::{EventBus, open_event_bus};
 pub use generations::ContextWrite;
 pub use idle::on_thread_idle;
-pub use open::{check_store_url, install_tls_provider, open_archive, open_store};
+pub use open::{check_store_url, install_tls_provider, is_sql_url, open_archive, open_store};
 pub use session::{
     AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
     SearchScope, SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned,

@@ -50,6 +50,20 @@ const STORE_SCHEMES: [&str; 8] = [
     "redis",
 ];
 
+/// Whether a store URL names a SQL database (SQLite, PostgreSQL, MySQL or MariaDB), whose archive
+/// can live in the same database.
+pub fn is_sql_url(url: &str) -> bool {
+    [
+        "sqlite://",
+        "postgres://",
+        "postgresql://",
+        "mysql://",
+        "mariadb://",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme))
+}
+
 /// Checks that a store URL names a backend [`open_store`] knows, without connecting: what
 /// `config validate` can tell before `serve` opens it. A bare path is a file store.
 ///

@@ -15,7 +15,7 @@
 //! let mut context = Vec::new();
 //! for i in 0..10 {
 //!     context.push(Message::user(format!("question {i}")));
-//!     context.push(Message::assistant_with_calls("", vec![Part::tool_call(format!("c{i}"), "search", "{}")]));
+//!     context.push(Message::tool_call(format!("c{i}"), "search", "{}"));
 //!     context.push(Message::tool_result(format!("c{i}"), "result"));
 //!     context.push(Message::assistant(format!("answer {i}")));
 //! }
@@ -134,7 +134,7 @@ mod tests {
     fn a_turn_without_a_final_text_keeps_its_user_text() {
         let context = vec![
             Message::user("q"),
-            Message::assistant_with_calls("", vec![Part::tool_call("c", "f", "{}")]),
+            Message::tool_call("c", "f", "{}"),
             Message::tool_result("c", "r"),
         ];
         let restored = restore(&context, RestoreStrategy::COWAGENT);

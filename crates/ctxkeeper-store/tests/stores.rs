@@ -118,15 +118,13 @@ async fn server_store(var: &str, backend: &str, default: &str) -> Option<Arc<dyn
     }
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn postgres_conformance() {
-    if let Some(store) =
-        server_store(common::POSTGRES_VAR, "postgres", common::POSTGRES_DEFAULT).await
-    {
+/// The conformance suites on a SQL server's store (a state stored whole by an older build
+/// among them), when the server answers.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn sql_conformance(var: &str, backend: &str, default: &str) {
+    if let Some(store) = server_store(var, backend, default).await {
         common::generations_suite::run_all(&*store).await;
-        let url = std::env::var(common::POSTGRES_VAR)
-            .unwrap_or_else(|_| common::POSTGRES_DEFAULT.to_string());
+        let url = std::env::var(var).unwrap_or_else(|_| default.to_string());
         common::generations_suite::whole_state_records(&*store, |key, state| {
             sql_whole(url, key, state)
         })
@@ -135,19 +133,16 @@ async fn postgres_conformance() {
     }
 }
 
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_conformance() {
+    sql_conformance(common::POSTGRES_VAR, "postgres", common::POSTGRES_DEFAULT).await;
+}
+
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_conformance() {
-    if let Some(store) = server_store(common::MYSQL_VAR, "mysql", common::MYSQL_DEFAULT).await {
-        common::generations_suite::run_all(&*store).await;
-        let url =
-            std::env::var(common::MYSQL_VAR).unwrap_or_else(|_| common::MYSQL_DEFAULT.to_string());
-        common::generations_suite::whole_state_records(&*store, |key, state| {
-            sql_whole(url, key, state)
-        })
-        .await;
-        common::store_suite::run_all(store).await;
-    }
+    sql_conformance(common::MYSQL_VAR, "mysql", common::MYSQL_DEFAULT).await;
 }
 
 #[cfg(feature = "redis")]

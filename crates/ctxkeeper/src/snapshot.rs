@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use ctxkeeper_core::engine::{ContextState, Entry, EntryMeta, TriggerMemory};
 use ctxkeeper_core::model::{Message, Part};
 use ctxkeeper_core::summary::Summary;
-use ctxkeeper_store::{AgentState, Committed, SessionKey, SessionStore, StoreError};
+use ctxkeeper_store::{AgentState, Committed, ContextWrite, SessionKey, SessionStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::xxh3_128;
@@ -401,6 +401,21 @@ impl SnapshotRef<'_> {
     /// The state to store (see [`Snapshot::encode`]).
     pub fn encode(&self) -> AgentState {
         self.encode_after(0, 0, 0)
+    }
+
+    /// The state to store and how the store writes it: only what follows `stored` (a generation
+    /// the store holds that this context continues) as an append, else a whole new generation.
+    pub fn encode_for(&self, stored: Option<StoredShape>) -> (AgentState, ContextWrite) {
+        match stored {
+            Some(shape) => (
+                self.encode_after(shape.entries, shape.fingerprints, shape.records),
+                ContextWrite::Append {
+                    context: shape.entries,
+                    trail: shape.fingerprints + shape.records,
+                },
+            ),
+            None => (self.encode(), ContextWrite::Generation),
+        }
     }
 
     /// The state to store after the first `entries` context entries, `fingerprints` client

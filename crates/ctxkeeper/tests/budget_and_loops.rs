@@ -3,14 +3,14 @@
 
 #![allow(clippy::unwrap_used)] // a failed step in a test should panic with its location
 
-use std::sync::Arc;
-
 use ctxkeeper::core::engine::{BudgetNoticeConfig, Event, PolicyConfig, presets};
 use ctxkeeper::core::model::{CheckRules, Message, Part, Role, check};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
-use ctxkeeper::llm::ExtractiveSummarizer;
-use ctxkeeper::store::object_archive::ObjectArchive;
 use ctxkeeper::{ContextManager, Settings};
+
+mod common;
+
+use common::{in_memory, ingest_all};
 
 fn manager(policy: PolicyConfig, window: u64) -> ContextManager {
     let settings = Settings {
@@ -19,12 +19,7 @@ fn manager(policy: PolicyConfig, window: u64) -> ContextManager {
         window,
         fixed_tokens: 0,
     };
-    ContextManager::new(
-        settings,
-        "s1",
-        Arc::new(ObjectArchive::memory()),
-        Arc::new(ExtractiveSummarizer::default()),
-    )
+    in_memory(settings, "s1")
 }
 
 fn words(n: usize) -> String {
@@ -43,14 +38,14 @@ fn with_notice() -> PolicyConfig {
 #[tokio::test]
 async fn the_notice_appears_past_its_threshold_only_in_the_request() {
     let mut context = manager(with_notice(), 8_000);
-    context
-        .ingest(Message::system("You are an agent."))
-        .await
-        .unwrap();
-    context
-        .ingest(Message::user("Look into it."))
-        .await
-        .unwrap();
+    ingest_all(
+        &mut context,
+        [
+            Message::system("You are an agent."),
+            Message::user("Look into it."),
+        ],
+    )
+    .await;
     let quiet = context.prepare().await.unwrap();
     assert!(quiet.budget_notice.is_none(), "far below the threshold");
 

@@ -9,34 +9,16 @@
 #![allow(clippy::unwrap_used)] // a failed step in a test should panic with its location
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
+use ctxkeeper::Settings;
 use ctxkeeper::core::capsule::ORDERS_HEADING;
 use ctxkeeper::core::engine::{PolicyConfig, presets};
 use ctxkeeper::core::model::{Message, Part};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
-use ctxkeeper::llm::ExtractiveSummarizer;
-use ctxkeeper::store::object_archive::ObjectArchive;
-use ctxkeeper::{ContextManager, Settings};
 
-/// SplitMix64: a seeded generator, the same sequence on every platform.
-struct Rng(u64);
+mod common;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
+use common::{Rng, in_memory};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
@@ -83,8 +65,8 @@ const NAMES: [&str; 5] = [
 const FEATURES: [&str; 5] = ["billing", "search", "onboarding", "audit-log", "export"];
 
 fn two<'a>(rng: &mut Rng, items: &'a [&'a str]) -> (&'a str, &'a str) {
-    let a = rng.below(items.len());
-    let b = (a + 1 + rng.below(items.len() - 1)) % items.len();
+    let a = rng.index(items.len());
+    let b = (a + 1 + rng.index(items.len() - 1)) % items.len();
     (items[a], items[b])
 }
 
@@ -109,7 +91,7 @@ fn templates() -> Vec<Make> {
             (Kind::Rule, t.clone(), t, None)
         },
         |rng| {
-            let n = 1000 + rng.below(9000);
+            let n = 1000 + rng.index(9000);
             let t = format!("You must tag every release note with ticket OPS-{n}.");
             (Kind::Rule, t, format!("OPS-{n}"), None)
         },
@@ -127,8 +109,8 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let a = 2 + rng.below(7);
-            let b = a + 1 + rng.below(5);
+            let a = 2 + rng.index(7);
+            let b = a + 1 + rng.index(5);
             (
                 Kind::Constraint,
                 format!("The budget cap is ${a},000."),
@@ -140,7 +122,7 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let a = 100 + 50 * rng.below(4);
+            let a = 100 + 50 * rng.index(4);
             let b = a + 100;
             (
                 Kind::Constraint,
@@ -153,7 +135,7 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let d = 10 + rng.below(18);
+            let d = 10 + rng.index(18);
             let e = d + 1;
             (
                 Kind::Constraint,
@@ -166,7 +148,7 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let n = 30 + rng.below(90);
+            let n = 30 + rng.index(90);
             (
                 Kind::Constraint,
                 format!("The API rate limit is {n} requests per minute."),
@@ -188,7 +170,7 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let n = 10_000 + rng.below(90_000);
+            let n = 10_000 + rng.index(90_000);
             (
                 Kind::Fact,
                 format!("My employee ID is EMP-{n}."),
@@ -197,7 +179,7 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let n = 2 + rng.below(20);
+            let n = 2 + rng.index(20);
             (
                 Kind::Fact,
                 format!("The staging host is staging-{n}.internal."),
@@ -206,7 +188,7 @@ fn templates() -> Vec<Make> {
             )
         },
         |rng| {
-            let n = 100 + rng.below(900);
+            let n = 100 + rng.index(900);
             (
                 Kind::Fact,
                 format!("Our customer reference is CR-{n}-77."),
@@ -280,7 +262,7 @@ fn templates() -> Vec<Make> {
         },
         |rng| {
             let f = rng.pick(&FEATURES);
-            let n = 3 + rng.below(9);
+            let n = 3 + rng.index(9);
             (
                 Kind::Goal,
                 format!("The goal is to ship the {f} beta to {n} pilot customers."),
@@ -341,19 +323,19 @@ fn session(seed: u64, agentic: bool) -> Session {
     let makers = templates();
     let mut order: Vec<usize> = (0..makers.len()).collect();
     for i in (1..order.len()).rev() {
-        order.swap(i, rng.below(i + 1));
+        order.swap(i, rng.index(i + 1));
     }
     // Every template once (22 items), at distinct random turns.
     let mut slots: Vec<usize> = (1..TURNS - 6).collect();
     for i in (1..slots.len()).rev() {
-        slots.swap(i, rng.below(i + 1));
+        slots.swap(i, rng.index(i + 1));
     }
     let mut items = Vec::new();
     for (n, &at) in order.iter().enumerate() {
         let (kind, text, value, update) = makers[at](&mut rng);
         let turn = slots[n];
         let update = update.map(|(text, value)| {
-            let when = turn + 4 + rng.below(TURNS - turn - 4);
+            let when = turn + 4 + rng.index(TURNS - turn - 4);
             (when, text, value)
         });
         items.push(Item {
@@ -367,7 +349,7 @@ fn session(seed: u64, agentic: bool) -> Session {
     let mut turns = Vec::new();
     for turn in 0..TURNS {
         let mut said: Vec<String> = Vec::new();
-        if rng.below(2) == 0 || turn == 0 {
+        if rng.index(2) == 0 || turn == 0 {
             said.push(rng.pick(&SMALL_TALK).to_string());
         }
         for item in &items {
@@ -380,23 +362,23 @@ fn session(seed: u64, agentic: bool) -> Session {
                 said.push(text.clone());
             }
         }
-        if rng.below(3) == 0 {
+        if rng.index(3) == 0 {
             said.push(rng.pick(&SMALL_TALK).to_string());
         }
-        if agentic && rng.below(3) != 0 {
+        if agentic && rng.index(3) != 0 {
             // What users of coding agents paste: a failing run's output, in a code block.
             let mut paste = String::from("Here is what I get when I run it:\n```\n");
-            for line in 0..8 + rng.below(12) {
+            for line in 0..8 + rng.index(12) {
                 paste.push_str(&format!(
                     "  File \"src/module_{}/handler_{}.py\", line {}, in step_{line}\n",
-                    rng.below(12),
-                    rng.below(40),
-                    10 + rng.below(400)
+                    rng.index(12),
+                    rng.index(40),
+                    10 + rng.index(400)
                 ));
             }
             paste.push_str("ValueError: retry budget exhausted\n```");
             // Pasted before or after what the user says about it.
-            if rng.below(2) == 0 {
+            if rng.index(2) == 0 {
                 said.insert(0, paste);
             } else {
                 said.push(paste);
@@ -404,9 +386,9 @@ fn session(seed: u64, agentic: bool) -> Session {
         }
         let mut after = Vec::new();
         if agentic {
-            for round in 0..1 + rng.below(2) {
+            for round in 0..1 + rng.index(2) {
                 let id = format!("call_{turn}_{round}");
-                let file = format!("src/module_{}/handler_{}.py", rng.below(12), rng.below(40));
+                let file = format!("src/module_{}/handler_{}.py", rng.index(12), rng.index(40));
                 after.push(Message::assistant_with_calls(
                     "Let me look at the code first.",
                     vec![Part::tool_call(
@@ -416,10 +398,10 @@ fn session(seed: u64, agentic: bool) -> Session {
                     )],
                 ));
                 let mut output = String::new();
-                for line in 0..40 + rng.below(60) {
+                for line in 0..40 + rng.index(60) {
                     output.push_str(&format!(
                         "    def step_{line}(self, value_{n}):  # TODO: handle retries {n}\n",
-                        n = rng.below(1000)
+                        n = rng.index(1000)
                     ));
                 }
                 after.push(Message::tool_result(&id, output));
@@ -554,12 +536,7 @@ async fn run(seed: u64, agentic: bool, standing_orders: bool) -> Tally {
         window: transcript * 3 / 10,
         fixed_tokens: 0,
     };
-    let mut context = ContextManager::new(
-        settings,
-        "canary",
-        Arc::new(ObjectArchive::memory()),
-        Arc::new(ExtractiveSummarizer::default()),
-    );
+    let mut context = in_memory(settings, "canary");
     context.ingest(system).await.unwrap();
     let mut tally = Tally {
         window: transcript * 3 / 10,

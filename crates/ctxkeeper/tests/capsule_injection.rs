@@ -6,18 +6,18 @@
 
 #![allow(clippy::unwrap_used)] // a failed step in a test should panic with its location
 
-use std::sync::Arc;
-
+use ctxkeeper::Settings;
 use ctxkeeper::core::capsule::{CAPSULE_CONTINUED_TITLE, CAPSULE_TITLE, USER_WORDS_HEADING};
 use ctxkeeper::core::engine::presets;
 use ctxkeeper::core::formats::Wire;
 use ctxkeeper::core::model::{Message, Part, Role};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
 use ctxkeeper::core::untrusted::headings_outside_fences;
-use ctxkeeper::llm::ExtractiveSummarizer;
-use ctxkeeper::store::object_archive::ObjectArchive;
-use ctxkeeper::{ContextManager, Settings};
 use serde_json::{Value, json};
+
+mod common;
+
+use common::in_memory;
 
 const TASK: &str = "Fix the failing build of the exporter. Never push to main without asking me.";
 const LATER: &str = "Also keep CHANGELOG.md updated as you go.";
@@ -155,12 +155,7 @@ async fn managed(wire: Wire, payload: &str) -> Vec<String> {
         window: 16_000,
         fixed_tokens: 0,
     };
-    let mut context = ContextManager::new(
-        settings,
-        "injection",
-        Arc::new(ObjectArchive::memory()),
-        Arc::new(ExtractiveSummarizer::default()),
-    );
+    let mut context = in_memory(settings, "injection");
     for message in parsed.messages {
         context.ingest(message).await.unwrap();
     }

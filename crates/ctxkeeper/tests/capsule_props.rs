@@ -80,10 +80,7 @@ fn push(state: &mut ContextState, happening: &Happening, n: usize) {
                     format!(r#"{{"file_path":"{}","content":"x"}}"#, path(*file)),
                 ),
             };
-            state.push(Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(&id, name, arguments)],
-            ));
+            state.push(Message::tool_call(&id, name, arguments));
             let output = format!(
                 "{} {}",
                 if *ok { "ok" } else { "error: failed" },
@@ -97,9 +94,10 @@ fn push(state: &mut ContextState, happening: &Happening, n: usize) {
         }
         Happening::Plan(version) => {
             let id = format!("plan_{n}");
-            state.push(Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(&id, "TodoWrite", plan_arguments(*version))],
+            state.push(Message::tool_call(
+                &id,
+                "TodoWrite",
+                plan_arguments(*version),
             ));
             state.push(Message::tool_result(&id, "Todos updated"));
         }

@@ -19,6 +19,10 @@ use ctxkeeper::replay::PolicyReplay;
 use ctxkeeper::store::object_archive::ObjectArchive;
 use proptest::prelude::*;
 
+mod common;
+
+use common::Rng;
+
 const WORDS: &[&str] = &[
     "the",
     "order",
@@ -60,34 +64,17 @@ const WORDS: &[&str] = &[
     "gift_card",
 ];
 
-/// A small deterministic generator (SplitMix64): the history is a pure function of the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// `base` plus up to `spread - 1` random words.
-    fn words(&mut self, base: u64, spread: u64) -> String {
-        let count = base + self.below(spread);
-        let mut out = String::with_capacity(count as usize * 7);
-        for i in 0..count {
-            if i > 0 {
-                out.push(if i.is_multiple_of(12) { '\n' } else { ' ' });
-            }
-            out.push_str(WORDS[self.below(WORDS.len() as u64) as usize]);
+/// `base` plus up to `spread - 1` random words.
+fn words(rng: &mut Rng, base: u64, spread: u64) -> String {
+    let count = base + rng.below(spread);
+    let mut out = String::with_capacity(count as usize * 7);
+    for i in 0..count {
+        if i > 0 {
+            out.push(if i.is_multiple_of(12) { '\n' } else { ' ' });
         }
-        out
+        out.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
     }
+    out
 }
 
 /// Generation limits, relative to the window so that what must stay always fits.
@@ -104,11 +91,11 @@ fn history(shape: &Shape) -> Vec<Message> {
     let mut rng = Rng(shape.seed);
     let mut messages = vec![Message::system(format!(
         "You are a careful agent. {}",
-        rng.words(40, 120)
+        words(&mut rng, 40, 120)
     ))];
     let mut call = 0u64;
     for _ in 0..shape.turns {
-        messages.push(Message::user(rng.words(5, 60)));
+        messages.push(Message::user(words(&mut rng, 5, 60)));
         for _ in 0..rng.below(shape.max_rounds + 1) {
             let parallel = 1 + rng.below(2);
             let mut calls = Vec::new();
@@ -121,13 +108,13 @@ fn history(shape: &Shape) -> Vec<Message> {
                     1 => format!("/etc/passwd{call}"),
                     _ => format!("call_{call}"),
                 };
-                let arguments = format!("{{\"query\": \"{}\"}}", rng.words(2, 20));
+                let arguments = format!("{{\"query\": \"{}\"}}", words(&mut rng, 2, 20));
                 calls.push(Part::tool_call(&id, "lookup", arguments));
-                let words = match rng.below(4) {
+                let output_words = match rng.below(4) {
                     0 => 3 + rng.below(20),
                     _ => 20 + rng.below(shape.max_output_words),
                 };
-                let mut result = Message::tool_result(&id, rng.words(words, 1));
+                let mut result = Message::tool_result(&id, words(&mut rng, output_words, 1));
                 if rng.below(8) == 0
                     && let Some(Part::ToolResult { is_error, .. }) = result.parts.first_mut()
                 {
@@ -135,10 +122,10 @@ fn history(shape: &Shape) -> Vec<Message> {
                 }
                 results.push(result);
             }
-            messages.push(Message::assistant_with_calls(rng.words(0, 15), calls));
+            messages.push(Message::assistant_with_calls(words(&mut rng, 0, 15), calls));
             messages.extend(results);
         }
-        messages.push(Message::assistant(rng.words(5, 80)));
+        messages.push(Message::assistant(words(&mut rng, 5, 80)));
     }
     messages
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ctxkeeper::core::engine::{Event, presets};
-use ctxkeeper::core::model::{Message, Part};
+use ctxkeeper::core::model::Message;
 use ctxkeeper::core::summary::{Summary, SummaryRequest};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
 use ctxkeeper::llm::{ExtractiveSummarizer, LlmError, Summarizer};
@@ -68,10 +68,7 @@ async fn compact_with(
     for i in 0..12 {
         let id = format!("c{i}");
         context
-            .ingest(Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(&id, "shell", "{}")],
-            ))
+            .ingest(Message::tool_call(&id, "shell", "{}"))
             .await
             .expect("ingest");
         context

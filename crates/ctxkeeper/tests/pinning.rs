@@ -3,14 +3,14 @@
 
 #![allow(clippy::unwrap_used)] // a failed step in a test should panic with its location
 
-use std::sync::Arc;
-
 use ctxkeeper::core::engine::{PinRules, PolicyConfig, presets};
-use ctxkeeper::core::model::{Message, Part, Role};
+use ctxkeeper::core::model::{Message, Role};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
-use ctxkeeper::llm::ExtractiveSummarizer;
-use ctxkeeper::store::object_archive::ObjectArchive;
 use ctxkeeper::{ContextManager, Settings};
+
+mod common;
+
+use common::{in_memory, ingest_all};
 
 const TASK: &str = "Port the billing module to the new ledger API; never touch migrations/.";
 const SPEC: &str = "SPEC v3: every ledger entry carries an idempotency key";
@@ -23,12 +23,7 @@ fn manager(policy: PolicyConfig) -> ContextManager {
         window: WINDOW,
         fixed_tokens: 0,
     };
-    ContextManager::new(
-        settings,
-        "pinned",
-        Arc::new(ObjectArchive::memory()),
-        Arc::new(ExtractiveSummarizer::default()),
-    )
+    in_memory(settings, "pinned")
 }
 
 fn big(step: usize) -> String {
@@ -52,17 +47,14 @@ async fn run(policy: PolicyConfig) -> (usize, Vec<Message>) {
         } else {
             ("bash", big(step))
         };
-        context
-            .ingest(Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(&id, tool, "{}")],
-            ))
-            .await
-            .unwrap();
-        context
-            .ingest(Message::tool_result(&id, output))
-            .await
-            .unwrap();
+        ingest_all(
+            &mut context,
+            [
+                Message::tool_call(&id, tool, "{}"),
+                Message::tool_result(&id, output),
+            ],
+        )
+        .await;
     }
     (compactions, last)
 }

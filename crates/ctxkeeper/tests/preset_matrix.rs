@@ -6,7 +6,6 @@
 //! seed preset that keeps the working set. At 16k and 32k it keeps what the model must know
 //! (the user's words, the files it touched, the plan): see [`fidelity_bars`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use ctxkeeper::core::engine::presets;
@@ -18,36 +17,19 @@ use ctxkeeper::llm::ExtractiveSummarizer;
 use ctxkeeper::replay::PolicyReplay;
 use ctxkeeper::store::object_archive::ObjectArchive;
 
+#[path = "../../ctxkeeper-core/tests/support/traces.rs"]
+mod traces;
+
+use traces::{HARNESSES, harness_files, traces_dir};
+
 /// (name, sessions) for every shared trace, plus tau-bench concatenated.
 fn traces() -> Vec<(String, Vec<Session>)> {
-    let dir = std::env::var_os("CTXKEEPER_TRACES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/traces")
-        });
-    if !dir.is_dir() {
-        eprintln!(
-            "SKIP: preset matrix: shared traces not found at {}",
-            dir.display()
-        );
+    let Some(dir) = traces_dir() else {
         return Vec::new();
-    }
+    };
     let mut out = Vec::new();
-    for sub in [
-        "tau-bench",
-        "swe-agent",
-        "openhands",
-        "claude-code",
-        "codex",
-    ] {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(sub))
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        files.sort();
-        for file in files
-            .into_iter()
-            .filter(|f| f.file_name().is_some_and(|n| n != "LICENSE"))
-        {
+    for sub in HARNESSES {
+        for file in harness_files(&dir, sub) {
             let text = std::fs::read_to_string(&file).expect("read trace");
             let format = import::detect(&text, &file.to_string_lossy()).expect("detected");
             let trace = import::import(&text, format).expect("imported");

@@ -11,9 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ctxkeeper::core::engine::presets;
 use ctxkeeper::core::model::{Message, Part, Role};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
-use ctxkeeper::llm::ExtractiveSummarizer;
-use ctxkeeper::store::object_archive::ObjectArchive;
 use ctxkeeper::{ContextManager, Settings};
+
+mod common;
+
+use common::{in_memory, ingest_all};
 
 fn manager(preset: &str) -> ContextManager {
     let settings = Settings {
@@ -22,31 +24,20 @@ fn manager(preset: &str) -> ContextManager {
         window: 128_000,
         fixed_tokens: 0,
     };
-    ContextManager::new(
-        settings,
-        "hooks",
-        Arc::new(ObjectArchive::memory()),
-        Arc::new(ExtractiveSummarizer::default()),
-    )
+    in_memory(settings, "hooks")
 }
 
 async fn conversation(context: &mut ContextManager) {
-    context
-        .ingest(Message::system("You are a careful agent."))
-        .await
-        .unwrap();
-    context
-        .ingest(Message::user("Fix the invoice totals."))
-        .await
-        .unwrap();
-    context
-        .ingest(Message::assistant("Reading the code."))
-        .await
-        .unwrap();
-    context
-        .ingest(Message::user("The key is sk-live-SECRET."))
-        .await
-        .unwrap();
+    ingest_all(
+        context,
+        [
+            Message::system("You are a careful agent."),
+            Message::user("Fix the invoice totals."),
+            Message::assistant("Reading the code."),
+            Message::user("The key is sk-live-SECRET."),
+        ],
+    )
+    .await;
 }
 
 fn identity(_: &[Message]) -> Vec<Message> {

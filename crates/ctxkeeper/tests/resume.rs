@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ctxkeeper::core::engine::{ContextState, presets};
-use ctxkeeper::core::model::{Message, Part, Role};
+use ctxkeeper::core::model::{Message, Role};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
 use ctxkeeper::llm::ExtractiveSummarizer;
 use ctxkeeper::store::LocalWorkspace;
@@ -16,10 +16,7 @@ fn saved_session() -> ContextState {
     for i in 0..10 {
         let id = format!("c{i}");
         messages.push(Message::user(format!("question {i}")));
-        messages.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(&id, "lookup", "{}")],
-        ));
+        messages.push(Message::tool_call(&id, "lookup", "{}"));
         messages.push(Message::tool_result(&id, format!("record {i}")));
         messages.push(Message::assistant(format!("answer {i}")));
     }

@@ -5,14 +5,14 @@
 
 #![allow(clippy::unwrap_used)] // a failed step in a test should panic with its location
 
-use std::sync::Arc;
-
 use ctxkeeper::core::engine::{Event, presets};
-use ctxkeeper::core::model::{CheckRules, Message, Part, check};
+use ctxkeeper::core::model::{CheckRules, Message, check};
 use ctxkeeper::core::tokens::{Profiles, TokenModel};
-use ctxkeeper::llm::ExtractiveSummarizer;
-use ctxkeeper::store::object_archive::ObjectArchive;
 use ctxkeeper::{ContextManager, Error, Settings};
+
+mod common;
+
+use common::{in_memory, ingest_all};
 
 fn model() -> TokenModel {
     TokenModel::for_model("gpt-4o", &Profiles::builtin())
@@ -25,12 +25,7 @@ fn manager(window: u64, fixed_tokens: u64) -> ContextManager {
         window,
         fixed_tokens,
     };
-    ContextManager::new(
-        settings,
-        "s1",
-        Arc::new(ObjectArchive::memory()),
-        Arc::new(ExtractiveSummarizer::default()),
-    )
+    in_memory(settings, "s1")
 }
 
 /// A tool output of about `tokens` tokens (varied words, so it tokenizes like prose).
@@ -46,13 +41,10 @@ fn output(step: usize, tokens: usize) -> String {
 fn round(step: usize, tokens: usize) -> (Message, Message) {
     let id = format!("call_{step}");
     (
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                &id,
-                "Read",
-                format!(r#"{{"file_path":"src/module_{step}.rs"}}"#),
-            )],
+        Message::tool_call(
+            &id,
+            "Read",
+            format!(r#"{{"file_path":"src/module_{step}.rs"}}"#),
         ),
         Message::tool_result(&id, output(step, tokens)),
     )
@@ -124,14 +116,14 @@ async fn a_large_fixed_prompt_does_not_make_every_step_compact() {
 #[tokio::test]
 async fn a_recovery_keeps_the_newest_round_and_the_latest_request() {
     let mut context = manager(200_000, 2_000);
-    context
-        .ingest(Message::system("You are a coding agent."))
-        .await
-        .unwrap();
-    context
-        .ingest(Message::user("Find why the build is slow."))
-        .await
-        .unwrap();
+    ingest_all(
+        &mut context,
+        [
+            Message::system("You are a coding agent."),
+            Message::user("Find why the build is slow."),
+        ],
+    )
+    .await;
     for step in 0..20 {
         let (call, result) = round(step, 3_000);
         context.ingest(call).await.unwrap();
@@ -232,12 +224,7 @@ async fn cowagent_recovery_keeps_five_turns_when_they_fit_and_clears_only_when_t
             window,
             fixed_tokens: 0,
         };
-        let mut context = ContextManager::new(
-            settings,
-            "cow",
-            Arc::new(ObjectArchive::memory()),
-            Arc::new(ExtractiveSummarizer::default()),
-        );
+        let mut context = in_memory(settings, "cow");
         for turn in 0..turns {
             context
                 .ingest(Message::user(format!(

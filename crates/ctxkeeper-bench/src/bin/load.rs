@@ -227,6 +227,20 @@ impl Tally {
             }
         }
     }
+
+    /// The workers' tallies added up (the first error of the first worker that had one).
+    async fn gather(workers: Vec<tokio::task::JoinHandle<Tally>>) -> Result<Tally> {
+        let mut total = Tally::default();
+        for worker in workers {
+            let tally = worker.await.context("a worker task panicked")?;
+            total.latencies_us.extend(tally.latencies_us);
+            total.errors += tally.errors;
+            if total.first_error.is_none() {
+                total.first_error = tally.first_error;
+            }
+        }
+        Ok(total)
+    }
 }
 
 async fn open_loop(args: &Args, target: Arc<Target>, rate: f64) -> Result<Value> {
@@ -322,15 +336,7 @@ async fn closed_loop(args: &Args, target: Arc<Target>) -> Result<Value> {
             tally
         }));
     }
-    let mut total = Tally::default();
-    for worker in workers {
-        let tally = worker.await.context("a worker task panicked")?;
-        total.latencies_us.extend(tally.latencies_us);
-        total.errors += tally.errors;
-        if total.first_error.is_none() {
-            total.first_error = tally.first_error;
-        }
-    }
+    let total = Tally::gather(workers).await?;
     let wall = start.elapsed().as_secs_f64();
     let sent = total.latencies_us.len() as u64 + total.errors;
     Ok(report(
@@ -503,15 +509,7 @@ async fn sse_churn(args: &Args, client: reqwest::Client, n: u64) -> Result<Value
             tally
         }));
     }
-    let mut total = Tally::default();
-    for worker in workers {
-        let tally = worker.await.context("a worker task panicked")?;
-        total.latencies_us.extend(tally.latencies_us);
-        total.errors += tally.errors;
-        if total.first_error.is_none() {
-            total.first_error = tally.first_error;
-        }
-    }
+    let total = Tally::gather(workers).await?;
     let wall = start.elapsed().as_secs_f64();
     Ok(report(json!({"mode": "sse_churn"}), total, n, wall, None))
 }

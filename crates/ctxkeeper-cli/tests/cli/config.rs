@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// `config validate --config FILE`, without the user's own config file.
+fn validate(file: &Path) -> Output {
+    bin()
+        .args(["config", "validate", "--config"])
+        .arg(file)
+        .env_remove("CTXKEEPER_CONFIG")
+        .output()
+        .expect("config test")
+}
+
 #[test]
 fn config_show_resolves_file_and_flags_without_printing_secrets_and_round_trips() {
     let dir = tempfile::tempdir().expect("config test");
@@ -40,12 +50,7 @@ fn config_show_resolves_file_and_flags_without_printing_secrets_and_round_trips(
     // What `show` prints is a valid configuration file itself.
     let shown_file = dir.path().join("shown.toml");
     std::fs::write(&shown_file, &shown).expect("config test");
-    let output = bin()
-        .args(["config", "validate", "--config"])
-        .arg(&shown_file)
-        .env_remove("CTXKEEPER_CONFIG")
-        .output()
-        .expect("config test");
+    let output = validate(&shown_file);
     assert!(output.status.success(), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("ok: "));
 }
@@ -63,12 +68,7 @@ fn config_validate_names_the_offending_field() {
     ] {
         let file = dir.path().join("ctxkeeper.toml");
         std::fs::write(&file, text).expect("config test");
-        let output = bin()
-            .args(["config", "validate", "--config"])
-            .arg(&file)
-            .env_remove("CTXKEEPER_CONFIG")
-            .output()
-            .expect("config test");
+        let output = validate(&file);
         assert_eq!(output.status.code(), Some(2), "{text}: {output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{text}: {stderr}");
@@ -81,12 +81,7 @@ fn config_validate_refuses_a_store_serve_could_not_open() {
     let file = dir.path().join("ctxkeeper.toml");
     std::fs::write(&file, "[gateway]\nstore = \"sqlte:///tmp/sessions.db\"\n")
         .expect("config test");
-    let output = bin()
-        .args(["config", "validate", "--config"])
-        .arg(&file)
-        .env_remove("CTXKEEPER_CONFIG")
-        .output()
-        .expect("config test");
+    let output = validate(&file);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -79,7 +79,8 @@ pub fn preset(name: &str) -> Option<PolicyConfig> {
     })
 }
 
-fn summarize_stage() -> Stage {
+/// A summarize stage with none of its own limits: the policy's summary settings decide.
+pub(crate) fn summarize_stage() -> Stage {
     Stage::Summarize {
         keep_tokens: None,
         keep_messages: None,
@@ -270,11 +271,7 @@ fn reme(mode: Mode) -> PolicyConfig {
         // threw the compaction away).
         Mode::Auto => ("reme-auto", vec![compact, compress(Some(0.75), None)]),
     };
-    let field = |name: &str, title: &str, description: &str| SummaryField {
-        name: name.into(),
-        title: title.into(),
-        description: description.into(),
-    };
+    let field = SummaryField::new;
     PolicyConfig {
         name: name.into(),
         trigger_ratio: None,
@@ -349,15 +346,7 @@ fn agentrail() -> PolicyConfig {
         },
         stages: vec![
             Stage::CapResults { max_chars: 6_000, keep_rounds: 2, historical_only: false, always: true, user_text: false },
-            Stage::Summarize {
-                keep_tokens: None,
-                keep_messages: None,
-                group_token_threshold: None,
-                oldest_rounds: None,
-                keep_ratio: None,
-                min_ratio: None,
-                min_tokens: None,
-            },
+            summarize_stage(),
         ],
         reactive: Some(ReactiveConfig::default()),
         summary: SummaryConfig {
@@ -440,11 +429,7 @@ fn cowagent() -> PolicyConfig {
 }
 
 fn harness() -> PolicyConfig {
-    let field = |name: &str, title: &str, description: &str| SummaryField {
-        name: name.into(),
-        title: title.into(),
-        description: description.into(),
-    };
+    let field = SummaryField::new;
     PolicyConfig {
         name: "harness".into(),
         trigger_ratio: None,

@@ -44,10 +44,7 @@ fn execute(
 }
 
 fn round(state: &mut ContextState, id: &str, tool: &str, output: &str) {
-    state.push(Message::assistant_with_calls(
-        "",
-        vec![Part::tool_call(id, tool, "{\"q\":\"x\"}")],
-    ));
+    state.push(Message::tool_call(id, tool, "{\"q\":\"x\"}"));
     state.push(Message::tool_result(id, output));
 }
 
@@ -160,15 +157,7 @@ fn default_masks_old_outputs_first_and_keeps_the_recent_rounds_verbatim() {
 #[test]
 fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
     let mut config = presets::preset("default").unwrap_or_default();
-    config.stages = vec![Stage::Summarize {
-        keep_tokens: None,
-        keep_messages: None,
-        group_token_threshold: None,
-        oldest_rounds: None,
-        keep_ratio: None,
-        min_ratio: None,
-        min_tokens: None,
-    }];
+    config.stages = vec![super::presets::summarize_stage()];
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
     let budget = Budget {
@@ -223,15 +212,7 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
 #[test]
 fn a_summary_may_quote_the_user_s_task_kept_outside_the_summarized_span() {
     let mut config = presets::preset("default").unwrap_or_default();
-    config.stages = vec![Stage::Summarize {
-        keep_tokens: None,
-        keep_messages: None,
-        group_token_threshold: None,
-        oldest_rounds: None,
-        keep_ratio: None,
-        min_ratio: None,
-        min_tokens: None,
-    }];
+    config.stages = vec![super::presets::summarize_stage()];
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
     let budget = Budget {
@@ -289,10 +270,7 @@ fn a_summary_may_quote_the_user_s_task_kept_outside_the_summarized_span() {
 fn huge_tool_results_are_capped_at_ingest_with_head_tail_and_whole_archive() {
     let engine = engine("default");
     let mut state = agent_session(0, 0);
-    state.push(Message::assistant_with_calls(
-        "",
-        vec![Part::tool_call("t1", "shell", "{}")],
-    ));
+    state.push(Message::tool_call("t1", "shell", "{}"));
     let output = format!(
         "START {} Traceback: KeyError at the very end",
         "log line ".repeat(4_000)
@@ -824,10 +802,7 @@ fn an_output_is_capped_to_the_room_a_nearly_full_fixed_prompt_leaves() {
     let mut state = ContextState::default();
     state.push(Message::system("You are an agent. ".repeat(300)));
     state.push(Message::user("Run the tests."));
-    state.push(Message::assistant_with_calls(
-        "",
-        vec![Part::tool_call("t1", "shell", "{}")],
-    ));
+    state.push(Message::tool_call("t1", "shell", "{}"));
     // Numbers one per line: about 3,000 tokens, under 40 % of a 10,000-token window.
     let output: String = (0..1_500).map(|n| format!("{n}\n")).collect();
     let tight = Budget {

@@ -56,15 +56,7 @@ const EXIT_ROLE: &str = "exit";
 /// Imports a trajectory as one session.
 pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>, ParseError> {
     let doc = parse_document(text)?;
-    let traj = doc.as_object().ok_or_else(|| {
-        ParseError::at(
-            "$",
-            format!(
-                "expected a mini-swe-agent trajectory object, found {}",
-                json_kind(&doc)
-            ),
-        )
-    })?;
+    let traj = super::object_at(&doc, "$", "a mini-swe-agent trajectory object")?;
     match traj.get("trajectory_format") {
         None | Some(Value::String(_)) => {}
         Some(other) => {
@@ -74,16 +66,8 @@ pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>
             ));
         }
     }
-    let items = match traj.get("messages") {
-        Some(Value::Array(items)) => items,
-        Some(other) => {
-            return Err(ParseError::at(
-                "$.messages",
-                format!("expected an array of messages, found {}", json_kind(other)),
-            ));
-        }
-        None => return Err(ParseError::at("$.messages", "missing required field")),
-    };
+    let items = super::opt_array(traj, "messages", "$", "messages")?
+        .ok_or_else(|| ParseError::at("$.messages", "missing required field"))?;
     let mut messages = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         if item.get("role").and_then(Value::as_str) == Some(EXIT_ROLE) {

@@ -340,6 +340,35 @@ fn opt_str<'a>(
     }
 }
 
+/// `value` (at `path`) as an object; the error says what it should have been (`a task object`).
+fn object_at<'a>(
+    value: &'a Value,
+    path: &str,
+    what: &str,
+) -> Result<&'a Map<String, Value>, ParseError> {
+    value
+        .as_object()
+        .ok_or_else(|| ParseError::at(path, format!("expected {what}, found {}", json_kind(value))))
+}
+
+/// An optional array field: absent is `None`, anything but an array is an error that names what
+/// its items should be (`messages`, `events`).
+fn opt_array<'a>(
+    map: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+    items: &str,
+) -> Result<Option<&'a Vec<Value>>, ParseError> {
+    match map.get(key) {
+        None => Ok(None),
+        Some(Value::Array(array)) => Ok(Some(array)),
+        Some(other) => Err(ParseError::at(
+            format!("{path}.{key}"),
+            format!("expected an array of {items}, found {}", json_kind(other)),
+        )),
+    }
+}
+
 /// An id-like field (a string or a number) as text.
 fn id_text(value: Option<&Value>) -> Option<String> {
     match value? {

@@ -143,16 +143,8 @@ fn import_run(
     line_no: usize,
     warnings: &mut Warnings,
 ) -> Result<Session, ParseError> {
-    let history = match run.get("history") {
-        Some(Value::Array(history)) => history,
-        Some(other) => {
-            return Err(ParseError::at(
-                "$.history",
-                format!("expected an array of events, found {}", json_kind(other)),
-            ));
-        }
-        None => return Err(ParseError::at("$", "missing `history`")),
-    };
+    let history = super::opt_array(run, "history", "$", "events")?
+        .ok_or_else(|| ParseError::at("$", "missing `history`"))?;
     let events = flatten(history)?;
     let answers = pair(&events);
     let mut messages = Vec::with_capacity(events.len());
@@ -240,12 +232,7 @@ fn flatten(history: &[Value]) -> Result<Vec<Event<'_>>, ParseError> {
             Value::Array(pair) => {
                 for (n, inner) in pair.iter().enumerate() {
                     let path = format!("{path}[{n}]");
-                    let map = inner.as_object().ok_or_else(|| {
-                        ParseError::at(
-                            &path,
-                            format!("expected an event, found {}", json_kind(inner)),
-                        )
-                    })?;
+                    let map = super::object_at(inner, &path, "an event")?;
                     events.push(event(map, path)?);
                 }
             }

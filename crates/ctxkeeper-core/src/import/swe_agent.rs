@@ -36,28 +36,14 @@ const PSEUDO_MODELS: [&str; 4] = ["replay", "human", "human_thought", "instant_e
 /// Imports a `.traj` file as one session.
 pub(super) fn import(text: &str, warnings: &mut Warnings) -> Result<Vec<Session>, ParseError> {
     let doc = parse_document(text)?;
-    let traj = doc.as_object().ok_or_else(|| {
-        ParseError::at(
-            "$",
-            format!(
-                "expected a SWE-agent trajectory object, found {}",
-                json_kind(&doc)
-            ),
-        )
-    })?;
+    let traj = super::object_at(&doc, "$", "a SWE-agent trajectory object")?;
     let replay_config = replay_config(traj);
-    let messages = match traj.get("history") {
-        Some(Value::Array(history)) => history
+    let messages = match super::opt_array(traj, "history", "$", "messages")? {
+        Some(history) => history
             .iter()
             .enumerate()
             .map(|(index, message)| history_message(message, &format!("$.history[{index}]")))
             .collect::<Result<Vec<_>, _>>()?,
-        Some(other) => {
-            return Err(ParseError::at(
-                "$.history",
-                format!("expected an array of messages, found {}", json_kind(other)),
-            ));
-        }
         None => {
             warnings.add("swe-agent: no history, rebuilt from trajectory");
             from_trajectory(traj)?
@@ -87,12 +73,7 @@ fn replay_config(traj: &Map<String, Value>) -> Option<Value> {
 
 /// One `history` entry as the message it stands for.
 fn history_message(value: &Value, path: &str) -> Result<Message, ParseError> {
-    let map = value.as_object().ok_or_else(|| {
-        ParseError::at(
-            path,
-            format!("expected a message object, found {}", json_kind(value)),
-        )
-    })?;
+    let map = super::object_at(value, path, "a message object")?;
     let ids = match map.get("tool_call_ids") {
         None | Some(Value::Null) => None,
         Some(Value::Array(ids)) => Some(
@@ -155,25 +136,12 @@ fn tool_result_content(message: &Message) -> Vec<Part> {
 /// Rebuilds a plain conversation from `trajectory` steps (`response`, `observation`) when a
 /// file has no `history`.
 fn from_trajectory(traj: &Map<String, Value>) -> Result<Vec<Message>, ParseError> {
-    let steps = match traj.get("trajectory") {
-        Some(Value::Array(steps)) => steps,
-        Some(other) => {
-            return Err(ParseError::at(
-                "$.trajectory",
-                format!("expected an array of steps, found {}", json_kind(other)),
-            ));
-        }
-        None => return Err(ParseError::at("$", "missing `history` and `trajectory`")),
-    };
+    let steps = super::opt_array(traj, "trajectory", "$", "steps")?
+        .ok_or_else(|| ParseError::at("$", "missing `history` and `trajectory`"))?;
     let mut messages = Vec::with_capacity(steps.len() * 2);
     for (index, step) in steps.iter().enumerate() {
         let path = format!("$.trajectory[{index}]");
-        let step = step.as_object().ok_or_else(|| {
-            ParseError::at(
-                &path,
-                format!("expected a step object, found {}", json_kind(step)),
-            )
-        })?;
+        let step = super::object_at(step, &path, "a step object")?;
         let response = super::opt_str(step, "response", &path)?;
         let action = super::opt_str(step, "action", &path)?;
         let observation = super::opt_str(step, "observation", &path)?;

@@ -11,8 +11,6 @@
 
 use std::collections::HashSet;
 
-use serde_json::Value;
-
 use super::{Session, id_text, parse_document, unique_id, wire};
 use crate::ParseError;
 use crate::json_kind;
@@ -33,22 +31,9 @@ pub(super) fn import(text: &str) -> Result<Vec<Session>, ParseError> {
     let mut sessions = Vec::with_capacity(tasks.len());
     for (index, task) in tasks.iter().enumerate() {
         let path = format!("$[{index}]");
-        let task = task.as_object().ok_or_else(|| {
-            ParseError::at(
-                &path,
-                format!("expected a task object, found {}", json_kind(task)),
-            )
-        })?;
-        let traj = match task.get("traj") {
-            Some(Value::Array(traj)) => traj,
-            Some(other) => {
-                return Err(ParseError::at(
-                    format!("{path}.traj"),
-                    format!("expected an array of messages, found {}", json_kind(other)),
-                ));
-            }
-            None => return Err(ParseError::at(&path, "missing `traj`")),
-        };
+        let task = super::object_at(task, &path, "a task object")?;
+        let traj = super::opt_array(task, "traj", &path, "messages")?
+            .ok_or_else(|| ParseError::at(&path, "missing `traj`"))?;
         let messages = traj
             .iter()
             .enumerate()

@@ -17,7 +17,7 @@
 //!
 //! let history = vec![
 //!     Message::user("book a flight"),
-//!     Message::assistant_with_calls("", vec![Part::tool_call("c1", "search", "{}")]),
+//!     Message::tool_call("c1", "search", "{}"),
 //!     Message::user("are you there?"),
 //! ];
 //! let violations = check(&history, &CheckRules::openai());
@@ -543,7 +543,7 @@ mod tests {
             Message::user("hi"),
             Message::user("again"),
             Message::system("late rules"),
-            Message::assistant_with_calls("", vec![Part::tool_call("a", "f", "not json")]),
+            Message::tool_call("a", "f", "not json"),
             Message::tool_result("a", "ok"),
             Message::new(Role::Assistant, vec![]),
         ];
@@ -564,14 +564,7 @@ mod tests {
     fn fill_markers_are_violations_in_text_results_and_escaped_arguments() {
         let history = vec![
             Message::user("see \u{1}ref:0\u{1}"),
-            Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(
-                    "a",
-                    "f",
-                    r#"{"x":"cut (archived at \u0001ref:3\u0001)"}"#,
-                )],
-            ),
+            Message::tool_call("a", "f", r#"{"x":"cut (archived at \u0001ref:3\u0001)"}"#),
             Message::tool_result("a", "[cleared; archived at \u{1}ref:1\u{1}]"),
             // A terminal escape in real output is not a marker.
             Message::user("\u{1b}[1mbold\u{1b}[22m and \u{1} alone"),

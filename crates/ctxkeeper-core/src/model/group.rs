@@ -12,7 +12,7 @@
 //! let history = vec![
 //!     Message::system("rules"),
 //!     Message::user("find my booking"),
-//!     Message::assistant_with_calls("", vec![Part::tool_call("c1", "find", "{}")]),
+//!     Message::tool_call("c1", "find", "{}"),
 //!     Message::tool_result("c1", "ABC123"),
 //!     Message::assistant("It is ABC123."),
 //! ];
@@ -119,19 +119,19 @@ pub(crate) fn is_result_message(message: &Message) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Message, Part};
+    use crate::model::Message;
 
     fn sample() -> Vec<Message> {
         vec![
-            Message::system("rules"), // 0
-            Message::user("one"),     // 1
-            Message::assistant_with_calls("", vec![Part::tool_call("a", "f", "{}")]), // 2
-            Message::tool_result("a", "r"), // 3
-            Message::assistant_with_calls("", vec![Part::tool_call("b", "f", "{}")]), // 4
-            Message::tool_result("b", "r"), // 5
-            Message::assistant("reply"), // 6
-            Message::user("two"),     // 7
-            Message::assistant("reply 2"), // 8
+            Message::system("rules"),           // 0
+            Message::user("one"),               // 1
+            Message::tool_call("a", "f", "{}"), // 2
+            Message::tool_result("a", "r"),     // 3
+            Message::tool_call("b", "f", "{}"), // 4
+            Message::tool_result("b", "r"),     // 5
+            Message::assistant("reply"),        // 6
+            Message::user("two"),               // 7
+            Message::assistant("reply 2"),      // 8
         ]
     }
 

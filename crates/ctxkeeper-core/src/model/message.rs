@@ -6,9 +6,9 @@
 //! details (a content string versus a list of parts) live in [`WireHints`].
 //!
 //! ```
-//! use ctxkeeper_core::model::{Message, Part, Role};
+//! use ctxkeeper_core::model::{Message, Role};
 //!
-//! let call = Message::assistant_with_calls("", vec![Part::tool_call("call_1", "search", r#"{"q":"rust"}"#)]);
+//! let call = Message::tool_call("call_1", "search", r#"{"q":"rust"}"#);
 //! let result = Message::tool_result("call_1", "3 hits");
 //! assert_eq!(call.tool_calls().count(), 1);
 //! assert_eq!(result.role, Role::Tool);
@@ -348,6 +348,15 @@ impl Message {
         }
         parts.extend(calls);
         Message::new(Role::Assistant, parts)
+    }
+
+    /// An assistant message that makes one tool call and says nothing else.
+    pub fn tool_call(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Message {
+        Message::new(Role::Assistant, vec![Part::tool_call(id, name, arguments)])
     }
 
     /// A tool message answering `call_id` with text.

@@ -19,7 +19,7 @@
 //!
 //! let mut history = vec![
 //!     Message::user("hi"),
-//!     Message::assistant_with_calls("", vec![Part::tool_call("a", "f", "{}")]),
+//!     Message::tool_call("a", "f", "{}"),
 //!     Message::tool_result("ghost", "orphan"),
 //! ];
 //! let report = repair(&mut history, &CheckRules::openai());

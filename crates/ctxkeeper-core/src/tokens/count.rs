@@ -35,7 +35,7 @@
 //! let request = Request {
 //!     messages: vec![
 //!         Message::system("be brief"),
-//!         Message::assistant_with_calls("", vec![Part::tool_call("c1", "search", r#"{"q":"rust"}"#)]),
+//!         Message::tool_call("c1", "search", r#"{"q":"rust"}"#),
 //!         Message::tool_result("c1", "3 hits"),
 //!     ],
 //!     ..Request::default()

@@ -405,14 +405,7 @@ mod tests {
         (0..n)
             .map(|i| match i % 3 {
                 0 => Message::user(format!("question number {i}")),
-                1 => Message::assistant_with_calls(
-                    "",
-                    vec![Part::tool_call(
-                        format!("c{i}"),
-                        "search",
-                        format!("{{\"q\":{i}}}"),
-                    )],
-                ),
+                1 => Message::tool_call(format!("c{i}"), "search", format!("{{\"q\":{i}}}")),
                 _ => Message::tool_result(format!("c{}", i - 1), format!("result {i} ").repeat(i)),
             })
             .collect()

@@ -24,27 +24,18 @@ fn take(session: &mut Session<u32>, messages: Value, seqs: Vec<u32>) -> Result<(
 fn a_step_that_only_appended_hands_back_the_callers_objects() {
     let rt = runtime().expect("runtime");
     let mut session = open(16_000);
-    take(
-        &mut session,
-        json!([{"role": "user", "content": "hi"}]),
-        vec![7],
-    )
-    .expect("ingested");
-    let step = session.prepare(rt, None).expect("prepared");
-    assert!(
-        matches!(step.emit, Emit::Append(ref pieces) if matches!(pieces[..], [Piece::Original(7)]))
-    );
-    assert!(!step.figures.changed);
-    take(
-        &mut session,
-        json!([{"role": "assistant", "content": "hello"}]),
-        vec![8],
-    )
-    .expect("ingested");
-    let step = session.prepare(rt, None).expect("prepared");
-    assert!(
-        matches!(step.emit, Emit::Append(ref pieces) if matches!(pieces[..], [Piece::Original(8)]))
-    );
+    // One message taken with its caller's object `seq`: the step hands back that object alone.
+    let mut step_hands_back = |message: Value, seq: u32| {
+        take(&mut session, json!([message]), vec![seq]).expect("ingested");
+        let step = session.prepare(rt, None).expect("prepared");
+        assert!(
+            matches!(step.emit, Emit::Append(ref pieces) if matches!(pieces[..], [Piece::Original(s)] if s == seq))
+        );
+        step.figures.changed
+    };
+    let changed = step_hands_back(json!({"role": "user", "content": "hi"}), 7);
+    assert!(!changed);
+    step_hands_back(json!({"role": "assistant", "content": "hello"}), 8);
     assert_eq!(session.emit_full().messages.len(), 2);
 }
 

@@ -21,11 +21,7 @@ use crate::session::decode;
 /// An operator's schema: fields the extractive summarizer fills by keyword, and one it does
 /// not know (it keeps the previous summary's text there).
 fn custom_schema() -> SummarySchema {
-    let field = |name: &str, title: &str, description: &str| SummaryField {
-        name: name.to_string(),
-        title: title.to_string(),
-        description: description.to_string(),
-    };
+    let field = SummaryField::new;
     SummarySchema {
         fields: vec![
             field("goal", "Goal", "What the user asked for."),

@@ -89,7 +89,6 @@ impl Summarizer for ExtractiveFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxkeeper_core::model::Part;
 
     /// A summarizer that finds no facts, as the upstream one.
     #[derive(Debug)]
@@ -110,14 +109,7 @@ mod tests {
     async fn facts_come_from_the_extractive_rules_when_the_summarizer_has_none() {
         let messages = vec![
             Message::user("Fix the totals. You must not change the public API."),
-            Message::assistant_with_calls(
-                "",
-                vec![Part::tool_call(
-                    "c1",
-                    "read_file",
-                    r#"{"path":"src/invoice.rs"}"#,
-                )],
-            ),
+            Message::tool_call("c1", "read_file", r#"{"path":"src/invoice.rs"}"#),
             Message::tool_result("c1", "fn total() -> u32 { 1 }"),
         ];
         let wrapped = ExtractiveFacts {

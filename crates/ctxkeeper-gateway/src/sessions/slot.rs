@@ -322,16 +322,7 @@ impl Sessions {
             unknown: &slot.unknown,
             engine_unknown: &slot.engine_unknown,
         };
-        match append {
-            Some(shape) => (
-                parts.encode_after(shape.entries, shape.fingerprints, shape.records),
-                ContextWrite::Append {
-                    context: shape.entries,
-                    trail: shape.fingerprints + shape.records,
-                },
-            ),
-            None => (parts.encode(), ContextWrite::Generation),
-        }
+        parts.encode_for(append)
     }
 
     /// The stored shape of the slot once its state is saved.

@@ -1,6 +1,6 @@
 use super::*;
 use ctxkeeper_core::engine::presets;
-use ctxkeeper_core::model::Part;
+
 use ctxkeeper_store::{AgentState, HistoryPage};
 
 async fn sessions(store: Arc<dyn SessionStore>, dir: &std::path::Path) -> Sessions {
@@ -20,10 +20,7 @@ fn conversation(rounds: usize) -> Vec<Message> {
     let mut messages = vec![Message::system("be brief"), Message::user("work")];
     for i in 0..rounds {
         let id = format!("c{i}");
-        messages.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(&id, "read", "{}")],
-        ));
+        messages.push(Message::tool_call(&id, "read", "{}"));
         messages.push(Message::tool_result(&id, format!("output {i} ").repeat(20)));
     }
     messages

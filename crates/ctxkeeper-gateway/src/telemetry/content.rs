@@ -9,7 +9,7 @@
 //!
 //! let messages = vec![
 //!     Message::user("Read main.rs"),
-//!     Message::assistant_with_calls("", vec![Part::tool_call("c1", "read", r#"{"path":"main.rs"}"#)]),
+//!     Message::tool_call("c1", "read", r#"{"path":"main.rs"}"#),
 //!     Message::tool_result("c1", "fn main() {}"),
 //! ];
 //! let json: serde_json::Value = serde_json::from_str(&input_messages(&messages)).unwrap();

@@ -218,14 +218,19 @@ mod tests {
             .expect("write");
         let cache = ArchiveText::default();
         let pattern = regex::Regex::new("needle").expect("regex");
-        let hits = cache
-            .grep(&archive, &scope, &pattern, 10)
-            .await
-            .expect("grep");
-        assert_eq!(
-            hits,
-            archive.grep(&scope, &pattern, 10).await.expect("grep")
-        );
+        // The cache's hits, which must be the archive's own.
+        let grep_both = || async {
+            let hits = cache
+                .grep(&archive, &scope, &pattern, 10)
+                .await
+                .expect("grep");
+            assert_eq!(
+                hits,
+                archive.grep(&scope, &pattern, 10).await.expect("grep")
+            );
+            hits
+        };
+        let hits = grep_both().await;
         assert_eq!(hits.len(), 1);
         assert_eq!(hits[0].line, 2);
         // A new item is read on the next search; the old one comes from memory.
@@ -233,14 +238,7 @@ mod tests {
             .offload_tool_result(&scope, "c2", "needle two")
             .await
             .expect("write");
-        let hits = cache
-            .grep(&archive, &scope, &pattern, 10)
-            .await
-            .expect("grep");
-        assert_eq!(
-            hits,
-            archive.grep(&scope, &pattern, 10).await.expect("grep")
-        );
+        let hits = grep_both().await;
         assert_eq!(hits.len(), 2);
         assert_eq!(cache.lock().0[&scope].items.len(), 2);
         // Another session's items are not its.

@@ -6,6 +6,8 @@
 
 use std::fmt::Write;
 
+pub use ctxkeeper_core::stats::thousands;
+
 use crate::sessions::timeline::Timeline;
 
 const WIDTH: f64 = 880.0;
@@ -129,19 +131,6 @@ pub fn svg(timeline: &Timeline) -> String {
         );
     }
     out.push_str("</svg>");
-    out
-}
-
-/// `12345` as `12,345`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
     out
 }
 

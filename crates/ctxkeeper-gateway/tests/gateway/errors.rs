@@ -1,12 +1,11 @@
 //! Bad requests and failing upstreams, each answered in the client's own error shape.
 
 use super::*;
+use crate::common::error_message;
 
 #[tokio::test]
 async fn bodies_over_the_limit_get_413_in_the_clients_error_shape() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
     cfg.body_limit = 4096;
     let gw = start(cfg).await;
     let big = json!({"model": "gpt-4o", "max_tokens": 10, "messages": [{"role": "user", "content": "x".repeat(8000)}]});
@@ -38,9 +37,7 @@ async fn bodies_over_the_limit_get_413_in_the_clients_error_shape() {
 
 #[tokio::test]
 async fn malformed_requests_get_400_in_the_clients_error_shape() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let gw = start(config(&dir, &upstream.anthropic_base_url())).await;
+    let (upstream, _dir, gw) = mock_and_gateway(128_000).await;
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("/v1/chat/completions", b"{\"model\": \"gpt-4o\", \"messages\": [".to_vec(), "malformed JSON"),
         ("/v1/messages", b"not json".to_vec(), "malformed JSON"),
@@ -99,9 +96,7 @@ async fn malformed_requests_get_400_in_the_clients_error_shape() {
 
 #[tokio::test]
 async fn hostile_session_and_tenant_ids_are_refused_never_used_as_paths() {
-    let upstream = mock(128_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(&dir, &upstream.anthropic_base_url());
+    let (upstream, dir, mut cfg) = mock_and_config(128_000).await;
     cfg.store_url = format!("file://{}", dir.path().join("store").display());
     let gw = start(cfg).await;
     for (name, value) in [
@@ -119,14 +114,8 @@ async fn hostile_session_and_tenant_ids_are_refused_never_used_as_paths() {
             .await
             .unwrap();
         assert_eq!(response.status(), 400, "{name}: {value}");
-        let body: Value = response.json().await.unwrap();
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("must be"),
-            "{body}"
-        );
+        let (body, message) = error_message(response).await;
+        assert!(message.contains("must be"), "{body}");
     }
     assert!(upstream.requests().is_empty());
     assert!(!dir.path().parent().unwrap().join("x").exists());
@@ -140,12 +129,11 @@ async fn hostile_session_and_tenant_ids_are_refused_never_used_as_paths() {
 
 #[tokio::test]
 async fn a_slow_upstream_answers_504_in_the_clients_error_shape() {
-    let upstream = ctxkeeper_mock_upstream::spawn(ctxkeeper_mock_upstream::MockConfig {
+    let upstream = mock_with(ctxkeeper_mock_upstream::MockConfig {
         delay: Duration::from_secs(3),
         ..Default::default()
     })
-    .await
-    .unwrap();
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.upstream_timeout = Duration::from_millis(300);
@@ -184,8 +172,7 @@ async fn an_unreachable_upstream_answers_502_naming_the_url_and_the_cause() {
         .await
         .unwrap();
     assert_eq!(response.status(), 502);
-    let body: Value = response.json().await.unwrap();
-    let message = body["error"]["message"].as_str().unwrap();
+    let (_body, message) = error_message(response).await;
     assert!(
         message.contains(&format!("http://127.0.0.1:{port}/v1/chat/completions")),
         "{message}"

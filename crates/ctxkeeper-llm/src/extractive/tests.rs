@@ -28,14 +28,7 @@ fn session() -> Vec<Message> {
             "c1",
             "compiling...\nerror[E0308]: mismatched types at src/lib.rs:12\ntest result: FAILED. 3 passed; 1 failed\nfull output saved to sessions/s1/tool_result-c1.txt",
         ),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "c2",
-                "read_file",
-                r#"{"path":"src/lib.rs"}"#,
-            )],
-        ),
+        Message::tool_call("c2", "read_file", r#"{"path":"src/lib.rs"}"#),
         Message::tool_result("c2", "fn total() -> u32 { 1 }"),
         Message::assistant(
             "The return type is wrong.\nNext: change total() to return u64.\nThen rerun the tests.",
@@ -245,10 +238,7 @@ fn task_overview_starts_from_the_first_real_request() {
         Message::user(
             "Hey Claude, please have a look at the git diff of claude_code_log/renderer.py",
         ),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call("c1", "Bash", r#"{"command":"git diff"}"#)],
-        ),
+        Message::tool_call("c1", "Bash", r#"{"command":"git diff"}"#),
         Message::tool_result(
             "c1",
             "[tool result cleared from context: Bash output of 2880 tokens; the full output is archived at sessions/s/tool_result-c1.txt]",
@@ -288,10 +278,7 @@ fn merging_keeps_previous_facts_without_duplicates() {
     let first = summarizer.summarize_now(&request(session(), None));
     let later = vec![
         Message::user("Also update the changelog."),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call("c9", "edit", r#"{"path":"CHANGELOG.md"}"#)],
-        ),
+        Message::tool_call("c9", "edit", r#"{"path":"CHANGELOG.md"}"#),
         Message::tool_result("c9", "written CHANGELOG.md (12 lines)"),
     ];
     let second = summarizer.summarize_now(&request(later, Some(first.clone())));
@@ -329,13 +316,10 @@ fn size_stays_bounded_over_many_merges() {
                     Message::user(format!(
                         "Step {round}.{i}: you must keep id ORD{round:04}{i:03} in mind."
                     )),
-                    Message::assistant_with_calls(
-                        "",
-                        vec![Part::tool_call(
-                            &id,
-                            "lookup",
-                            format!(r#"{{"order":"ORD{round:04}{i:03}"}}"#),
-                        )],
+                    Message::tool_call(
+                        &id,
+                        "lookup",
+                        format!(r#"{{"order":"ORD{round:04}{i:03}"}}"#),
                     ),
                     Message::tool_result(
                         &id,
@@ -403,16 +387,8 @@ fn references_are_found_and_validated() {
 fn custom_schema_fields_keep_the_previous_text() {
     let schema = SummarySchema {
         fields: vec![
-            SummaryField {
-                name: "goal".into(),
-                title: "Goal".into(),
-                description: "d".into(),
-            },
-            SummaryField {
-                name: "next_steps".into(),
-                title: "Next".into(),
-                description: "d".into(),
-            },
+            SummaryField::new("goal", "Goal", "d"),
+            SummaryField::new("next_steps", "Next", "d"),
         ],
     };
     let mut previous = Summary::empty(&schema, "openai:x");

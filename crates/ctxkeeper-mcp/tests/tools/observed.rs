@@ -50,12 +50,7 @@ async fn every_answered_tool_call_is_reported_with_its_outcome_and_trace() -> an
         .with_arguments(arguments(json!({"reference": f.output_ref, "limit": 20})));
     traced.meta = Some(meta);
     assert_eq!(client.call_tool(traced).await?.is_error, Some(false));
-    let hostile = client
-        .call_tool(
-            CallToolRequestParams::new("context_read")
-                .with_arguments(arguments(json!({"reference": "../../etc/passwd"}))),
-        )
-        .await?;
+    let hostile = client.call_tool(hostile_read()).await?;
     assert_eq!(hostile.is_error, Some(true));
     // The kind travels in the result's `_meta` too, for programs.
     let kind = hostile

@@ -116,10 +116,7 @@ fn harness_truncates_each_argument_to_max_arg_length() {
     for i in 0..16 {
         let body = if i == 3 { &under } else { &long };
         let args = serde_json::json!({ "path": format!("f{i}.txt"), "content": body }).to_string();
-        state.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(format!("w{i}"), "write_file", args)],
-        ));
+        state.push(Message::tool_call(format!("w{i}"), "write_file", args));
         state.push(Message::tool_result(format!("w{i}"), "written"));
     }
     let budget = Budget {

@@ -262,10 +262,7 @@ fn harness_truncates_arguments_and_keeps_the_last_ten_messages() {
     let body = "z".repeat(5_000);
     for i in 0..16 {
         let args = serde_json::json!({ "path": format!("f{i}.txt"), "content": body }).to_string();
-        state.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(format!("w{i}"), "write_file", args)],
-        ));
+        state.push(Message::tool_call(format!("w{i}"), "write_file", args));
         state.push(Message::tool_result(format!("w{i}"), "written"));
     }
     let budget = Budget {

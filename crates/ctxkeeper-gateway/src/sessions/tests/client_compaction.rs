@@ -32,13 +32,10 @@ fn opening() -> Vec<Message> {
 fn rounds(messages: &mut Vec<Message>, from: usize, to: usize) {
     for i in from..to {
         let id = format!("call_{i}");
-        messages.push(Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                &id,
-                "exec_command",
-                r#"{"cmd":"cat src/parse.rs"}"#,
-            )],
+        messages.push(Message::tool_call(
+            &id,
+            "exec_command",
+            r#"{"cmd":"cat src/parse.rs"}"#,
         ));
         messages.push(Message::tool_result(
             &id,
