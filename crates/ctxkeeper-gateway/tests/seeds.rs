@@ -26,7 +26,7 @@ fn last_request(upstream: &ctxkeeper_mock_upstream::MockServer) -> String {
 
 async fn send(gw: &common::Running, history: &[Value]) {
     let response = post_chat(
-        &gw,
+        gw,
         &[("authorization", KEY), ("x-ctxkeeper-session", "seeds")],
         &json!({"model": "gpt-4o", "messages": history}),
     )
