@@ -120,7 +120,7 @@ impl Capsule {
                         .chain(&self.system_notes)
                         .map(|i| i.log_index)
                         .filter(|index| !live_view.contains(*index))
-                        .collect::<std::collections::BTreeSet<u64>>()
+                        .collect::<std::collections::BTreeSet<u64>>() // ascending, once each
                         .into_iter()
                         .collect(),
                     orders_current: self.orders_current_of(|_| true, live_view),
@@ -133,14 +133,14 @@ impl Capsule {
         let mut second = String::from(CAPSULE_CONTINUED_TITLE);
         let title_len = second.len();
         second.push_str(&since);
-        let shown_before = format!("{first}\n{since}");
+        // What came since is in `second` already: `render_current` reads it there.
         self.render_current(
             config,
             window,
             live_view,
             working_set_chars - over,
             in_context,
-            &shown_before,
+            &first,
             &mut second,
         );
         if second.len() == title_len {
