@@ -180,7 +180,10 @@ pub struct CapsuleConfig {
 impl Default for CapsuleConfig {
     fn default() -> CapsuleConfig {
         CapsuleConfig {
-            instruction_budget_ratio: 0.15,
+            // Past this the oldest words shorten to a head and their reference; the standing
+            // orders they carry keep their own section. At 0.10 a tiny window (the canary
+            // suite's 832 tokens) no longer had room to lend the orders, so facts were lost.
+            instruction_budget_ratio: 0.12,
             head_chars: 300,
             max_files: 400,
             error_head_chars: 500,
@@ -188,11 +191,12 @@ impl Default for CapsuleConfig {
             max_plan_chars: 4_000,
             standing_orders: true,
             orders_budget_ratio: 0.40,
-            working_set_budget_ratio: 0.02,
-            // Off by default: on the Codex rollout at 16k the kept first message, longer than
-            // a fresh one, left one recent round verbatim at one step where two are the bar
-            // (bench/RESULTS.md, "The capsule's lasting part").
-            lasting_part: false,
+            // The names the agent keeps using are what its next action needs from older
+            // history; 0.055 of the window keeps 0.85 of them on the Codex rollout at 32k
+            // (0.70 at 0.02), and the lasting part pays for most of it (bench/RESULTS.md,
+            // "The capsule's defaults").
+            working_set_budget_ratio: 0.055,
+            lasting_part: true,
         }
     }
 }
