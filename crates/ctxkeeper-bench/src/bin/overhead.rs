@@ -34,9 +34,8 @@ use ctxkeeper_gateway::sessions::Sessions;
 use ctxkeeper_gateway::{Gateway, GatewayConfig, Server};
 use ctxkeeper_mock_upstream::MockConfig;
 use ctxkeeper_store::{
-    AgentState, AppendOutcome, Committed, ContextWrite, HistoryPage, LogEntry, SearchHit,
-    SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, TenantInfo,
-    Versioned,
+    AgentState, AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery,
+    SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, TenantInfo, Versioned,
 };
 use serde_json::{Value, json};
 
@@ -169,17 +168,9 @@ impl SessionStore for Counting {
     fn saves_incrementally(&self) -> bool {
         !self.whole && self.inner.saves_incrementally()
     }
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
-        self.count(state, messages);
-        self.timed(self.inner.commit(key, state, write, expected, messages))
-            .await
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
+        self.count(commit.state, commit.messages);
+        self.timed(self.inner.commit(key, commit)).await
     }
     async fn generation_context(
         &self,
