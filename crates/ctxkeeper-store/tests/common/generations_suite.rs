@@ -167,34 +167,31 @@ pub async fn stale_appends_change_nothing(store: &dyn SessionStore) {
         .version;
     let mut one = AgentState::new();
     one.context = said(&["c"]);
-    let append = ContextWrite::Append {
-        context: 2,
-        trail: 0,
-    };
+    // `state` written after the two messages of generation 1, against `expected`.
+    fn append<'a>(
+        state: &'a AgentState,
+        expected: Option<u64>,
+        messages: &'a [Message],
+    ) -> Commit<'a> {
+        let write = ContextWrite::Append {
+            context: 2,
+            trail: 0,
+        };
+        Commit {
+            state,
+            write,
+            expected,
+            messages,
+        }
+    }
     let v2 = store
-        .commit(
-            &k,
-            Commit {
-                state: &one,
-                write: append,
-                expected: Some(v1),
-                messages: &one.context,
-            },
-        )
+        .commit(&k, append(&one, Some(v1), &one.context))
         .await
         .expect("an append")
         .version;
     // A writer that still holds v1 loses its swap.
     let stale = store
-        .commit(
-            &k,
-            Commit {
-                state: &one,
-                write: append,
-                expected: Some(v1),
-                messages: &said(&["lost"]),
-            },
-        )
+        .commit(&k, append(&one, Some(v1), &said(&["lost"])))
         .await;
     assert!(
         matches!(
@@ -209,15 +206,7 @@ pub async fn stale_appends_change_nothing(store: &dyn SessionStore) {
     );
     // Right version, wrong counts: refused.
     let skewed = store
-        .commit(
-            &k,
-            Commit {
-                state: &one,
-                write: append,
-                expected: Some(v2),
-                messages: &said(&["lost too"]),
-            },
-        )
+        .commit(&k, append(&one, Some(v2), &said(&["lost too"])))
         .await;
     assert!(
         matches!(skewed, Err(StoreError::InvalidInput(_))),
