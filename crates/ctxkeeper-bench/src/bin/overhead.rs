@@ -304,14 +304,8 @@ async fn main() -> Result<()> {
         .await
         .context("archive")?;
     let metrics = Arc::new(Metrics::default());
-    let sessions = Sessions::new(
-        store.clone(),
-        archive,
-        config.policy.clone(),
-        config.profiles.clone(),
-        config.session_cache,
-    )
-    .with_metrics(metrics.clone());
+    let sessions =
+        Sessions::for_gateway(store.clone(), archive, &config).with_metrics(metrics.clone());
     let gateway = Gateway::with_sessions(config, sessions, metrics)?;
     let server = Server::bind_gateway(gateway, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let gateway_url = format!("http://{}/v1/chat/completions", server.local_addr());
