@@ -63,7 +63,7 @@ use crate::generations::{Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, entry_json,
-    parse_entry, rank_entries, tally,
+    parse_entry, rank_entries, sort_sessions, tally,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -814,11 +814,7 @@ impl SessionStore for FileStore {
             Ok(out)
         })
         .await?;
-        out.sort_by(|a, b| {
-            b.updated_at_ms
-                .cmp(&a.updated_at_ms)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_sessions(&mut out);
         Ok(out)
     }
 

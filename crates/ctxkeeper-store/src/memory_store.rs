@@ -11,7 +11,8 @@ use crate::StoreError;
 use crate::generations::{Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter,
-    SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, rank_entries, tally,
+    SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, rank_entries, sort_sessions,
+    tally,
 };
 use crate::state::SessionKey;
 use crate::time::now_ms;
@@ -188,11 +189,7 @@ impl SessionStore for MemoryStore {
                 })
                 .collect::<Vec<_>>()
         })?;
-        out.sort_by(|a, b| {
-            b.updated_at_ms
-                .cmp(&a.updated_at_ms)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_sessions(&mut out);
         Ok(out)
     }
 

@@ -38,7 +38,7 @@ use crate::generations::{ContextWrite, assemble, messages_of, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, parse_entry,
-    rank_entries, sort_tenants,
+    rank_entries, sort_sessions, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -573,11 +573,7 @@ impl SessionStore for RedisStore {
                 out.push(info);
             }
         }
-        out.sort_by(|a, b| {
-            b.updated_at_ms
-                .cmp(&a.updated_at_ms)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_sessions(&mut out);
         Ok(out)
     }
 

@@ -507,6 +507,16 @@ pub(crate) fn tally<'a>(sessions: impl IntoIterator<Item = (&'a str, i64)>) -> V
     tenants
 }
 
+/// Orders sessions as [`SessionStore::list`] returns them: most recently updated first, ties
+/// by key.
+pub(crate) fn sort_sessions(sessions: &mut [SessionInfo]) {
+    sessions.sort_by(|a, b| {
+        b.updated_at_ms
+            .cmp(&a.updated_at_ms)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+}
+
 /// Most recently updated first, ties by name.
 pub(crate) fn sort_tenants(tenants: &mut [TenantInfo]) {
     tenants.sort_by(|a, b| {
