@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use clap::Args;
 use ctxkeeper_core::model::CheckRules;
-use ctxkeeper_core::stats::{TraceStats, thousands};
+use ctxkeeper_core::stats::{Tally, TraceStats, thousands};
 use serde_json::json;
 
 use crate::TraceArgs;
@@ -107,36 +107,15 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
         out.push('\n');
     }
 
-    let _ = writeln!(
-        out,
-        "{:<14}{:>10}{:>14}{:>8}",
-        "role", "messages", "tokens", "share"
-    );
-    for (role, tally) in &stats.by_role {
-        let _ = writeln!(
-            out,
-            "{:<14}{:>10}{:>14}{:>7.1}%",
-            role,
-            thousands(tally.count),
-            thousands(tally.tokens),
-            share(tally.tokens, stats.total_tokens)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\n{:<14}{:>10}{:>14}{:>8}",
-        "part kind", "parts", "tokens", "share"
-    );
-    for (kind, tally) in stats.part_kinds_in_order() {
-        let _ = writeln!(
-            out,
-            "{:<14}{:>10}{:>14}{:>7.1}%",
-            kind.as_str(),
-            thousands(tally.count),
-            thousands(tally.tokens),
-            share(tally.tokens, stats.total_tokens)
-        );
-    }
+    let roles = stats
+        .by_role
+        .iter()
+        .map(|(role, tally)| (role.as_str(), *tally));
+    write_tallies(&mut out, ("role", "messages"), roles, stats.total_tokens);
+    out.push('\n');
+    let kinds = stats.part_kinds_in_order().into_iter();
+    let kinds = kinds.map(|(kind, tally)| (kind.as_str(), tally));
+    write_tallies(&mut out, ("part kind", "parts"), kinds, stats.total_tokens);
 
     let _ = writeln!(
         out,
@@ -196,6 +175,31 @@ fn render(loaded: &LoadedTrace, stats: &TraceStats) -> String {
         }
     }
     out
+}
+
+/// One table of the report: a header naming the rows and what they count, then per row its
+/// count, its tokens and their share of `total_tokens`.
+fn write_tallies<'a>(
+    out: &mut String,
+    (rows_are, counted): (&str, &str),
+    rows: impl Iterator<Item = (&'a str, Tally)>,
+    total_tokens: u64,
+) {
+    let _ = writeln!(
+        out,
+        "{:<14}{:>10}{:>14}{:>8}",
+        rows_are, counted, "tokens", "share"
+    );
+    for (name, tally) in rows {
+        let _ = writeln!(
+            out,
+            "{:<14}{:>10}{:>14}{:>7.1}%",
+            name,
+            thousands(tally.count),
+            thousands(tally.tokens),
+            share(tally.tokens, total_tokens)
+        );
+    }
 }
 
 fn share(part: u64, total: u64) -> f64 {

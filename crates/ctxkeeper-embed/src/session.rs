@@ -36,7 +36,7 @@ use ctxkeeper::core::tokens::TokenModel;
 use ctxkeeper::llm::Summarizer;
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot, SnapshotRef, StoredShape};
 use ctxkeeper::store::archive::{ArchiveScope, Offloader};
-use ctxkeeper::store::{SessionKey, SessionStore, StoreError};
+use ctxkeeper::store::{Commit, SessionKey, SessionStore, StoreError};
 use ctxkeeper::{ContextManager, Settings};
 use serde::Serialize;
 use serde_json::Value;
@@ -905,10 +905,12 @@ impl<O: Send> Session<O> {
             .store
             .commit(
                 &persist.key,
-                &state,
-                write,
-                persist.version,
-                &persist.pending,
+                Commit {
+                    state: &state,
+                    write,
+                    expected: persist.version,
+                    messages: &persist.pending,
+                },
             )
             .await?;
         persist.version = Some(committed.version);

@@ -95,21 +95,15 @@ impl Gateway {
             .await
             .map_err(opening(format!("events of {redacted}")))?;
         let metrics = Arc::new(Metrics::default());
-        let sessions = Sessions::new(
-            store,
-            archive,
-            config.policy.clone(),
-            config.profiles.clone(),
-            config.session_cache,
-        )
-        .with_idle_ttl(config.session_idle)
-        .with_max_consecutive_recoveries(config.max_consecutive_recoveries)
-        .with_summarizer_choice(config.summarizer.clone())
-        .with_summary_preparation(config.prepare_summaries_at)
-        .with_summary_wait(config.summary_wait)
-        .with_metrics(metrics.clone())
-        .with_cache_stall(config.cache_stall)
-        .with_event_bus(bus);
+        let sessions = Sessions::for_gateway(store, archive, &config)
+            .with_idle_ttl(config.session_idle)
+            .with_max_consecutive_recoveries(config.max_consecutive_recoveries)
+            .with_summarizer_choice(config.summarizer.clone())
+            .with_summary_preparation(config.prepare_summaries_at)
+            .with_summary_wait(config.summary_wait)
+            .with_metrics(metrics.clone())
+            .with_cache_stall(config.cache_stall)
+            .with_event_bus(bus);
         let sessions = match open_memory(&config)? {
             Some(memory) => sessions.with_memory(memory),
             None => sessions,

@@ -17,12 +17,9 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use async_trait::async_trait;
 use ctxkeeper_core::model::Message;
-use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
-use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
@@ -30,7 +27,9 @@ use crate::error::LlmError;
 use crate::http::{Http, Reply, endpoint};
 use crate::options::{Secret, SummarizerOptions};
 use crate::prompt::{SUMMARY_TOOL, TOOL_DESCRIPTION};
-use crate::structured::{self, Backend, CallError, OutputMode, extract_json, failure};
+use crate::structured::{
+    self, Backend, BackendCore, CallError, OutputMode, StructuredCall, extract_json, failure,
+};
 use crate::summarizer::Summarizer;
 
 /// The API version header sent with every request.
@@ -86,11 +85,9 @@ const LADDER: &[OutputMode] = &[
 #[derive(Debug)]
 pub struct AnthropicSummarizer {
     config: AnthropicConfig,
-    name: String,
+    core: BackendCore,
     url: String,
     http: Http,
-    token_model: TokenModel,
-    mode: AtomicUsize,
 }
 
 impl AnthropicSummarizer {
@@ -101,13 +98,10 @@ impl AnthropicSummarizer {
         reqwest::Url::parse(&url).map_err(|e| LlmError::Config {
             message: format!("invalid base URL {:?}: {e}", config.base_url),
         })?;
-        let token_model = TokenModel::for_model(&config.model, &Profiles::builtin());
         Ok(AnthropicSummarizer {
-            name: format!("anthropic:{}", config.model),
+            core: BackendCore::new("anthropic", &config.model, LADDER),
             url,
             http,
-            token_model,
-            mode: AtomicUsize::new(0),
             config,
         })
     }
@@ -119,7 +113,7 @@ impl AnthropicSummarizer {
 
     /// The structured-output mode the next call will use (it moves down after refusals).
     pub fn output_mode(&self) -> OutputMode {
-        LADDER[self.mode.load(Ordering::Relaxed).min(LADDER.len() - 1)]
+        self.core.output_mode()
     }
 
     /// The memory flush before a compaction: the durable facts in `messages`, one per line, or
@@ -244,52 +238,29 @@ fn text_of(blocks: &[Value]) -> String {
 
 #[async_trait]
 impl Backend for AnthropicSummarizer {
-    fn ladder(&self) -> &'static [OutputMode] {
-        LADDER
-    }
-
-    fn mode_index(&self) -> usize {
-        self.mode.load(Ordering::Relaxed)
-    }
-
-    fn set_mode_index(&self, index: usize) {
-        self.mode.fetch_max(index, Ordering::Relaxed);
-    }
-
-    fn produced_by(&self) -> &str {
-        &self.name
+    fn core(&self) -> &BackendCore {
+        &self.core
     }
 
     fn options(&self) -> &SummarizerOptions {
         &self.config.options
     }
 
-    fn token_model(&self) -> &TokenModel {
-        &self.token_model
-    }
-
-    async fn structured(
-        &self,
-        system: &str,
-        user: &str,
-        mode: OutputMode,
-        schema: &SummarySchema,
-        max_tokens: u32,
-    ) -> Result<Value, CallError> {
-        let mut body = self.base_body(Some(system), user, max_tokens);
-        if matches!(mode, OutputMode::ForcedTool | OutputMode::AutoTool) {
+    async fn structured(&self, call: StructuredCall<'_>) -> Result<Value, CallError> {
+        let mut body = self.base_body(Some(call.system), call.user, call.max_tokens);
+        if matches!(call.mode, OutputMode::ForcedTool | OutputMode::AutoTool) {
             body.insert(
                 "tools".into(),
-                json!([{"name": SUMMARY_TOOL, "description": TOOL_DESCRIPTION.trim(), "input_schema": schema.json_schema()}]),
+                json!([{"name": SUMMARY_TOOL, "description": TOOL_DESCRIPTION.trim(), "input_schema": call.schema.json_schema()}]),
             );
-            let choice = if mode == OutputMode::ForcedTool {
+            let choice = if call.mode == OutputMode::ForcedTool {
                 json!({"type": "tool", "name": SUMMARY_TOOL})
             } else {
                 json!({"type": "auto"})
             };
             body.insert("tool_choice".into(), choice);
         }
-        let answer = self.send(body, Some(mode)).await?;
+        let answer = self.send(body, Some(call.mode)).await?;
         read_structured(&answer)
     }
 
@@ -318,7 +289,7 @@ impl Summarizer for AnthropicSummarizer {
     }
 
     fn name(&self) -> &str {
-        &self.name
+        self.core.name()
     }
 }
 

@@ -23,12 +23,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use ctxkeeper_core::model::Message;
-use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
-use ctxkeeper_core::tokens::{Profiles, TokenModel};
+use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 
@@ -36,7 +35,9 @@ use crate::error::LlmError;
 use crate::http::{Http, Reply, endpoint};
 use crate::options::{Secret, SummarizerOptions};
 use crate::prompt::{SUMMARY_TOOL, TOOL_DESCRIPTION};
-use crate::structured::{self, Backend, CallError, OutputMode, extract_json, failure};
+use crate::structured::{
+    self, Backend, BackendCore, CallError, OutputMode, StructuredCall, extract_json, failure,
+};
 use crate::summarizer::Summarizer;
 
 /// Which field carries the output budget.
@@ -96,11 +97,9 @@ const LADDER: &[OutputMode] = &[
 #[derive(Debug)]
 pub struct OpenAiSummarizer {
     config: OpenAiConfig,
-    name: String,
+    core: BackendCore,
     url: String,
     http: Http,
-    token_model: TokenModel,
-    mode: AtomicUsize,
     use_completion_tokens: AtomicBool,
     drop_temperature: AtomicBool,
 }
@@ -113,13 +112,10 @@ impl OpenAiSummarizer {
         reqwest::Url::parse(&url).map_err(|e| LlmError::Config {
             message: format!("invalid base URL {:?}: {e}", config.base_url),
         })?;
-        let token_model = TokenModel::for_model(&config.model, &Profiles::builtin());
         Ok(OpenAiSummarizer {
-            name: format!("openai:{}", config.model),
+            core: BackendCore::new("openai", &config.model, LADDER),
             url,
             http,
-            token_model,
-            mode: AtomicUsize::new(0),
             use_completion_tokens: AtomicBool::new(
                 config.token_field == TokenField::MaxCompletionTokens,
             ),
@@ -135,7 +131,7 @@ impl OpenAiSummarizer {
 
     /// The structured-output mode the next call will use (it moves down after refusals).
     pub fn output_mode(&self) -> OutputMode {
-        LADDER[self.mode.load(Ordering::Relaxed).min(LADDER.len() - 1)]
+        self.core.output_mode()
     }
 
     /// The memory flush before a compaction: the durable facts in `messages`, one per line, or
@@ -323,45 +319,22 @@ fn content_text(content: &Value) -> String {
 
 #[async_trait]
 impl Backend for OpenAiSummarizer {
-    fn ladder(&self) -> &'static [OutputMode] {
-        LADDER
-    }
-
-    fn mode_index(&self) -> usize {
-        self.mode.load(Ordering::Relaxed)
-    }
-
-    fn set_mode_index(&self, index: usize) {
-        self.mode.fetch_max(index, Ordering::Relaxed);
-    }
-
-    fn produced_by(&self) -> &str {
-        &self.name
+    fn core(&self) -> &BackendCore {
+        &self.core
     }
 
     fn options(&self) -> &SummarizerOptions {
         &self.config.options
     }
 
-    fn token_model(&self) -> &TokenModel {
-        &self.token_model
-    }
-
-    async fn structured(
-        &self,
-        system: &str,
-        user: &str,
-        mode: OutputMode,
-        schema: &SummarySchema,
-        max_tokens: u32,
-    ) -> Result<Value, CallError> {
+    async fn structured(&self, call: StructuredCall<'_>) -> Result<Value, CallError> {
         let messages = json!([
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
+            {"role": "system", "content": call.system},
+            {"role": "user", "content": call.user},
         ]);
-        let mut body = self.base_body(messages, max_tokens);
-        let json_schema = schema.json_schema();
-        match mode {
+        let mut body = self.base_body(messages, call.max_tokens);
+        let json_schema = call.schema.json_schema();
+        match call.mode {
             OutputMode::JsonSchema => {
                 body.insert(
                     "response_format".into(),
@@ -373,7 +346,7 @@ impl Backend for OpenAiSummarizer {
                     "tools".into(),
                     json!([{"type": "function", "function": {"name": SUMMARY_TOOL, "description": TOOL_DESCRIPTION.trim(), "parameters": json_schema}}]),
                 );
-                let choice = if mode == OutputMode::ForcedTool {
+                let choice = if call.mode == OutputMode::ForcedTool {
                     json!({"type": "function", "function": {"name": SUMMARY_TOOL}})
                 } else {
                     json!("auto")
@@ -382,7 +355,7 @@ impl Backend for OpenAiSummarizer {
             }
             OutputMode::Text => {}
         }
-        let answer = self.send(body, Some(mode)).await?;
+        let answer = self.send(body, Some(call.mode)).await?;
         read_structured(&answer)
     }
 
@@ -412,7 +385,7 @@ impl Summarizer for OpenAiSummarizer {
     }
 
     fn name(&self) -> &str {
-        &self.name
+        self.core.name()
     }
 }
 

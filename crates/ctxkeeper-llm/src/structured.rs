@@ -19,12 +19,13 @@
 //! parameter adjustments by two, shrinks by two.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use ctxkeeper_core::model::Message;
 use ctxkeeper_core::overflow::{self, Overflow};
 use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
-use ctxkeeper_core::tokens::TokenModel;
+use ctxkeeper_core::tokens::{Profiles, TokenModel};
 use serde_json::Value;
 
 use crate::error::LlmError;
@@ -77,28 +78,69 @@ pub(crate) enum CallError {
     Fatal(LlmError),
 }
 
+/// What the loop keeps of every model-backed summarizer besides its calls: the name its
+/// summaries are `produced_by` (`openai:gpt-4o-mini`), the summarizer model's token model,
+/// and the ladder of output modes with the one that last worked.
+#[derive(Debug)]
+pub(crate) struct BackendCore {
+    name: String,
+    token_model: TokenModel,
+    /// The modes to try, best first.
+    ladder: &'static [OutputMode],
+    /// Index into the ladder of the mode that last worked (or was not yet refused).
+    mode: AtomicUsize,
+}
+
+impl BackendCore {
+    /// The core of a summarizer of `provider` calling `model`, trying `ladder` best first.
+    pub(crate) fn new(provider: &str, model: &str, ladder: &'static [OutputMode]) -> BackendCore {
+        BackendCore {
+            name: format!("{provider}:{model}"),
+            token_model: TokenModel::for_model(model, &Profiles::builtin()),
+            ladder,
+            mode: AtomicUsize::new(0),
+        }
+    }
+
+    /// `produced_by` of the summaries (`openai:gpt-4o-mini`).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The structured-output mode the next call will use (it moves down after refusals).
+    pub(crate) fn output_mode(&self) -> OutputMode {
+        self.ladder[self.mode_index().min(self.ladder.len() - 1)]
+    }
+
+    fn mode_index(&self) -> usize {
+        self.mode.load(Ordering::Relaxed)
+    }
+
+    /// Remembers a new working mode; a mode once refused is never tried again.
+    fn set_mode_index(&self, index: usize) {
+        self.mode.fetch_max(index, Ordering::Relaxed);
+    }
+}
+
+/// One structured call: the prompts, the mode to ask in, the schema the answer follows and
+/// the answer's token limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StructuredCall<'a> {
+    pub system: &'a str,
+    pub user: &'a str,
+    pub mode: OutputMode,
+    pub schema: &'a SummarySchema,
+    pub max_tokens: u32,
+}
+
 /// One provider's way of asking for and reading a structured answer.
 #[async_trait]
 pub(crate) trait Backend: Send + Sync {
-    /// The modes to try, best first.
-    fn ladder(&self) -> &'static [OutputMode];
-    /// Index into the ladder of the mode that last worked (or was not yet refused).
-    fn mode_index(&self) -> usize;
-    /// Remembers a new working mode.
-    fn set_mode_index(&self, index: usize);
-    /// `produced_by` of the summaries (`openai:gpt-4o-mini`).
-    fn produced_by(&self) -> &str;
+    /// The name, the token model and the mode ladder.
+    fn core(&self) -> &BackendCore;
     fn options(&self) -> &SummarizerOptions;
-    fn token_model(&self) -> &TokenModel;
     /// One structured call; `Ok` carries the JSON object the model produced.
-    async fn structured(
-        &self,
-        system: &str,
-        user: &str,
-        mode: OutputMode,
-        schema: &SummarySchema,
-        max_tokens: u32,
-    ) -> Result<Value, CallError>;
+    async fn structured(&self, call: StructuredCall<'_>) -> Result<Value, CallError>;
     /// One plain-text call with a single user message.
     async fn text(&self, user: &str, max_tokens: u32) -> Result<String, CallError>;
 }
@@ -125,7 +167,7 @@ pub(crate) fn sizes(
     system: &str,
 ) -> Result<Sizes, LlmError> {
     let options = backend.options();
-    let model = backend.token_model();
+    let model = &backend.core().token_model;
     let window = options
         .context_window
         .unwrap_or_else(|| u32::try_from(model.profile.context_window).unwrap_or(u32::MAX));
@@ -175,7 +217,7 @@ pub(crate) async fn summarize(
     let max_output = request.max_output_tokens;
     let system = compression_system(schema, request.prompt.as_deref(), max_output);
     let mut sizes = sizes(backend, request, &system)?;
-    let model = backend.token_model();
+    let model = &backend.core().token_model;
     let count = |text: &str| model.text_tokens(text);
 
     let messages = &request.messages;
@@ -252,10 +294,10 @@ pub(crate) async fn summarize(
 
     if summarized == 0 {
         // Nothing was sent: the previous summary stands as it was.
-        return Ok(previous.unwrap_or_else(|| Summary::empty(schema, backend.produced_by())));
+        return Ok(previous.unwrap_or_else(|| Summary::empty(schema, backend.core().name())));
     }
-    let mut summary = previous.unwrap_or_else(|| Summary::empty(schema, backend.produced_by()));
-    summary.produced_by = backend.produced_by().to_string();
+    let mut summary = previous.unwrap_or_else(|| Summary::empty(schema, backend.core().name()));
+    summary.produced_by = backend.core().name().to_string();
     summary.degraded = false;
     if dropped > 0 {
         note_dropped(&mut summary, schema, dropped);
@@ -293,7 +335,7 @@ async fn summarize_chunk(
     max_tokens: u32,
 ) -> Result<Summary, CallError> {
     let schema = &request.schema;
-    let ladder = backend.ladder();
+    let ladder = backend.core().ladder;
     let max_retries = backend.options().max_retries;
     let previous_text = previous.map(|p| p.render(schema));
     let keys = field_keys(schema);
@@ -304,7 +346,10 @@ async fn summarize_chunk(
     // may close the prompt's delimiters.
     let focus = request.guidance().map(|text| neutralise_tags(&text));
     loop {
-        let index = backend.mode_index().min(ladder.len().saturating_sub(1));
+        let index = backend
+            .core()
+            .mode_index()
+            .min(ladder.len().saturating_sub(1));
         let Some(&mode) = ladder.get(index) else {
             return Err(CallError::Fatal(LlmError::Config {
                 message: "no output mode configured".into(),
@@ -327,13 +372,17 @@ async fn summarize_chunk(
         if let Some(problem) = &problem {
             user.push_str(&fill(REPAIR, &[("problem", problem)]));
         }
-        match backend
-            .structured(system, &user, mode, schema, max_tokens)
-            .await
-        {
+        let call = StructuredCall {
+            system,
+            user: &user,
+            mode,
+            schema,
+            max_tokens,
+        };
+        match backend.structured(call).await {
             Ok(value) => {
                 let value = unwrap_wrapper(value, schema);
-                match Summary::from_json(&value, schema, backend.produced_by()) {
+                match Summary::from_json(&value, schema, backend.core().name()) {
                     Ok(summary) => return Ok(summary),
                     Err(reason) => problem = Some(reason),
                 }
@@ -341,7 +390,7 @@ async fn summarize_chunk(
             Err(CallError::Invalid(reason)) => problem = Some(reason),
             Err(CallError::Refused(error)) => {
                 if index + 1 < ladder.len() {
-                    backend.set_mode_index(index + 1);
+                    backend.core().set_mode_index(index + 1);
                     continue;
                 }
                 return Err(CallError::Fatal(error));
@@ -477,7 +526,7 @@ pub(crate) async fn flush_memory(
     max_tokens: u32,
 ) -> Result<Option<String>, LlmError> {
     let options = backend.options();
-    let model = backend.token_model();
+    let model = &backend.core().token_model;
     let window = options
         .context_window
         .unwrap_or_else(|| u32::try_from(model.profile.context_window).unwrap_or(u32::MAX));

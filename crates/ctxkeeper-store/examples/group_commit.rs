@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ctxkeeper_core::model::Message;
-use ctxkeeper_store::{AgentState, ContextWrite, SessionKey, open_store};
+use ctxkeeper_store::{AgentState, Commit, ContextWrite, SessionKey, open_store};
 
 const TASKS: usize = 32;
 const SESSIONS_PER_TASK: usize = 2;
@@ -63,7 +63,7 @@ async fn main() {
                     },
                 };
                 let committed = store
-                    .commit(key, &state, write, *version, &said)
+                    .commit(key, Commit { state: &state, write, expected: *version, messages: &said })
                     .await
                     .unwrap();
                 *version = Some(committed.version);

@@ -59,11 +59,11 @@ use serde_json::value::RawValue;
 use crate::StoreError;
 use crate::archive::sanitize_segment;
 use crate::fsutil::{self, Dir, Kind, Tree, blocking};
-use crate::generations::{ContextWrite, Shape, assemble, messages_of, next_shape, split};
+use crate::generations::{Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
+    AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, entry_json,
-    parse_entry, rank_entries, tally,
+    parse_entry, rank_entries, sort_sessions, tally,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -658,18 +658,6 @@ impl SessionStore for FileStore {
         .await
     }
 
-    async fn save(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        expected: Option<u64>,
-    ) -> Result<u64, StoreError> {
-        Ok(self
-            .save_and_append(key, state, expected, &[])
-            .await?
-            .version)
-    }
-
     async fn append(
         &self,
         key: &SessionKey,
@@ -707,18 +695,12 @@ impl SessionStore for FileStore {
         true
     }
 
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
         let tree = self.tree.clone();
         let key = key.clone();
-        let split = split(state)?;
-        let messages = messages.to_vec();
+        let (write, expected) = (commit.write, commit.expected);
+        let split = split(commit.state)?;
+        let messages = commit.messages.to_vec();
         blocking(move || {
             let (session, _lock) = Session::create_locked(&tree, paths(&key), &key)?;
             let last = session.settle()?;
@@ -832,11 +814,7 @@ impl SessionStore for FileStore {
             Ok(out)
         })
         .await?;
-        out.sort_by(|a, b| {
-            b.updated_at_ms
-                .cmp(&a.updated_at_ms)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_sessions(&mut out);
         Ok(out)
     }
 

@@ -72,7 +72,7 @@ pub use generations::ContextWrite;
 pub use idle::on_thread_idle;
 pub use open::{check_store_url, install_tls_provider, is_sql_url, open_archive, open_store};
 pub use session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
+    AppendOutcome, Commit, Committed, HistoryPage, LogEntry, Retention, SearchHit, SearchQuery,
     SearchScope, SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned,
 };
 pub use state::{AgentState, SessionKey};

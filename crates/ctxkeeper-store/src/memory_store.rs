@@ -8,12 +8,13 @@ use async_trait::async_trait;
 use ctxkeeper_core::model::Message;
 
 use crate::StoreError;
-use crate::generations::{ContextWrite, Shape, assemble, messages_of, next_shape, split};
+use crate::generations::{Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter, SessionInfo,
-    SessionStore, TenantInfo, Versioned, check_messages, rank_entries, tally,
+    AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter,
+    SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, rank_entries, sort_sessions,
+    tally,
 };
-use crate::state::{AgentState, SessionKey};
+use crate::state::SessionKey;
 use crate::time::now_ms;
 
 #[derive(Debug, Default)]
@@ -109,18 +110,6 @@ impl SessionStore for MemoryStore {
         }))
     }
 
-    async fn save(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        expected: Option<u64>,
-    ) -> Result<u64, StoreError> {
-        Ok(self
-            .save_and_append(key, state, expected, &[])
-            .await?
-            .version)
-    }
-
     async fn append(
         &self,
         key: &SessionKey,
@@ -142,24 +131,20 @@ impl SessionStore for MemoryStore {
         true
     }
 
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
         // Serialized as the durable backends store it: an unserializable state fails here too.
-        let split = split(state)?;
+        let split = split(commit.state)?;
         // Both under one lock: nobody sees the state without its log entries.
         self.with(|sessions| {
             let current = sessions.get(key).filter(|s| s.state.is_some());
             let actual = current.and_then(|s| s.state.as_ref()).map(|(v, _)| *v);
-            if actual != expected {
-                return Err(StoreError::Conflict { expected, actual });
+            if actual != commit.expected {
+                return Err(StoreError::Conflict {
+                    expected: commit.expected,
+                    actual,
+                });
             }
-            let (shape, fresh) = next_shape(current.map(|s| s.shape), write, &split)?;
+            let (shape, fresh) = next_shape(current.map(|s| s.shape), commit.write, &split)?;
             let version = actual.unwrap_or(0) + 1;
             let now = now_ms();
             let session = touch(sessions, key, now);
@@ -170,7 +155,7 @@ impl SessionStore for MemoryStore {
                 items.clear();
             }
             items.extend(split.items);
-            let appended = push_log(session, messages, now);
+            let appended = push_log(session, commit.messages, now);
             Ok(Committed { version, appended })
         })?
     }
@@ -204,11 +189,7 @@ impl SessionStore for MemoryStore {
                 })
                 .collect::<Vec<_>>()
         })?;
-        out.sort_by(|a, b| {
-            b.updated_at_ms
-                .cmp(&a.updated_at_ms)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_sessions(&mut out);
         Ok(out)
     }
 

@@ -36,9 +36,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::generations::{ContextWrite, assemble, messages_of, split};
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
+    AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
     SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, parse_entry,
-    rank_entries, sort_tenants,
+    rank_entries, sort_sessions, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -458,18 +458,6 @@ impl SessionStore for RedisStore {
         }))
     }
 
-    async fn save(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        expected: Option<u64>,
-    ) -> Result<u64, StoreError> {
-        Ok(self
-            .commit(key, state, ContextWrite::Generation, expected, &[])
-            .await?
-            .version)
-    }
-
     async fn append(
         &self,
         key: &SessionKey,
@@ -504,17 +492,10 @@ impl SessionStore for RedisStore {
         true
     }
 
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
-        let split = split(state)?;
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
+        let split = split(commit.state)?;
         let now = now_ms();
-        let (mode, context, trail) = match write {
+        let (mode, context, trail) = match commit.write {
             ContextWrite::Generation => ("g", 0, 0),
             ContextWrite::Append { context, trail } => ("a", context, trail),
         };
@@ -522,7 +503,7 @@ impl SessionStore for RedisStore {
         invocation
             .key(self.log_key(key))
             .key(self.context_prefix(key))
-            .arg(expected.map(|v| v.to_string()).unwrap_or_default())
+            .arg(commit.expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(split.head)
             .arg(now)
             .arg(mode)
@@ -534,7 +515,7 @@ impl SessionStore for RedisStore {
         for item in split.items {
             invocation.arg(item);
         }
-        for message in messages {
+        for message in commit.messages {
             let json = serde_json::to_string(message).map_err(|e| {
                 StoreError::InvalidInput(format!("message does not serialize: {e}"))
             })?;
@@ -554,7 +535,7 @@ impl SessionStore for RedisStore {
             }
             _ => {
                 return Err(StoreError::Conflict {
-                    expected,
+                    expected: commit.expected,
                     actual: version.parse().ok(),
                 });
             }
@@ -563,7 +544,7 @@ impl SessionStore for RedisStore {
         let version = version
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("redis version {version:?}")))?;
-        let n = messages.len() as u64;
+        let n = commit.messages.len() as u64;
         let appended = (n > 0).then(|| AppendOutcome {
             first_seq: first,
             last_seq: first + n - 1,
@@ -592,11 +573,7 @@ impl SessionStore for RedisStore {
                 out.push(info);
             }
         }
-        out.sort_by(|a, b| {
-            b.updated_at_ms
-                .cmp(&a.updated_at_ms)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_sessions(&mut out);
         Ok(out)
     }
 

@@ -73,6 +73,34 @@ pub struct Committed {
     pub appended: Option<AppendOutcome>,
 }
 
+/// What one [`SessionStore::commit`] writes: the state, how its context is written, the
+/// version it must replace (compare-and-swap, as [`SessionStore::save`]) and the messages it
+/// appends to the session log. Bundled so that every store and wrapper takes them alike.
+#[derive(Debug, Clone, Copy)]
+pub struct Commit<'a> {
+    pub state: &'a AgentState,
+    pub write: ContextWrite,
+    /// The stored version being replaced, `None` when no state is saved yet.
+    pub expected: Option<u64>,
+    pub messages: &'a [Message],
+}
+
+impl<'a> Commit<'a> {
+    /// `state` written as a whole new generation, with `messages` appended to the log.
+    pub fn generation(
+        state: &'a AgentState,
+        expected: Option<u64>,
+        messages: &'a [Message],
+    ) -> Commit<'a> {
+        Commit {
+            state,
+            write: ContextWrite::Generation,
+            expected,
+            messages,
+        }
+    }
+}
+
 /// One entry of a session log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogEntry {
@@ -286,12 +314,26 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
 
     /// Saves `state` if the stored version is still `expected` (`None`: no state saved yet),
     /// and returns the new version. Otherwise fails with [`StoreError::Conflict`].
+    ///
+    /// A store that [`saves_incrementally`](Self::saves_incrementally) gets this from its
+    /// [`commit`](Self::commit): a whole generation with no log entries. Any other store
+    /// implements it.
     async fn save(
         &self,
         key: &SessionKey,
         state: &AgentState,
         expected: Option<u64>,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<u64, StoreError> {
+        if !self.saves_incrementally() {
+            // The default `commit` comes back here: refuse rather than recurse.
+            return Err(StoreError::NotImplemented(format!(
+                "{}: save",
+                self.backend()
+            )));
+        }
+        let commit = Commit::generation(state, expected, &[]);
+        Ok(self.commit(key, commit).await?.version)
+    }
 
     /// Appends messages to the session log, creating the session if needed.
     async fn append(
@@ -323,7 +365,7 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     ) -> Result<Committed, StoreError> {
         if self.saves_incrementally() {
             return self
-                .commit(key, state, ContextWrite::Generation, expected, messages)
+                .commit(key, Commit::generation(state, expected, messages))
                 .await;
         }
         let version = self.save(key, state, expected).await?;
@@ -348,16 +390,17 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
     /// new generation, or — where [`saves_incrementally`](Self::saves_incrementally) — only the
     /// messages and trail values that follow the stored generation's, which `state` then
     /// holds alone. A store without generations saves whole states and refuses appends.
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
-        match write {
-            ContextWrite::Generation => self.save_and_append(key, state, expected, messages).await,
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
+        match commit.write {
+            ContextWrite::Generation => {
+                let Commit {
+                    state,
+                    expected,
+                    messages,
+                    ..
+                } = commit;
+                self.save_and_append(key, state, expected, messages).await
+            }
             ContextWrite::Append { .. } => Err(StoreError::NotImplemented(format!(
                 "{}: incremental saves",
                 self.backend()
@@ -462,6 +505,16 @@ pub(crate) fn tally<'a>(sessions: impl IntoIterator<Item = (&'a str, i64)>) -> V
         .collect();
     sort_tenants(&mut tenants);
     tenants
+}
+
+/// Orders sessions as [`SessionStore::list`] returns them: most recently updated first, ties
+/// by key.
+pub(crate) fn sort_sessions(sessions: &mut [SessionInfo]) {
+    sessions.sort_by(|a, b| {
+        b.updated_at_ms
+            .cmp(&a.updated_at_ms)
+            .then_with(|| a.key.cmp(&b.key))
+    });
 }
 
 /// Most recently updated first, ties by name.

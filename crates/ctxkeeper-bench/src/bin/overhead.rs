@@ -34,9 +34,8 @@ use ctxkeeper_gateway::sessions::Sessions;
 use ctxkeeper_gateway::{Gateway, GatewayConfig, Server};
 use ctxkeeper_mock_upstream::MockConfig;
 use ctxkeeper_store::{
-    AgentState, AppendOutcome, Committed, ContextWrite, HistoryPage, LogEntry, SearchHit,
-    SearchQuery, SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, TenantInfo,
-    Versioned,
+    AgentState, AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery,
+    SessionFilter, SessionInfo, SessionKey, SessionStore, StoreError, TenantInfo, Versioned,
 };
 use serde_json::{Value, json};
 
@@ -169,17 +168,9 @@ impl SessionStore for Counting {
     fn saves_incrementally(&self) -> bool {
         !self.whole && self.inner.saves_incrementally()
     }
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
-        self.count(state, messages);
-        self.timed(self.inner.commit(key, state, write, expected, messages))
-            .await
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
+        self.count(commit.state, commit.messages);
+        self.timed(self.inner.commit(key, commit)).await
     }
     async fn generation_context(
         &self,
@@ -313,14 +304,8 @@ async fn main() -> Result<()> {
         .await
         .context("archive")?;
     let metrics = Arc::new(Metrics::default());
-    let sessions = Sessions::new(
-        store.clone(),
-        archive,
-        config.policy.clone(),
-        config.profiles.clone(),
-        config.session_cache,
-    )
-    .with_metrics(metrics.clone());
+    let sessions =
+        Sessions::for_gateway(store.clone(), archive, &config).with_metrics(metrics.clone());
     let gateway = Gateway::with_sessions(config, sessions, metrics)?;
     let server = Server::bind_gateway(gateway, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let gateway_url = format!("http://{}/v1/chat/completions", server.local_addr());

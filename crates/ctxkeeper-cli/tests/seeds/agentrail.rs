@@ -240,10 +240,7 @@ pub fn rows(table: &mut Table) {
             })
             .collect()
     };
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let file = trace(scratch.path(), "loop.json", loop_of(40, None));
-    replay(&file, "agentrail", 20_000, scratch.path(), &[]);
-    let sent = requests(&scratch.path().join("req"));
+    let (_scratch, sent) = replay_requests("loop.json", loop_of(40, None), "agentrail", 20_000);
     let seen = compactions(&sent, 20_000);
     let reactive: Vec<_> = seen.iter().take_while(|c| c.1 < 100.0).take(3).collect();
     let micro = reactive.len() == 3
@@ -297,10 +294,7 @@ pub fn rows(table: &mut Table) {
     );
     // fullTriggerPct 92: a tool output of about 2,500 tokens takes the call from under 85 %
     // to 92 % or more; the next call is compacted in full: every round but the last 2.
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let file = trace(scratch.path(), "jump.json", loop_of(24, Some(20)));
-    replay(&file, "agentrail", 20_000, scratch.path(), &[]);
-    let sent = requests(&scratch.path().join("req"));
+    let (_scratch, sent) = replay_requests("jump.json", loop_of(24, Some(20)), "agentrail", 20_000);
     let first = compactions(&sent, 20_000).into_iter().next();
     let jumped =
         first.is_some_and(|c| c.0 >= 2 && request_tokens(&sent[c.0 - 2]) * 100 < 85 * 20_000);

@@ -274,6 +274,32 @@ pub fn replay(trace: &Path, preset: &str, window: u64, scratch: &Path, extra: &[
     report
 }
 
+/// Replays `messages`, written as the trace `name`, under `preset` with a `window`-token
+/// window in a fresh scratch directory: the directory (its `ws` is the workspace) and every
+/// request the replay emitted, in step order.
+pub fn replay_requests(
+    name: &str,
+    messages: Vec<Value>,
+    preset: &str,
+    window: u64,
+) -> (tempfile::TempDir, Vec<Value>) {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let file = trace(scratch.path(), name, messages);
+    replay(&file, preset, window, scratch.path(), &[]);
+    let sent = requests(&scratch.path().join("req"));
+    (scratch, sent)
+}
+
+/// Where the `k`-th assistant message of `messages` stands, if there are that many.
+pub fn nth_assistant(messages: &[Value], k: usize) -> Option<usize> {
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m["role"] == "assistant")
+        .nth(k)
+        .map(|(at, _)| at)
+}
+
 /// Every request a replay emitted, in step order.
 pub fn requests(dir: &Path) -> Vec<Value> {
     names_in(dir)

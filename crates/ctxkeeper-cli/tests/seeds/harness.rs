@@ -239,22 +239,12 @@ pub fn rows(table: &mut Table) {
     // conversation (the system prompt apart, as HarnessAgent keeps it apart) holds 30
     // messages, into the summary and at least the last 10 messages as they were, the cut moved
     // back to the call a kept result answers.
-    let scratch = tempfile::tempdir().expect("temp dir");
     let messages = coding_session(20, 3);
-    let file = trace(scratch.path(), "forty.json", messages.clone());
-    replay(&file, "harness", 128_000, scratch.path(), &[]);
-    let sent = requests(&scratch.path().join("req"));
+    let (_scratch, sent) = replay_requests("forty.json", messages.clone(), "harness", 128_000);
     let count = |body: &Value| body["messages"].as_array().map_or(0, Vec::len);
     // Step i answers the i-th assistant message: its conversation is every message before
     // that one, the system prompt apart.
-    let conversation_at = |step: usize| {
-        messages
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m["role"] == "assistant")
-            .nth(step)
-            .map_or(0, |(at, _)| at - 1)
-    };
+    let conversation_at = |step: usize| nth_assistant(&messages, step).map_or(0, |at| at - 1);
     let first_compacted = (1..sent.len()).find(|&i| count(&sent[i]) < count(&sent[i - 1]));
     let first_at_30 = (0..sent.len()).find(|&i| conversation_at(i) >= 30);
     let observed = match first_compacted {

@@ -1,5 +1,7 @@
 //! 001 ReMe: its rows of the seed-conformance table.
 
+use std::ops::RangeInclusive;
+
 use serde_json::{Value, json};
 
 use super::common::*;
@@ -176,23 +178,20 @@ pub fn rows(table: &mut Table) {
     // system prompt nor the last 2) are measured: the first compression comes at the first
     // call where they pass 20,000 tokens, though the whole context passed it a round
     // earlier; the last 2 messages stay as they were.
-    let scratch = tempfile::tempdir().expect("temp dir");
     let system = format!(
         "You are a careful auditor. Reference tables:\n{}",
         dense(500, 99)
     );
     let messages = tool_loop(&system, &[210; 12]);
-    let file = trace(scratch.path(), "ledger-system.json", messages.clone());
-    replay(&file, "reme-compress", 128_000, scratch.path(), &[]);
-    let sent = requests(&scratch.path().join("req"));
+    let (_scratch, sent) = replay_requests(
+        "ledger-system.json",
+        messages.clone(),
+        "reme-compress",
+        128_000,
+    );
     // The context of call k: every message before the k-th assistant message.
     let context_of = |k: usize| -> Vec<Value> {
-        let at = messages
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m["role"] == "assistant")
-            .nth(k)
-            .map_or(messages.len(), |(at, _)| at);
+        let at = nth_assistant(&messages, k).unwrap_or(messages.len());
         messages[..at].to_vec()
     };
     let compressible = |k: usize| -> u64 {
@@ -261,30 +260,25 @@ pub fn rows(table: &mut Table) {
     let messages = tool_loop("You are a careful auditor.", &sizes);
     // What the first compaction under reme-compact leaves of the context it compacted.
     let compact_ratio = |name: &str, messages: &[Value]| -> f64 {
-        let scratch = tempfile::tempdir().expect("temp dir");
-        let file = trace(scratch.path(), name, messages.to_vec());
-        replay(&file, "reme-compact", 128_000, scratch.path(), &[]);
-        let sent = requests(&scratch.path().join("req"));
+        let (_scratch, sent) = replay_requests(name, messages.to_vec(), "reme-compact", 128_000);
         changed(&sent, messages).map_or(1.0, |k| {
-            let at = messages
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m["role"] == "assistant")
-                .nth(k)
-                .map_or(messages.len(), |(at, _)| at);
+            let at = nth_assistant(messages, k).unwrap_or(messages.len());
             let whole = json!({"model": "gpt-4o", "messages": messages[..at].to_vec()});
             request_tokens(&sent[k]) as f64 / request_tokens(&whole) as f64
         })
     };
-    let ratio = compact_ratio("mixed.json", &messages);
-    assert!(
-        (0.3..=0.7).contains(&ratio),
-        "the trace is shaped: ratio {ratio}"
-    );
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let file = trace(scratch.path(), "mixed.json", messages.clone());
-    replay(&file, "reme-auto", 128_000, scratch.path(), &[]);
-    let sent = requests(&scratch.path().join("req"));
+    // A trace whose ratio under reme-compact falls in `shaped`, replayed under reme-auto: the
+    // ratio, the scratch directory (its workspace) and the requests sent.
+    let auto_replay = |name: &str, messages: &[Value], shaped: RangeInclusive<f64>| {
+        let ratio = compact_ratio(name, messages);
+        assert!(
+            shaped.contains(&ratio),
+            "the trace is shaped: ratio {ratio}"
+        );
+        let (scratch, sent) = replay_requests(name, messages.to_vec(), "reme-auto", 128_000);
+        (ratio, scratch, sent)
+    };
+    let (ratio, _scratch, sent) = auto_replay("mixed.json", &messages, 0.3..=0.7);
     table.row(
         seed("Parameters: compact_ratio_threshold", "reme-auto"),
         "a tool loop whose compaction leaves about half the tokens (≤ 0.75; measured under reme-compact): reme-auto's first compaction",
@@ -302,15 +296,7 @@ pub fn rows(table: &mut Table) {
     // big result stored whole in the session's folder).
     let sizes: Vec<usize> = (0..16).map(|i| if i == 1 { 250 } else { 125 }).collect();
     let messages = tool_loop("You are a careful auditor.", &sizes);
-    let ratio = compact_ratio("over.json", &messages);
-    assert!(
-        (0.76..=0.95).contains(&ratio),
-        "the trace is shaped: ratio {ratio}"
-    );
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let file = trace(scratch.path(), "over.json", messages.clone());
-    replay(&file, "reme-auto", 128_000, scratch.path(), &[]);
-    let sent = requests(&scratch.path().join("req"));
+    let (ratio, scratch, sent) = auto_replay("over.json", &messages, 0.76..=0.95);
     let session = session_dir(&scratch.path().join("ws"));
     let big = output_of(&messages, "c1");
     let stored = names_in(&session).into_iter().any(|n| {

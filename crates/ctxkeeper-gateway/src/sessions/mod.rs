@@ -386,6 +386,18 @@ impl Sessions {
         }
     }
 
+    /// Sessions over a store and an archive with the policy, the token profiles and the
+    /// warm-session capacity a gateway's configuration names (the other settings are applied
+    /// by [`Gateway::open`](crate::Gateway::open), or by the caller).
+    pub fn for_gateway(
+        store: Arc<dyn SessionStore>,
+        offloader: Arc<dyn Offloader>,
+        config: &crate::GatewayConfig,
+    ) -> Sessions {
+        let (policy, profiles) = (config.policy.clone(), config.profiles.clone());
+        Sessions::new(store, offloader, policy, profiles, config.session_cache)
+    }
+
     /// Raises `cache_stalled` (an event, `ctxkeeper_cache_stalls_total`) for a session whose
     /// provider stops serving its prompt from cache, as `rule` says (default
     /// [`CacheStallRule::default`]).

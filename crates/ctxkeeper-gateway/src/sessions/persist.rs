@@ -5,7 +5,7 @@
 
 use ctxkeeper::snapshot::{self, ClientRecord, Snapshot};
 use ctxkeeper_core::model::Message;
-use ctxkeeper_store::{SessionKey, StoreError};
+use ctxkeeper_store::{Commit, SessionKey, StoreError};
 
 use super::slot::Slot;
 use super::{MAX_CAS_RETRIES, SessionError, Sessions};
@@ -75,7 +75,15 @@ impl Sessions {
         let (state, write) = Self::state_to_store(slot, incremental);
         let committed = self
             .store
-            .commit(key, &state, write, slot.version, log)
+            .commit(
+                key,
+                Commit {
+                    state: &state,
+                    write,
+                    expected: slot.version,
+                    messages: log,
+                },
+            )
             .await?;
         slot.version = Some(committed.version);
         slot.stored_shape = incremental.then(|| Self::shape_of(slot));

@@ -86,19 +86,14 @@ impl SessionStore for Recording {
     async fn commit(
         &self,
         key: &SessionKey,
-        state: &AgentState,
-        write: ctxkeeper_store::ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
+        commit: ctxkeeper_store::Commit<'_>,
     ) -> Result<ctxkeeper_store::Committed, StoreError> {
         self.writes.lock().expect("not poisoned").push((
-            write,
-            state.context.len(),
-            state.trail.len(),
+            commit.write,
+            commit.state.context.len(),
+            commit.state.trail.len(),
         ));
-        self.inner
-            .commit(key, state, write, expected, messages)
-            .await
+        self.inner.commit(key, commit).await
     }
     async fn list(
         &self,

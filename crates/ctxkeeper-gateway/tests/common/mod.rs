@@ -104,14 +104,7 @@ pub async fn start_shared(
     archive: Arc<dyn Offloader>,
 ) -> Running {
     let metrics = Arc::new(Metrics::default());
-    let sessions = Sessions::new(
-        store,
-        archive,
-        config.policy.clone(),
-        config.profiles.clone(),
-        config.session_cache,
-    )
-    .with_metrics(metrics.clone());
+    let sessions = Sessions::for_gateway(store, archive, &config).with_metrics(metrics.clone());
     let gateway = Gateway::with_sessions(config, sessions, metrics).unwrap();
     run(gateway).await
 }

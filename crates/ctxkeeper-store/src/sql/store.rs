@@ -7,9 +7,9 @@ use sqlx::Row;
 
 use super::{PendingCommit, SqlStore, key_of, log_rows, u64_of};
 use crate::StoreError;
-use crate::generations::{ContextWrite, assemble, messages_of, split};
+use crate::generations::{assemble, messages_of, split};
 use crate::session::{
-    AppendOutcome, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SessionFilter,
+    AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SessionFilter,
     SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
@@ -77,18 +77,6 @@ impl SessionStore for SqlStore {
         }))
     }
 
-    async fn save(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        expected: Option<u64>,
-    ) -> Result<u64, StoreError> {
-        Ok(self
-            .commit(key, state, ContextWrite::Generation, expected, &[])
-            .await?
-            .version)
-    }
-
     async fn append(
         &self,
         key: &SessionKey,
@@ -124,27 +112,20 @@ impl SessionStore for SqlStore {
         true
     }
 
-    async fn commit(
-        &self,
-        key: &SessionKey,
-        state: &AgentState,
-        write: ContextWrite,
-        expected: Option<u64>,
-        messages: &[Message],
-    ) -> Result<Committed, StoreError> {
+    async fn commit(&self, key: &SessionKey, commit: Commit<'_>) -> Result<Committed, StoreError> {
         // Serialized before the transaction: the write lock is held for the writes only.
-        let commit = PendingCommit {
+        let pending = PendingCommit {
             key: key.clone(),
-            split: split(state)?,
-            write,
-            expected,
-            rows: log_rows(messages)?,
+            split: split(commit.state)?,
+            write: commit.write,
+            expected: commit.expected,
+            rows: log_rows(commit.messages)?,
         };
         if let Some(group) = &self.group {
-            return group.commit(commit).await;
+            return group.commit(pending).await;
         }
         let mut tx = self.begin().await?;
-        let committed = self.save_and_append_in(&mut tx, &commit, now_ms()).await;
+        let committed = self.save_and_append_in(&mut tx, &pending, now_ms()).await;
         self.finish(tx, committed).await
     }
 

@@ -8,7 +8,7 @@ use super::open::{SqliteSync, sqlite_file, sqlite_url};
 use super::search::INDEX_BATCH;
 use super::*;
 use crate::generations::split;
-use crate::session::{Committed, HistoryPage, SearchHit, SearchQuery, SessionStore};
+use crate::session::{Commit, Committed, HistoryPage, SearchHit, SearchQuery, SessionStore};
 use crate::state::AgentState;
 use crate::time::now_ms;
 
@@ -710,7 +710,17 @@ async fn the_log_stays_small_under_writes_that_never_pause()
                         trail: 0,
                     },
                 };
-                let committed = store.commit(&key, &state, write, version, &said).await?;
+                let committed = store
+                    .commit(
+                        &key,
+                        Commit {
+                            state: &state,
+                            write,
+                            expected: version,
+                            messages: &said,
+                        },
+                    )
+                    .await?;
                 version = Some(committed.version);
                 // The message is written twice: in the context and in the log.
                 written += 2 * text.len() as u64;

@@ -3,7 +3,7 @@
 
 use ctxkeeper_core::model::Message;
 use ctxkeeper_store::{
-    AgentState, ContextWrite, HistoryPage, SessionKey, SessionStore, StoreError,
+    AgentState, Commit, ContextWrite, HistoryPage, SessionKey, SessionStore, StoreError,
 };
 use serde_json::json;
 
@@ -59,7 +59,7 @@ pub async fn append_only_steps(store: &dyn SessionStore) {
     state.trail = vec![json!("h1"), json!("h2")];
     state.summary = Some(json!({"task": "t"}));
     let first = store
-        .commit(&k, &state, ContextWrite::Generation, None, &state.context)
+        .commit(&k, Commit::generation(&state, None, &state.context))
         .await
         .expect("a first generation");
     let loaded = store.load(&k).await.expect("load").expect("saved");
@@ -79,10 +79,12 @@ pub async fn append_only_steps(store: &dyn SessionStore) {
         let committed = store
             .commit(
                 &k,
-                &tail(&state, context, trail),
-                ContextWrite::Append { context, trail },
-                Some(version),
-                &new,
+                Commit {
+                    state: &tail(&state, context, trail),
+                    write: ContextWrite::Append { context, trail },
+                    expected: Some(version),
+                    messages: &new,
+                },
             )
             .await
             .expect("an append");
@@ -111,7 +113,7 @@ pub async fn compaction_is_a_new_generation(store: &dyn SessionStore) {
     state.context = said(&["rules", "a", "b", "c"]);
     state.trail = vec![json!(1), json!(2), json!(3), json!(4)];
     let v1 = store
-        .commit(&k, &state, ContextWrite::Generation, None, &[])
+        .commit(&k, Commit::generation(&state, None, &[]))
         .await
         .expect("generation 1")
         .version;
@@ -120,7 +122,7 @@ pub async fn compaction_is_a_new_generation(store: &dyn SessionStore) {
     compacted.context_meta = vec![json!({}), json!({"summary": true})];
     compacted.trail = state.trail.clone();
     let v2 = store
-        .commit(&k, &compacted, ContextWrite::Generation, Some(v1), &[])
+        .commit(&k, Commit::generation(&compacted, Some(v1), &[]))
         .await
         .expect("generation 2")
         .version;
@@ -133,13 +135,15 @@ pub async fn compaction_is_a_new_generation(store: &dyn SessionStore) {
     store
         .commit(
             &k,
-            &tail(&next, 2, 4),
-            ContextWrite::Append {
-                context: 2,
-                trail: 4,
+            Commit {
+                state: &tail(&next, 2, 4),
+                write: ContextWrite::Append {
+                    context: 2,
+                    trail: 4,
+                },
+                expected: Some(v2),
+                messages: &[],
             },
-            Some(v2),
-            &[],
         )
         .await
         .expect("an append to generation 2");
@@ -157,24 +161,37 @@ pub async fn stale_appends_change_nothing(store: &dyn SessionStore) {
     let mut state = AgentState::new();
     state.context = said(&["a", "b"]);
     let v1 = store
-        .commit(&k, &state, ContextWrite::Generation, None, &state.context)
+        .commit(&k, Commit::generation(&state, None, &state.context))
         .await
         .expect("generation 1")
         .version;
     let mut one = AgentState::new();
     one.context = said(&["c"]);
-    let append = ContextWrite::Append {
-        context: 2,
-        trail: 0,
-    };
+    // `state` written after the two messages of generation 1, against `expected`.
+    fn append<'a>(
+        state: &'a AgentState,
+        expected: Option<u64>,
+        messages: &'a [Message],
+    ) -> Commit<'a> {
+        let write = ContextWrite::Append {
+            context: 2,
+            trail: 0,
+        };
+        Commit {
+            state,
+            write,
+            expected,
+            messages,
+        }
+    }
     let v2 = store
-        .commit(&k, &one, append, Some(v1), &one.context)
+        .commit(&k, append(&one, Some(v1), &one.context))
         .await
         .expect("an append")
         .version;
     // A writer that still holds v1 loses its swap.
     let stale = store
-        .commit(&k, &one, append, Some(v1), &said(&["lost"]))
+        .commit(&k, append(&one, Some(v1), &said(&["lost"])))
         .await;
     assert!(
         matches!(
@@ -189,7 +206,7 @@ pub async fn stale_appends_change_nothing(store: &dyn SessionStore) {
     );
     // Right version, wrong counts: refused.
     let skewed = store
-        .commit(&k, &one, append, Some(v2), &said(&["lost too"]))
+        .commit(&k, append(&one, Some(v2), &said(&["lost too"])))
         .await;
     assert!(
         matches!(skewed, Err(StoreError::InvalidInput(_))),
@@ -219,7 +236,7 @@ pub async fn old_generations_stay_until_retention(store: &dyn SessionStore) {
         state.context = said(&[&format!("generation {}", round + 1)]);
         version = Some(
             store
-                .commit(&k, &state, ContextWrite::Generation, version, &[])
+                .commit(&k, Commit::generation(&state, version, &[]))
                 .await
                 .expect("a generation")
                 .version,
@@ -271,13 +288,15 @@ where
     let refused = store
         .commit(
             &k,
-            &AgentState::new(),
-            ContextWrite::Append {
-                context: 3,
-                trail: 0,
+            Commit {
+                state: &AgentState::new(),
+                write: ContextWrite::Append {
+                    context: 3,
+                    trail: 0,
+                },
+                expected: Some(loaded.version),
+                messages: &[],
             },
-            Some(loaded.version),
-            &[],
         )
         .await;
     assert!(
@@ -287,13 +306,7 @@ where
     let mut next = loaded.state.clone();
     next.context.push(Message::user("more"));
     let v = store
-        .commit(
-            &k,
-            &next,
-            ContextWrite::Generation,
-            Some(loaded.version),
-            &[],
-        )
+        .commit(&k, Commit::generation(&next, Some(loaded.version), &[]))
         .await
         .expect("a first generation")
         .version;
