@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use ctxkeeper::core::engine::Event;
 use ctxkeeper::core::formats::Wire;
+use ctxkeeper::core::model::Message;
 use ctxkeeper::core::overflow;
 use ctxkeeper_embed::{Archive, Batch, Emit, Figures, Options, Piece, Session, wire};
 use pyo3::prelude::*;
@@ -18,6 +19,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 use crate::errors::{self, Kind};
+use crate::plain;
 use crate::runtime;
 use crate::settings;
 
@@ -130,14 +132,21 @@ impl PyContextManager {
         })
     }
 
-    /// Converts and parses the caller's messages (with the GIL: they are Python objects).
+    /// Reads the caller's messages into a batch (with the GIL: they are Python objects):
+    /// plain Chat dicts straight into the message model, anything else converted to JSON
+    /// and parsed.
     fn batch(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Batch<Py<PyAny>>>> {
-        let (list, objects) = message_list(messages)?;
-        Batch::parse(self.wire, list, Some(objects)).map_err(|e| errors::embed(py, e))
+        let (given, objects) = message_list(messages, self.wire)?;
+        match given {
+            Given::Messages(parsed) => Ok(Batch::from_messages(self.wire, parsed, Some(objects))),
+            Given::Json(list) => {
+                Batch::parse(self.wire, list, Some(objects)).map_err(|e| errors::embed(py, e))
+            }
+        }
     }
 
     fn archive(&self, py: Python<'_>) -> PyResult<Archive> {
@@ -543,13 +552,36 @@ fn json_value(item: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     )))
 }
 
-/// `messages` as a JSON array (a single message dict is a list of one), and the objects the
-/// caller passed (dicts as given; an SDK object as the dict it dumps to).
-fn message_list(messages: &Bound<'_, PyAny>) -> PyResult<(Value, Vec<Py<PyAny>>)> {
+/// The caller's messages, read.
+enum Given {
+    /// Every one a plain Chat message ([`plain::chat_message`]), read into the model.
+    Messages(Vec<Message>),
+    /// A JSON array to parse.
+    Json(Value),
+}
+
+/// `messages` read (a single message dict is a list of one), and the objects the caller
+/// passed (dicts as given; an SDK object as the dict it dumps to). Under Chat, plain message
+/// dicts are read straight into the model; from the first one that is not, every message is
+/// converted to JSON instead and parsed, so what bad input raises is what it always raised.
+fn message_list(messages: &Bound<'_, PyAny>, wire: Wire) -> PyResult<(Given, Vec<Py<PyAny>>)> {
+    let py = messages.py();
+    let mut read = (wire == Wire::OpenAiChat).then(Vec::new);
     let mut list = Vec::new();
-    let mut objects = Vec::new();
+    let mut objects: Vec<Py<PyAny>> = Vec::new();
     let mut add = |item: Bound<'_, PyAny>| -> PyResult<()> {
         let item = dumped(item)?;
+        if let Some(done) = &mut read {
+            if let Some(message) = plain::chat_message(&item) {
+                done.push(message);
+                objects.push(item.unbind());
+                return Ok(());
+            }
+            read = None;
+            for object in &objects {
+                list.push(json_value(object.bind(py), 0)?);
+            }
+        }
         list.push(json_value(&item, 0)?);
         objects.push(item.unbind());
         Ok(())
@@ -573,7 +605,11 @@ fn message_list(messages: &Bound<'_, PyAny>) -> PyResult<(Value, Vec<Py<PyAny>>)
             add(item?)?;
         }
     }
-    Ok((Value::Array(list), objects))
+    let given = match read {
+        Some(messages) => Given::Messages(messages),
+        None => Given::Json(Value::Array(list)),
+    };
+    Ok((given, objects))
 }
 
 /// A JSON value as the Python object `json.loads` would give, built directly (the hot path
