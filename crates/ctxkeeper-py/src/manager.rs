@@ -1,7 +1,8 @@
 //! `ContextManager`: one session's managed context, in the caller's wire shape.
 //!
 //! The session itself is `ctxkeeper_embed::Session` (shared with the npm package); this
-//! module converts Python objects to and from JSON values, keeps the Python objects of the
+//! module converts Python objects to and from JSON values (plain Chat message dicts are read
+//! straight into the message model, see `crate::plain`), keeps the Python objects of the
 //! last request (so a step that only appended converts only what it appended, and hands the
 //! caller's own dicts back), runs engine work with the GIL released (a step: once it waits
 //! on IO, see `runtime::Stepper`) and raises the exceptions of `ctxkeeper_engine.errors`.
@@ -483,7 +484,8 @@ fn dumped(item: Bound<'_, PyAny>) -> PyResult<Bound<'_, PyAny>> {
 /// Nesting past this depth is refused (a cyclic or hostile structure).
 const MAX_DEPTH: usize = 128;
 
-/// A Python value as JSON, walked directly (the hot path of every ingest).
+/// A Python value as JSON, walked directly (the path of every message that is not a plain
+/// Chat message, and of everything else the caller hands in).
 fn json_value(item: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(errors::invalid(format!(
