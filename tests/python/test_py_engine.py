@@ -171,6 +171,47 @@ def test_sdk_objects_are_ingested_as_what_they_dump():
     assert cm.prepare().messages[-1] == {"role": "assistant", "content": "done"}
 
 
+def test_plain_dicts_read_directly_make_the_context_the_json_path_makes():
+    """Plain Chat dicts are read straight into the message model; anything else (here: the
+    same tool calls given as tuples) goes through JSON and the wire parser. Both give the
+    same context, the same requests, the same token figures and the same errors."""
+
+    def steps(sequence) -> list[list[dict]]:
+        call = {"id": "call_1", "type": "function", "function": {"name": "get_user", "arguments": '{"id": "mia_li_3668"}'}}
+        return [
+            [{"role": "system", "content": "Airline agent. Be brief."}, {"role": "user", "content": "héllo, 中文 and 🎉", "name": "mia"}],
+            [
+                {"content": None, "role": "assistant", "tool_calls": sequence([call])},
+                {"role": "tool", "tool_call_id": "call_1", "name": "get_user", "content": filler(1, 80)},
+            ],
+            [
+                {"role": "assistant", "content": "Two at once.", "tool_calls": sequence([dict(call, id="call_2"), dict(call, id="call_3")])},
+                {"role": "tool", "tool_call_id": "call_2", "content": None},
+                {"role": "tool", "tool_call_id": "call_3"},
+            ],
+            [{"role": "assistant"}, {"role": "developer", "content": ""}],
+            [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "one with a field of its own", "x-trace": 7}],
+            [{"role": "assistant", "content": None, "tool_calls": sequence([dict(call, id="../../x")])}],
+            [{"role": "assistant", "content": "ok", "tool_call_id": "call_1"}],
+        ]
+
+    def outcome(cm, batch):
+        try:
+            prepared = cm.prepare(batch)
+        except ck.CtxkeeperError as err:
+            return type(err), str(err), cm._emit_full()
+        # The caller's own dicts come back (tuples and all): compared as the JSON they send.
+        sent = json.loads(json.dumps(prepared.messages))
+        return sent, prepared.input_tokens, prepared.changed, prepared.compacted, cm._emit_full()
+
+    plain, other = manager(), manager()
+    for a, b in zip(steps(list), steps(tuple)):
+        assert outcome(plain, a) == outcome(other, b)
+    timeless = [{k: v for k, v in cm.stats().items() if k != "engine_seconds"} for cm in (plain, other)]
+    assert timeless[0] == timeless[1]
+    assert plain.count_tokens() == other.count_tokens()
+
+
 # ----- bad input ------------------------------------------------------------------------------
 
 BAD = {
@@ -198,6 +239,11 @@ BAD = {
         "tool_pairing",
     ),
     "not a message list": ("hello", None, None),
+    "unknown role after a plain message": (
+        [{"role": "user", "content": "fine"}, {"role": "narrator", "content": "x"}],
+        "messages[1].role",
+        None,
+    ),
 }
 
 

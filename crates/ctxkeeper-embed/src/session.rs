@@ -298,6 +298,24 @@ impl<O> Batch<O> {
             originals,
         }))
     }
+
+    /// A batch of messages a face read from the caller's objects itself (one message per
+    /// object, exactly what [`Batch::parse`] gives for their JSON); none when there are none.
+    pub fn from_messages(
+        wire: Wire,
+        messages: Vec<Message>,
+        originals: Option<Vec<O>>,
+    ) -> Option<Batch<O>> {
+        if messages.is_empty() {
+            return None;
+        }
+        let originals =
+            originals.filter(|objects| wire != Wire::Responses && objects.len() == messages.len());
+        Some(Batch {
+            messages,
+            originals,
+        })
+    }
 }
 
 /// A session kept in a store: its key, the stored version, what the store holds of it, and

@@ -47,6 +47,7 @@
 
 mod errors;
 mod manager;
+mod plain;
 mod runtime;
 mod sessions;
 mod settings;

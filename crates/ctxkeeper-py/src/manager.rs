@@ -1,7 +1,8 @@
 //! `ContextManager`: one session's managed context, in the caller's wire shape.
 //!
 //! The session itself is `ctxkeeper_embed::Session` (shared with the npm package); this
-//! module converts Python objects to and from JSON values, keeps the Python objects of the
+//! module converts Python objects to and from JSON values (plain Chat message dicts are read
+//! straight into the message model, see `crate::plain`), keeps the Python objects of the
 //! last request (so a step that only appended converts only what it appended, and hands the
 //! caller's own dicts back), runs engine work with the GIL released (a step: once it waits
 //! on IO, see `runtime::Stepper`) and raises the exceptions of `ctxkeeper_engine.errors`.
@@ -10,6 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use ctxkeeper::core::engine::Event;
 use ctxkeeper::core::formats::Wire;
+use ctxkeeper::core::model::Message;
 use ctxkeeper::core::overflow;
 use ctxkeeper_embed::{Archive, Batch, Emit, Figures, Options, Piece, Session, wire};
 use pyo3::prelude::*;
@@ -18,6 +20,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 use crate::errors::{self, Kind};
+use crate::plain;
 use crate::runtime;
 use crate::settings;
 
@@ -130,14 +133,21 @@ impl PyContextManager {
         })
     }
 
-    /// Converts and parses the caller's messages (with the GIL: they are Python objects).
+    /// Reads the caller's messages into a batch (with the GIL: they are Python objects):
+    /// plain Chat dicts straight into the message model, anything else converted to JSON
+    /// and parsed.
     fn batch(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Batch<Py<PyAny>>>> {
-        let (list, objects) = message_list(messages)?;
-        Batch::parse(self.wire, list, Some(objects)).map_err(|e| errors::embed(py, e))
+        let (given, objects) = message_list(messages, self.wire)?;
+        match given {
+            Given::Messages(parsed) => Ok(Batch::from_messages(self.wire, parsed, Some(objects))),
+            Given::Json(list) => {
+                Batch::parse(self.wire, list, Some(objects)).map_err(|e| errors::embed(py, e))
+            }
+        }
     }
 
     fn archive(&self, py: Python<'_>) -> PyResult<Archive> {
@@ -474,7 +484,8 @@ fn dumped(item: Bound<'_, PyAny>) -> PyResult<Bound<'_, PyAny>> {
 /// Nesting past this depth is refused (a cyclic or hostile structure).
 const MAX_DEPTH: usize = 128;
 
-/// A Python value as JSON, walked directly (the hot path of every ingest).
+/// A Python value as JSON, walked directly (the path of every message that is not a plain
+/// Chat message, and of everything else the caller hands in).
 fn json_value(item: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(errors::invalid(format!(
@@ -543,13 +554,36 @@ fn json_value(item: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     )))
 }
 
-/// `messages` as a JSON array (a single message dict is a list of one), and the objects the
-/// caller passed (dicts as given; an SDK object as the dict it dumps to).
-fn message_list(messages: &Bound<'_, PyAny>) -> PyResult<(Value, Vec<Py<PyAny>>)> {
+/// The caller's messages, read.
+enum Given {
+    /// Every one a plain Chat message ([`plain::chat_message`]), read into the model.
+    Messages(Vec<Message>),
+    /// A JSON array to parse.
+    Json(Value),
+}
+
+/// `messages` read (a single message dict is a list of one), and the objects the caller
+/// passed (dicts as given; an SDK object as the dict it dumps to). Under Chat, plain message
+/// dicts are read straight into the model; from the first one that is not, every message is
+/// converted to JSON instead and parsed, so what bad input raises is what it always raised.
+fn message_list(messages: &Bound<'_, PyAny>, wire: Wire) -> PyResult<(Given, Vec<Py<PyAny>>)> {
+    let py = messages.py();
+    let mut read = (wire == Wire::OpenAiChat).then(Vec::new);
     let mut list = Vec::new();
-    let mut objects = Vec::new();
+    let mut objects: Vec<Py<PyAny>> = Vec::new();
     let mut add = |item: Bound<'_, PyAny>| -> PyResult<()> {
         let item = dumped(item)?;
+        if let Some(done) = &mut read {
+            if let Some(message) = plain::chat_message(&item) {
+                done.push(message);
+                objects.push(item.unbind());
+                return Ok(());
+            }
+            read = None;
+            for object in &objects {
+                list.push(json_value(object.bind(py), 0)?);
+            }
+        }
         list.push(json_value(&item, 0)?);
         objects.push(item.unbind());
         Ok(())
@@ -573,7 +607,11 @@ fn message_list(messages: &Bound<'_, PyAny>) -> PyResult<(Value, Vec<Py<PyAny>>)
             add(item?)?;
         }
     }
-    Ok((Value::Array(list), objects))
+    let given = match read {
+        Some(messages) => Given::Messages(messages),
+        None => Given::Json(Value::Array(list)),
+    };
+    Ok((given, objects))
 }
 
 /// A JSON value as the Python object `json.loads` would give, built directly (the hot path

@@ -58,7 +58,9 @@ use crate::model::{
 };
 
 mod emit;
+mod plain;
 pub use emit::{emit_message, emit_messages};
+pub use plain::{Plain, PlainCall, PlainContent};
 
 const WIRE: Wire = Wire::OpenAiChat;
 
