@@ -108,8 +108,13 @@ async fn stalled_connections_on_every_route_are_closed_within_the_deadline() {
                 let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
                 stream.write_all(&bytes).await.unwrap();
                 let mut answer = Vec::new();
+                // The bound tells "closed by a deadline" from "held open", not how soon: the
+                // server's clock starts when it accepts, and with 600 connections opened at
+                // once on a loaded machine that can be seconds after the client's connect
+                // returned (a client that sends nothing cannot hurry a handshake the kernel
+                // finishes late). Without the deadlines these connections never close.
                 let closed = tokio::time::timeout(
-                    DEADLINE * 2 + Duration::from_secs(3),
+                    DEADLINE * 2 + Duration::from_secs(15),
                     stream.read_to_end(&mut answer),
                 )
                 .await;
@@ -121,7 +126,7 @@ async fn stalled_connections_on_every_route_are_closed_within_the_deadline() {
     for client in clients {
         let (what, closed, elapsed, answer) = client.await.unwrap();
         if !closed {
-            open.push(what);
+            open.push((what, elapsed));
         }
         if what == "PATCH policy without a token" {
             // Refused before its body: a server that waited for the body would have answered
@@ -134,6 +139,5 @@ async fn stalled_connections_on_every_route_are_closed_within_the_deadline() {
             );
         }
     }
-    open.dedup();
     assert!(open.is_empty(), "still open past the deadline: {open:?}");
 }
