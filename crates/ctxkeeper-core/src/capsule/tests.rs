@@ -211,7 +211,11 @@ fn instructions_over_budget_are_shortened_oldest_first_never_dropped() {
             &format!("sessions/s/context.jsonl#L{}-L{}", n + 1, n + 1),
         );
     }
-    let config = CapsuleConfig::default();
+    // The budget the counts below were written for (0.12 of 16k tokens).
+    let config = CapsuleConfig {
+        instruction_budget_ratio: 0.12,
+        ..CapsuleConfig::default()
+    };
     let text = capsule.render(&config, 16_000, &[]);
     // The newest is whole, older ones are heads with their reference, and the oldest are
     // counted with theirs: every one of them can be found.

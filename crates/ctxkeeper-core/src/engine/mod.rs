@@ -298,7 +298,10 @@ impl Engine {
         let stable = budget.fixed_tokens + state.leading_system_tokens();
         let after = state
             .last_compaction_after()
-            .unwrap_or_else(|| self.target_tokens(budget))
+            .unwrap_or_else(|| {
+                let guess = (budget.window as f64 * FIRST_AFTER_RATIO) as u64;
+                self.target_tokens(budget).max(guess)
+            })
             .max(stable);
         let rewrite =
             (after - stable) as f64 * rule.cache_write + configured as f64 * rule.summary_call;
@@ -871,6 +874,13 @@ fn offloaded_events(archive: &[ArchiveItem], refs: &[String]) -> Vec<Event> {
 
 /// The fewest steps of growth an economic trigger leaves between two compactions.
 const MIN_STEPS_BETWEEN_COMPACTIONS: u64 = 4;
+
+/// Before a compaction has shown what stays after one (the capsule, the rounds kept
+/// verbatim), the economic trigger assumes at least this share of the window does. A small
+/// verbatim reserve (`target_ratio`) is not what a compaction leaves: taken as the guess, it
+/// makes the first compaction look cheap and fire early (a 13-step SWE-agent session at 16k
+/// billed 26 % more with `target_ratio = 0.05` until this bound).
+const FIRST_AFTER_RATIO: f64 = 0.1;
 
 /// The share of a token trigger (in %) at which an estimated total fires it when the
 /// provider's count of the last request anchors the total: only the newest messages are

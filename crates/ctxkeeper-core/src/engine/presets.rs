@@ -147,7 +147,7 @@ fn default() -> PolicyConfig {
     PolicyConfig {
         name: "default".into(),
         trigger_ratio: Some(0.9),
-        target_ratio: 0.1,
+        target_ratio: 0.05,
         hysteresis: Some(0.6),
         keep_recent_rounds: 2,
         ingest: IngestConfig {
