@@ -183,7 +183,7 @@ impl Default for CapsuleConfig {
             // Past this the oldest words shorten to a head and their reference; the standing
             // orders they carry keep their own section. At 0.10 a tiny window (the canary
             // suite's 832 tokens) no longer had room to lend the orders, so facts were lost.
-            instruction_budget_ratio: 0.11,
+            instruction_budget_ratio: 0.10,
             head_chars: 300,
             max_files: 400,
             error_head_chars: 500,
@@ -680,6 +680,7 @@ impl Capsule {
                 &joined
             }
         };
+        self.working_set.read_result(text, index);
         if is_error || failed(text) {
             self.problem = Some(Problem {
                 command: describe_call(&call.name, &call.arguments),

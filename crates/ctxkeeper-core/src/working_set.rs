@@ -15,6 +15,11 @@
 //! - a name's *weight* is its uses, each decaying by half every [`HALF_LIFE`] assistant
 //!   messages: what the agent keeps using stays, what it stopped using fades, however long ago
 //!   it started;
+//! - a tool output that is JSON leaves *records*, each object's short fields (`key: value;
+//!   …`, a nested object under its parent's identifier); they add no weight, but the newest
+//!   record carrying a name in use is a candidate beside that name's line, its other values
+//!   counting a share of the name's weight (the flights of the reservation the agent keeps
+//!   naming);
 //! - a name points to the newest line that named it; at most [`MAX_NAMES`] names are kept
 //!   (the lightest leave first), so what a compaction reads and writes is bounded by that,
 //!   never by the session's length;
@@ -112,6 +117,12 @@ pub struct WorkingSet {
     /// Lines by id (ids grow with each line read).
     lines: BTreeMap<u64, WorkLine>,
     next_line: u64,
+    /// Records of structured tool outputs by id (from the same counter as the lines): the
+    /// short fields of one JSON object, what a reservation or a ticket *is*.
+    records: BTreeMap<u64, WorkLine>,
+    /// For each name a record carries, the records (first and last id) of the newest output
+    /// that carried it.
+    defined_in: BTreeMap<String, (u64, u64)>,
 }
 
 // Weights are sums of finite powers of a half: never NaN, so equality is total.
@@ -175,6 +186,59 @@ impl WorkingSet {
         // a pass over the names per message would cost O(names) on every read).
         if self.lines.len() > 2 * self.names.len().max(64) {
             self.collect_lines();
+        }
+    }
+
+    /// Reads a tool output at `log_index`: when it is JSON, each object's short fields become
+    /// a record (`key: value; …`, a nested object prefixed with its parent's identifier).
+    /// Records add no weight: they are shown for the names the agent keeps using, with the
+    /// values that came with them (the flights and payment of the reservation it looked up).
+    pub fn read_result(&mut self, text: &str, log_index: u64) {
+        let text = text.trim();
+        if !(text.starts_with('{') || text.starts_with('[')) {
+            return;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(text) else {
+            return;
+        };
+        let mut found = Vec::new();
+        json_records(&value, "", &mut found);
+        found.truncate(MAX_RECORDS_PER_OUTPUT);
+        if found.is_empty() {
+            return;
+        }
+        let first = self.next_line;
+        let last = first + found.len() as u64 - 1;
+        for text in found {
+            let id = self.next_line;
+            self.next_line += 1;
+            let record = WorkLine {
+                text: cut(&text, MAX_LINE_CHARS).to_string(),
+                file: None,
+                log_index,
+            };
+            let defined_in = &mut self.defined_in;
+            salient_strings(
+                &record.text,
+                &mut |piece, _| match defined_in.get_mut(piece) {
+                    Some(range) => *range = (first, last),
+                    None => {
+                        defined_in.insert(piece.to_string(), (first, last));
+                    }
+                },
+            );
+            self.records.insert(id, record);
+        }
+        // The oldest records leave first; the names only they defined with them.
+        if self.records.len() > MAX_RECORDS {
+            let keep_from = self
+                .records
+                .keys()
+                .nth(self.records.len() - MAX_RECORDS * 3 / 4)
+                .copied()
+                .unwrap_or(0);
+            self.records.retain(|id, _| *id >= keep_from);
+            self.defined_in.retain(|_, (_, last)| *last >= keep_from);
         }
     }
 
@@ -281,46 +345,90 @@ impl WorkingSet {
         });
         let weight_of: HashMap<&str, f64> = names.iter().map(|(n, w, _)| (*n, *w)).collect();
         // Candidate lines: the newest line of each heavy name, with every name in use it
-        // carries (a line often carries several).
-        let mut candidates: Vec<(u64, Vec<&str>)> = Vec::new();
+        // carries (a line often carries several); then the newest record carrying it, whose
+        // other names count a share of the heaviest name that leads to it.
+        let mut candidates: Vec<Candidate<'_>> = Vec::new();
         let mut seen_lines: HashSet<u64> = HashSet::new();
-        for (_, _, id) in &names {
+        let carried_by = |text: &str| {
+            let mut carried: Vec<&str> = Vec::new();
+            let mut others: Vec<String> = Vec::new();
+            salient_strings(text, &mut |piece, _| match weight_of.get_key_value(piece) {
+                Some((name, _)) => {
+                    if !carried.contains(name) {
+                        carried.push(name);
+                    }
+                }
+                None => {
+                    if !shown_elsewhere(piece) && !others.iter().any(|o| o == piece) {
+                        others.push(piece.to_string());
+                    }
+                }
+            });
+            (carried, others)
+        };
+        for (name, weight, id) in &names {
             if candidates.len() >= MAX_CANDIDATE_LINES {
                 break;
             }
-            if !seen_lines.insert(*id) {
-                continue;
+            if seen_lines.insert(*id) {
+                let line = &self.lines[id];
+                let (carried, _) = carried_by(&line.text);
+                candidates.push(Candidate {
+                    line,
+                    id: *id,
+                    carried,
+                    others: Vec::new(),
+                    lead: 0.0,
+                });
             }
-            let line = &self.lines[id];
-            let mut carried: Vec<&str> = Vec::new();
-            salient_strings(&line.text, &mut |piece, _| {
-                if let Some((name, _)) = weight_of.get_key_value(piece)
-                    && !carried.contains(name)
-                {
-                    carried.push(name);
+            let Some(&(first, last)) = self.defined_in.get(*name) else {
+                continue;
+            };
+            for (record_id, record) in self.records.range(first..=last) {
+                if live(record.log_index) || seen_lines.contains(record_id) {
+                    continue;
                 }
-            });
-            candidates.push((*id, carried));
+                let (carried, others) = carried_by(&record.text);
+                if !carried.contains(name) {
+                    continue;
+                }
+                seen_lines.insert(*record_id);
+                candidates.push(Candidate {
+                    line: record,
+                    id: *record_id,
+                    carried,
+                    others,
+                    lead: weight * RECORD_SHARE,
+                });
+            }
         }
         // Greedy: the line adding the most weight of names not yet shown per character.
         let total_budget = budget_chars - overhead;
         let lines_budget = (total_budget as f64 * LINES_SHARE) as usize;
         let mut budget = lines_budget;
         let mut shown: HashSet<&str> = HashSet::new();
-        let mut picked: Vec<u64> = Vec::new();
+        let mut shown_others: HashSet<&str> = HashSet::new();
+        let mut picked: Vec<(u64, &WorkLine)> = Vec::new();
         let mut taken = vec![false; candidates.len()];
         loop {
             let mut best: Option<(usize, f64)> = None;
-            for (at, (id, carried)) in candidates.iter().enumerate() {
-                let cost = self.lines[id].text.len() + 3;
+            for (at, candidate) in candidates.iter().enumerate() {
+                let cost = candidate.line.text.len() + 3;
                 if taken[at] || cost > budget {
                     continue;
                 }
-                let gain: f64 = carried
+                let gain: f64 = candidate
+                    .carried
                     .iter()
                     .filter(|n| !shown.contains(*n))
                     .map(|n| weight_of[n])
-                    .sum();
+                    .sum::<f64>()
+                    + candidate
+                        .others
+                        .iter()
+                        .filter(|n| !shown_others.contains(n.as_str()))
+                        .count() as f64
+                        * candidate.lead;
                 let value = gain / cost as f64;
                 if gain > 0.0 && best.is_none_or(|(_, v)| value > v) {
                     best = Some((at, value));
@@ -328,10 +436,11 @@ impl WorkingSet {
             }
             let Some((at, _)) = best else { break };
             taken[at] = true;
-            let (id, carried) = &candidates[at];
-            budget -= self.lines[id].text.len() + 3;
-            shown.extend(carried.iter().copied());
-            picked.push(*id);
+            let candidate = &candidates[at];
+            budget -= candidate.line.text.len() + 3;
+            shown.extend(candidate.carried.iter().copied());
+            shown_others.extend(candidate.others.iter().map(String::as_str));
+            picked.push((candidate.id, candidate.line));
         }
         // Then the heaviest names no line shows, within the rest of the budget (a name
         // another shown one contains, `add_parser` of `sub.add_parser`, is shown already).
@@ -353,25 +462,41 @@ impl WorkingSet {
         if picked.is_empty() && extra.is_empty() {
             return;
         }
-        // By file (the file of the heaviest pick first), each file's lines in written order.
-        let mut by_file: Vec<(Option<&str>, Vec<u64>)> = Vec::new();
-        for id in &picked {
-            let file = self.lines[id].file.as_deref();
+        // By file (the file of the heaviest pick first), each file's lines in written order;
+        // the records of tool outputs last.
+        type Lines<'a> = Vec<(u64, &'a WorkLine)>;
+        let mut by_file: Vec<(Option<&str>, Lines<'_>)> = Vec::new();
+        let mut records: Vec<(u64, &WorkLine)> = Vec::new();
+        for (id, line) in &picked {
+            if self.records.contains_key(id) {
+                records.push((*id, line));
+                continue;
+            }
+            let file = line.file.as_deref();
             match by_file.iter_mut().find(|(f, _)| *f == file) {
-                Some((_, ids)) => ids.push(*id),
-                None => by_file.push((file, vec![*id])),
+                Some((_, ids)) => ids.push((*id, line)),
+                None => by_file.push((file, vec![(*id, line)])),
             }
         }
         let mut body = String::new();
-        for (file, mut ids) in by_file {
-            ids.sort_unstable();
+        for (file, mut lines) in by_file {
+            lines.sort_unstable_by_key(|(id, _)| *id);
             match file {
                 Some(file) => body.push_str(&format!("[file: {file}]\n")),
                 None => body.push_str("[other calls and notes]\n"),
             }
-            for id in ids {
+            for (_, line) in lines {
                 body.push_str("  ");
-                body.push_str(&self.lines[&id].text);
+                body.push_str(&line.text);
+                body.push('\n');
+            }
+        }
+        if !records.is_empty() {
+            records.sort_unstable_by_key(|(id, _)| *id);
+            body.push_str("[what the tools answered about them (archived outputs)]\n");
+            for (_, record) in records {
+                body.push_str("  ");
+                body.push_str(&record.text);
                 body.push('\n');
             }
         }
@@ -385,6 +510,76 @@ impl WorkingSet {
         out.push('\n');
         // The agent wrote these lines: quoted as data, never read as sections.
         push_fenced(out, "", &body);
+    }
+}
+
+/// A line or record the rendering may pick.
+struct Candidate<'a> {
+    line: &'a WorkLine,
+    id: u64,
+    /// The names in use it carries.
+    carried: Vec<&'a str>,
+    /// A record's other names (values that came with the name that leads to it).
+    others: Vec<String>,
+    /// What each of `others` weighs: a share of the weight of the name leading to it.
+    lead: f64,
+}
+
+/// Share of a name's weight each other value of its record counts.
+const RECORD_SHARE: f64 = 0.4;
+
+/// Records kept at most (the oldest leave first).
+const MAX_RECORDS: usize = 512;
+
+/// Records read from one tool output at most (a search answering a hundred flights).
+const MAX_RECORDS_PER_OUTPUT: usize = 64;
+
+/// A string field longer than this is text, not a value to reuse.
+const MAX_RECORD_VALUE_CHARS: usize = 80;
+
+/// The records of a JSON value: for each object with at least two short fields,
+/// `key: value; …`, prefixed with `context` (the identifier of the object holding it).
+fn json_records(value: &Value, context: &str, out: &mut Vec<String>) {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .for_each(|item| json_records(item, context, out)),
+        Value::Object(object) => {
+            let mut fields: Vec<String> = Vec::new();
+            // The object's identifier: its first `id` or `…_id` field, else its first string.
+            let (mut id_field, mut first): (Option<&str>, Option<&str>) = (None, None);
+            for (key, field) in object {
+                match field {
+                    Value::String(text)
+                        if !text.is_empty()
+                            && text.len() <= MAX_RECORD_VALUE_CHARS
+                            && !text.contains('\n') =>
+                    {
+                        first.get_or_insert(text.as_str());
+                        if key == "id" || key.ends_with("_id") {
+                            id_field.get_or_insert(text.as_str());
+                        }
+                        fields.push(format!("{key}: {text}"));
+                    }
+                    Value::Number(number) => fields.push(format!("{key}: {number}")),
+                    _ => {}
+                }
+            }
+            if fields.len() >= 2 {
+                out.push(if context.is_empty() {
+                    fields.join("; ")
+                } else {
+                    format!("({context}) {}", fields.join("; "))
+                });
+            }
+            let inner = id_field.or(first).unwrap_or(context);
+            for field in object.values() {
+                if matches!(field, Value::Array(_) | Value::Object(_)) {
+                    json_records(field, inner, out);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -545,6 +740,55 @@ mod tests {
         let text = rendered(&set, 2_000);
         let headings = crate::untrusted::headings_outside_fences(&text);
         assert_eq!(headings, vec![WORKING_SET_HEADING], "{text}");
+    }
+
+    #[test]
+    fn a_structured_output_is_kept_for_the_identifier_the_agent_keeps_using() {
+        let lookup = |id: &str| {
+            Message::assistant_with_calls(
+                "",
+                vec![Part::tool_call(
+                    "c",
+                    "get_reservation_details",
+                    format!(r#"{{"reservation_id":"{id}"}}"#),
+                )],
+            )
+        };
+        let mut set = WorkingSet::default();
+        set.read(&lookup("JG7FMM"), 1);
+        set.read_result(
+            r#"{"reservation_id": "JG7FMM", "cabin": "business", "flights": [
+                {"flight_number": "HAT028", "date": "2024-05-21", "price": 1182}],
+                "payment_history": [{"payment_id": "credit_card_2929732", "amount": 2364}]}"#,
+            2,
+        );
+        // An output nobody named again: a search the agent did not follow up.
+        set.read_result(
+            r#"[{"flight_number": "HAT999", "origin": "MCO", "destination": "BOS"}]"#,
+            3,
+        );
+        set.read(&lookup("JG7FMM"), 4);
+        let out = rendered(&set, 4_000);
+        // The reservation's values come back with it, each nested record under its id.
+        assert!(
+            out.contains("reservation_id: JG7FMM; cabin: business"),
+            "{out}"
+        );
+        assert!(
+            out.contains("(JG7FMM) flight_number: HAT028; date: 2024-05-21; price: 1182"),
+            "{out}"
+        );
+        assert!(occurs(&out, "credit_card_2929732"), "{out}");
+        assert!(!out.contains("HAT999"), "{out}");
+        // While the output is still in the context, it is not repeated.
+        let mut live = String::new();
+        set.render(4_000, &|index| index == 2, &|_| false, &mut live);
+        assert!(!live.contains("HAT028"), "{live}");
+        // Text that is no JSON, or JSON without records, adds none.
+        let before = set.records.len();
+        set.read_result("Exit code: 1\nTraceback ...", 5);
+        set.read_result(r#"{"output": "x"}"#, 6);
+        assert_eq!(set.records.len(), before);
     }
 
     #[test]

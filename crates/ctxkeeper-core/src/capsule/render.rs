@@ -213,7 +213,7 @@ impl Capsule {
         };
         if config.standing_orders {
             // Orders past their budget take room from the small talk: the words shrink to
-            // make it, down to the newest message, before any order is left out.
+            // make it, the newest message to its head, before any order is left out.
             let unseen: usize = self
                 .orders
                 .current()
@@ -223,8 +223,7 @@ impl Capsule {
                 + ORDERS_HEADING.len()
                 + ORDERS_FOOTER_CHARS;
             if unseen > orders_budget {
-                let newest = words.last().map_or(0, |i| i.text.len() + 2);
-                let room = (unseen - orders_budget).min(words_budget.saturating_sub(newest));
+                let room = (unseen - orders_budget).min(words_budget);
                 forms = plan_words(&words, config.head_chars, words_budget - room);
                 orders_budget += room;
             }
