@@ -189,6 +189,16 @@ pub struct Compaction {
     pub reports: Vec<CompactionCell>,
 }
 
+impl Compaction {
+    /// The reports of `policy` at `window`, one per trace.
+    pub fn cells(&self, window: u64, policy: &str) -> Vec<&CompactionCell> {
+        self.reports
+            .iter()
+            .filter(|r| r.window == window && r.policy == policy)
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Throughput {
     pub bench: String,

@@ -328,6 +328,42 @@ enum Redirect {
     In,
 }
 
+/// The word [`parse_shell`] is reading and what it completes.
+#[derive(Debug, Default)]
+struct Pending {
+    word: String,
+    in_word: bool,
+    /// Set after a redirection operator: the next word is its target.
+    redirect: Option<Redirect>,
+    /// Set after `<<`: the next word is a heredoc delimiter.
+    heredoc: bool,
+    /// The delimiters of the heredocs whose bodies start on the next line, and whether their
+    /// lines' leading tabs are stripped (`<<-`).
+    heredoc_delimiters: Vec<(String, bool)>,
+    /// Whether the latest heredoc operator was `<<-`.
+    strip_tabs: bool,
+}
+
+impl Pending {
+    /// Ends the word being read, if any: a heredoc delimiter, a redirection's target, or a
+    /// word of `current`.
+    fn finish_word(&mut self, current: &mut SimpleCommand) {
+        if !self.in_word {
+            return;
+        }
+        let text = std::mem::take(&mut self.word);
+        self.in_word = false;
+        if self.heredoc {
+            self.heredoc = false;
+            self.heredoc_delimiters.push((text, self.strip_tabs));
+        } else if let Some(kind) = self.redirect.take() {
+            current.redirects.push((kind, text));
+        } else {
+            current.words.push(text);
+        }
+    }
+}
+
 /// Splits a shell script into simple commands. Quotes, backslash escapes, comments, the
 /// control operators (`&&`, `||`, `;`, `|`, `&`, newlines, parentheses), redirections and
 /// heredocs are understood; substitutions (`$(…)`, backquotes) stay inside their word.
@@ -335,53 +371,23 @@ fn parse_shell(script: &str) -> Vec<SimpleCommand> {
     let chars: Vec<char> = script.chars().collect();
     let mut commands = Vec::new();
     let mut current = SimpleCommand::default();
-    let mut word = String::new();
-    let mut in_word = false;
-    // Set after a redirection operator: the next word is its target.
-    let mut pending_redirect: Option<Redirect> = None;
-    let mut pending_heredoc = false;
-    let mut heredoc_delimiters: Vec<(String, bool)> = Vec::new();
+    let mut pending = Pending::default();
     let mut i = 0;
 
-    fn finish_word(
-        word: &mut String,
-        in_word: &mut bool,
-        current: &mut SimpleCommand,
-        pending_redirect: &mut Option<Redirect>,
-        pending_heredoc: &mut bool,
-        delimiters: &mut Vec<(String, bool)>,
-        strip_tabs: bool,
-    ) {
-        if !*in_word {
-            return;
-        }
-        let text = std::mem::take(word);
-        *in_word = false;
-        if *pending_heredoc {
-            *pending_heredoc = false;
-            delimiters.push((text, strip_tabs));
-        } else if let Some(kind) = pending_redirect.take() {
-            current.redirects.push((kind, text));
-        } else {
-            current.words.push(text);
-        }
-    }
-
-    let mut strip_tabs = false;
     while i < chars.len() {
         let c = chars[i];
         match c {
             '\'' => {
-                in_word = true;
+                pending.in_word = true;
                 i += 1;
                 while i < chars.len() && chars[i] != '\'' {
-                    word.push(chars[i]);
+                    pending.word.push(chars[i]);
                     i += 1;
                 }
                 i += 1;
             }
             '"' => {
-                in_word = true;
+                pending.in_word = true;
                 i += 1;
                 while i < chars.len() && chars[i] != '"' {
                     if chars[i] == '\\'
@@ -390,7 +396,7 @@ fn parse_shell(script: &str) -> Vec<SimpleCommand> {
                     {
                         i += 1;
                     }
-                    word.push(chars[i]);
+                    pending.word.push(chars[i]);
                     i += 1;
                 }
                 i += 1;
@@ -398,61 +404,37 @@ fn parse_shell(script: &str) -> Vec<SimpleCommand> {
             '\\' => {
                 if i + 1 < chars.len() {
                     if chars[i + 1] != '\n' {
-                        in_word = true;
-                        word.push(chars[i + 1]);
+                        pending.in_word = true;
+                        pending.word.push(chars[i + 1]);
                     }
                     i += 2;
                 } else {
                     i += 1;
                 }
             }
-            '#' if !in_word => {
+            '#' if !pending.in_word => {
                 while i < chars.len() && chars[i] != '\n' {
                     i += 1;
                 }
             }
             ' ' | '\t' | '\r' => {
-                finish_word(
-                    &mut word,
-                    &mut in_word,
-                    &mut current,
-                    &mut pending_redirect,
-                    &mut pending_heredoc,
-                    &mut heredoc_delimiters,
-                    strip_tabs,
-                );
+                pending.finish_word(&mut current);
                 i += 1;
             }
             '\n' | ';' | '&' | '|' | '(' | ')' => {
                 // `&>` and `>&` are redirections, not control operators.
                 if c == '&' && chars.get(i + 1) == Some(&'>') {
-                    finish_word(
-                        &mut word,
-                        &mut in_word,
-                        &mut current,
-                        &mut pending_redirect,
-                        &mut pending_heredoc,
-                        &mut heredoc_delimiters,
-                        strip_tabs,
-                    );
-                    pending_redirect = Some(Redirect::Out);
+                    pending.finish_word(&mut current);
+                    pending.redirect = Some(Redirect::Out);
                     i += 2;
                     continue;
                 }
-                finish_word(
-                    &mut word,
-                    &mut in_word,
-                    &mut current,
-                    &mut pending_redirect,
-                    &mut pending_heredoc,
-                    &mut heredoc_delimiters,
-                    strip_tabs,
-                );
-                pending_redirect = None;
-                if c == '\n' && !heredoc_delimiters.is_empty() {
+                pending.finish_word(&mut current);
+                pending.redirect = None;
+                if c == '\n' && !pending.heredoc_delimiters.is_empty() {
                     // The heredoc bodies start on the next line.
                     i += 1;
-                    for (delimiter, strip) in std::mem::take(&mut heredoc_delimiters) {
+                    for (delimiter, strip) in std::mem::take(&mut pending.heredoc_delimiters) {
                         let mut body = String::new();
                         while i < chars.len() {
                             let end = chars[i..]
@@ -482,36 +464,29 @@ fn parse_shell(script: &str) -> Vec<SimpleCommand> {
             }
             '>' | '<' => {
                 // A word of digits right before is a file descriptor (`2>`).
-                let fd_word =
-                    in_word && !word.is_empty() && word.chars().all(|d| d.is_ascii_digit());
+                let fd_word = pending.in_word
+                    && !pending.word.is_empty()
+                    && pending.word.chars().all(|d| d.is_ascii_digit());
                 if fd_word {
-                    word.clear();
-                    in_word = false;
+                    pending.word.clear();
+                    pending.in_word = false;
                 } else {
-                    finish_word(
-                        &mut word,
-                        &mut in_word,
-                        &mut current,
-                        &mut pending_redirect,
-                        &mut pending_heredoc,
-                        &mut heredoc_delimiters,
-                        strip_tabs,
-                    );
+                    pending.finish_word(&mut current);
                 }
                 if c == '<' && chars.get(i + 1) == Some(&'<') {
                     if chars.get(i + 2) == Some(&'<') {
                         // A here-string: its word is text, not a file.
-                        pending_redirect = None;
+                        pending.redirect = None;
                         i += 3;
                         skip_word(&chars, &mut i);
                         continue;
                     }
                     i += 2;
-                    strip_tabs = chars.get(i) == Some(&'-');
-                    if strip_tabs {
+                    pending.strip_tabs = chars.get(i) == Some(&'-');
+                    if pending.strip_tabs {
                         i += 1;
                     }
-                    pending_heredoc = true;
+                    pending.heredoc = true;
                     continue;
                 }
                 let kind = if c == '<' {
@@ -532,24 +507,16 @@ fn parse_shell(script: &str) -> Vec<SimpleCommand> {
                 if chars.get(i) == Some(&'|') {
                     i += 1;
                 }
-                pending_redirect = Some(kind);
+                pending.redirect = Some(kind);
             }
             _ => {
-                in_word = true;
-                word.push(c);
+                pending.in_word = true;
+                pending.word.push(c);
                 i += 1;
             }
         }
     }
-    finish_word(
-        &mut word,
-        &mut in_word,
-        &mut current,
-        &mut pending_redirect,
-        &mut pending_heredoc,
-        &mut heredoc_delimiters,
-        strip_tabs,
-    );
+    pending.finish_word(&mut current);
     push_command(&mut commands, &mut current);
     commands
 }

@@ -202,23 +202,22 @@ pub fn preview(part: &Part, max_chars: usize) -> String {
 }
 
 #[cfg(test)]
-mod thousands_tests {
-    use super::thousands;
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::Message;
     use crate::tokens::Profiles;
+
+    #[test]
+    fn thousands_groups_digits() {
+        for (n, grouped) in [
+            (0, "0"),
+            (999, "999"),
+            (1000, "1,000"),
+            (1234567, "1,234,567"),
+        ] {
+            assert_eq!(thousands(n), grouped);
+        }
+    }
 
     #[test]
     fn counts_roles_kinds_calls_and_violations() {

@@ -73,18 +73,11 @@ async fn post(
 }
 
 async fn send(gw: &common::Running, authorization: &str, session: &str, history: &[Value]) {
-    let response = post(
-        gw,
-        authorization,
-        session,
-        &json!({"model": "gpt-4o", "messages": history}),
-    )
-    .await;
-    assert!(
-        response.status().is_success(),
-        "{}",
-        response.text().await.unwrap()
-    );
+    let headers = [
+        ("authorization", authorization),
+        ("x-ctxkeeper-session", session),
+    ];
+    common::send_chat(gw, &headers, history).await;
 }
 
 /// A coding session of `rounds` tool rounds in two user turns: the first states a constraint

@@ -8,8 +8,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{chat_history, files_under, mock_and_config, post_chat, start};
+use common::{chat_history, files_under, mock_and_config, start};
+use ctxkeeper_mock_upstream::MockServer;
 use serde_json::{Value, json};
+use tempfile::TempDir;
 
 const KEY: &str = "Bearer sk-seeds-0123456789";
 
@@ -25,25 +27,21 @@ fn last_request(upstream: &ctxkeeper_mock_upstream::MockServer) -> String {
 }
 
 async fn send(gw: &common::Running, history: &[Value]) {
-    let response = post_chat(
-        gw,
-        &[("authorization", KEY), ("x-ctxkeeper-session", "seeds")],
-        &json!({"model": "gpt-4o", "messages": history}),
-    )
-    .await;
-    assert!(
-        response.status().is_success(),
-        "{}",
-        response.text().await.unwrap()
-    );
+    let headers = [("authorization", KEY), ("x-ctxkeeper-session", "seeds")];
+    common::send_chat(gw, &headers, history).await;
+}
+
+/// A gateway running the seed system's `preset`, its upstream, and its workspace.
+async fn seeded(preset: &str) -> (MockServer, TempDir, common::Running, PathBuf) {
+    let (upstream, dir, mut cfg) = mock_and_config(128_000).await;
+    cfg.policy = ctxkeeper_core::engine::presets::preset(preset).unwrap();
+    let workspace = PathBuf::from(&cfg.workspace);
+    (upstream, dir, start(cfg).await, workspace)
 }
 
 #[tokio::test]
 async fn agentscope_keeps_five_images_and_stores_the_rest_by_hash() {
-    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
-    cfg.policy = ctxkeeper_core::engine::presets::preset("agentscope").unwrap();
-    let workspace = PathBuf::from(&cfg.workspace);
-    let gw = start(cfg).await;
+    let (upstream, _dir, gw, workspace) = seeded("agentscope").await;
     let mut history = vec![json!({"role": "system", "content": "Describe charts."})];
     for i in 0..8u8 {
         // Valid base64 (2,000 characters of its alphabet), distinct per image.
@@ -75,10 +73,7 @@ async fn agentscope_keeps_five_images_and_stores_the_rest_by_hash() {
 
 #[tokio::test]
 async fn reme_compress_writes_group_files_through_the_gateway() {
-    let (upstream, _dir, mut cfg) = mock_and_config(128_000).await;
-    cfg.policy = ctxkeeper_core::engine::presets::preset("reme-compress").unwrap();
-    let workspace = PathBuf::from(&cfg.workspace);
-    let gw = start(cfg).await;
+    let (upstream, _dir, gw, workspace) = seeded("reme-compress").await;
     // About 30,000 tokens: over ReMe's 20,000, in groups of at most 8,000.
     let history = chat_history(22, 8_000);
     send(&gw, &history).await;

@@ -9,7 +9,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use ctxkeeper_core::formats::Wire;
 use ctxkeeper_core::tokens::Encoding;
 use serde_json::{Map, Value, json};
@@ -25,9 +25,9 @@ const BODY_LIMIT: usize = 256 * 1024 * 1024;
 
 pub(crate) fn build(handle: MockHandle) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/responses", post(responses))
-        .route("/v1/messages", post(messages))
+        .route("/v1/chat/completions", provider(Api::Chat))
+        .route("/v1/responses", provider(Api::Responses))
+        .route("/v1/messages", provider(Api::Anthropic))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/mock/requests", get(recorded))
@@ -38,31 +38,13 @@ pub(crate) fn build(handle: MockHandle) -> Router {
         .with_state(handle)
 }
 
-async fn chat(
-    State(handle): State<MockHandle>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    serve(Api::Chat, &handle, &uri, &headers, body).await
-}
-
-async fn responses(
-    State(handle): State<MockHandle>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    serve(Api::Responses, &handle, &uri, &headers, body).await
-}
-
-async fn messages(
-    State(handle): State<MockHandle>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    serve(Api::Anthropic, &handle, &uri, &headers, body).await
+/// The endpoint of one provider API: every request runs [`serve`].
+fn provider(api: Api) -> MethodRouter<MockHandle> {
+    post(
+        move |State(handle): State<MockHandle>, uri: Uri, headers: HeaderMap, body: Bytes| async move {
+            serve(api, &handle, &uri, &headers, body).await
+        },
+    )
 }
 
 /// What one provider request produced, for the answer and the recorder.

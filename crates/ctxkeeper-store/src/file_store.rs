@@ -62,8 +62,8 @@ use crate::fsutil::{self, Dir, Kind, Tree, blocking};
 use crate::generations::{Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
-    SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, entry_json,
-    parse_entry, rank_entries, sort_sessions, tally,
+    SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, entry_json, parse_entry,
+    rank_entries, sort_sessions, tally,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -658,12 +658,11 @@ impl SessionStore for FileStore {
         .await
     }
 
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError> {
-        check_messages(messages)?;
         let tree = self.tree.clone();
         let key = key.clone();
         let messages = messages.to_vec();

@@ -11,8 +11,7 @@ use crate::StoreError;
 use crate::generations::{Shape, assemble, messages_of, next_shape, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchQuery, SessionFilter,
-    SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, rank_entries, sort_sessions,
-    tally,
+    SessionInfo, SessionStore, TenantInfo, Versioned, rank_entries, sort_sessions, tally,
 };
 use crate::state::SessionKey;
 use crate::time::now_ms;
@@ -110,12 +109,11 @@ impl SessionStore for MemoryStore {
         }))
     }
 
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError> {
-        check_messages(messages)?;
         self.with(|sessions| {
             let now = now_ms();
             push_log(touch(sessions, key, now), messages, now)

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures_util::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::blob::{BlobArchive, Blobs, CONTEXT_FILE, Loc, count_lines, slice_lines};
 use crate::{StoreError, redact};
@@ -128,15 +128,14 @@ impl ObjectBlobs {
         )
     }
 
+    /// Every object under `dir`, at any depth.
+    async fn objects_under(&self, dir: &Path) -> Result<Vec<ObjectMeta>, StoreError> {
+        self.store.list(Some(dir)).try_collect().await.map_err(err)
+    }
+
     /// The session's context chunks: (first line, path, size), in line order.
     async fn chunks(&self, loc: &Loc) -> Result<Vec<(u64, Path, u64)>, StoreError> {
-        let dir = self.chunk_dir(loc);
-        let metas: Vec<_> = self
-            .store
-            .list(Some(&dir))
-            .try_collect()
-            .await
-            .map_err(err)?;
+        let metas = self.objects_under(&self.chunk_dir(loc)).await?;
         let mut out: Vec<(u64, Path, u64)> = metas
             .into_iter()
             .filter_map(|meta| {
@@ -222,12 +221,7 @@ impl Blobs for ObjectBlobs {
             .any(|p| p.filename() == Some(CHUNK_DIR))
         {
             let loc_dir = self.path(tenant_dir, &format!("{dir}/{CHUNK_DIR}"));
-            let metas: Vec<_> = self
-                .store
-                .list(Some(&loc_dir))
-                .try_collect()
-                .await
-                .map_err(err)?;
+            let metas = self.objects_under(&loc_dir).await?;
             out.push((CONTEXT_FILE.to_string(), metas.iter().map(|m| m.size).sum()));
         }
         Ok(out)

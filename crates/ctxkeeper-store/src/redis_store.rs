@@ -37,8 +37,8 @@ use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use crate::generations::{ContextWrite, assemble, messages_of, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SearchScope,
-    SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, parse_entry,
-    rank_entries, sort_sessions, sort_tenants,
+    SessionFilter, SessionInfo, SessionStore, TenantInfo, Versioned, parse_entry, rank_entries,
+    sort_sessions, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -458,12 +458,11 @@ impl SessionStore for RedisStore {
         }))
     }
 
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError> {
-        check_messages(messages)?;
         let now = now_ms();
         let mut invocation = self.append.key(self.state_key(key));
         invocation.key(self.log_key(key)).arg(now);

@@ -335,8 +335,20 @@ pub trait SessionStore: Send + Sync + fmt::Debug {
         Ok(self.commit(key, commit).await?.version)
     }
 
-    /// Appends messages to the session log, creating the session if needed.
+    /// Appends messages to the session log, creating the session if needed. An append of no
+    /// messages is refused.
     async fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[Message],
+    ) -> Result<AppendOutcome, StoreError> {
+        check_messages(messages)?;
+        self.append_checked(key, messages).await
+    }
+
+    /// What a store implements for [`append`](Self::append), which has checked `messages`
+    /// (at least one).
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],

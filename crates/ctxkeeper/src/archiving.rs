@@ -12,14 +12,8 @@ impl ContextManager {
             return;
         };
         let session = Some(self.scope.session.as_str());
-        let event = match memory.flush_from(scope, session, &facts).await {
-            Ok(path) => Event::MemoryFlushed { path, error: None },
-            Err(err) => Event::MemoryFlushed {
-                path: None,
-                error: Some(err.to_string()),
-            },
-        };
-        self.emit(vec![event]);
+        let written = memory.flush_from(scope, session, &facts).await;
+        self.emit(vec![memory_flushed(written)]);
     }
 
     /// Writes a summary that goes to memory (`placement = "memory"`, CowAgent's trimmed
@@ -38,14 +32,8 @@ impl ContextManager {
             .map(|field| (field.title.clone(), summary.get(&field.name).to_string()))
             .collect();
         let session = Some(self.scope.session.as_str());
-        let event = match memory.record_summary(scope, session, &sections).await {
-            Ok(path) => Event::MemoryFlushed { path, error: None },
-            Err(err) => Event::MemoryFlushed {
-                path: None,
-                error: Some(err.to_string()),
-            },
-        };
-        self.emit(vec![event]);
+        let written = memory.record_summary(scope, session, &sections).await;
+        self.emit(vec![memory_flushed(written)]);
     }
 
     /// Archives a plan's items in order, each also where `layout` (the policy's seed layout)
@@ -138,5 +126,16 @@ pub(crate) fn describe_source(source: &ctxkeeper_core::model::DataSource) -> Str
         // Already in the data files: named by its hash (the extension follows its type).
         DataSource::Archived { sha256, .. } => format!("data/{sha256}"),
         DataSource::Base64 { media_type, .. } => format!("an undecodable {media_type} part"),
+    }
+}
+
+/// The event of a write to the long-term memory: the file written, or why it failed.
+fn memory_flushed(written: Result<Option<String>, StoreError>) -> Event {
+    match written {
+        Ok(path) => Event::MemoryFlushed { path, error: None },
+        Err(err) => Event::MemoryFlushed {
+            path: None,
+            error: Some(err.to_string()),
+        },
     }
 }

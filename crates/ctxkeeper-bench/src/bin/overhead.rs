@@ -144,7 +144,7 @@ impl SessionStore for Counting {
         self.count(state, &[]);
         self.inner.save(key, state, expected).await
     }
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],

@@ -210,11 +210,7 @@ pub const MEAN_STABLE_PREFIX: f64 = 0.75;
 /// Uncached tokens alone are reported in the tables, not held: the economic trigger pays
 /// more of them (more frequent, smaller rewrites) to bill less.
 pub(super) fn default_policy_targets(c: &Compaction) -> Vec<Target> {
-    let ours: Vec<_> = c
-        .reports
-        .iter()
-        .filter(|r| r.window == BAR_WINDOW && r.policy == "default")
-        .collect();
+    let ours = c.cells(BAR_WINDOW, "default");
     if ours.is_empty() {
         return Vec::new();
     }
@@ -282,18 +278,38 @@ pub(super) fn default_policy_targets(c: &Compaction) -> Vec<Target> {
                 billed_compared - billed_losses.len()
             ),
             met: billed_losses.is_empty(),
-            why: if !billed_losses.is_empty() {
-                Some(format!("more than {}", billed_losses.join(", ")))
-            } else if !billed_reported.is_empty() {
-                Some(format!(
-                    "reported, not held: more than {} (the cost of carrying the user's words; see \"Economic trigger\")",
-                    billed_reported.join(", ")
-                ))
-            } else {
-                None
-            },
+            why: why(
+                &billed_losses,
+                |losses| format!("more than {losses}"),
+                &billed_reported,
+                |reported| {
+                    format!(
+                        "more than {reported} (the cost of carrying the user's words; see \"Economic trigger\")"
+                    )
+                },
+            ),
         },
     ]
+}
+
+/// A target's `why`: the traces that missed it, else the ones only reported (not held), each
+/// list joined by commas; `None` when there are neither.
+fn why(
+    missed: &[String],
+    missed_why: impl FnOnce(String) -> String,
+    reported: &[String],
+    reported_why: impl FnOnce(String) -> String,
+) -> Option<String> {
+    if !missed.is_empty() {
+        Some(missed_why(missed.join(", ")))
+    } else if !reported.is_empty() {
+        Some(format!(
+            "reported, not held: {}",
+            reported_why(reported.join(", "))
+        ))
+    } else {
+        None
+    }
 }
 
 /// Per window and preset: the totals over the traces that compacted at all, and the checks
@@ -307,11 +323,7 @@ fn compaction_summary(page: &mut String, c: &Compaction) {
     );
     for &window in &c.windows {
         for policy in &c.policies {
-            let cells: Vec<_> = c
-                .reports
-                .iter()
-                .filter(|r| r.window == window && &r.policy == policy)
-                .collect();
+            let cells = c.cells(window, policy);
             if cells.is_empty() {
                 continue;
             }
@@ -424,11 +436,7 @@ fn fidelity_summary(page: &mut String, c: &Compaction) {
             continue;
         }
         for policy in &c.policies {
-            let cells: Vec<_> = c
-                .reports
-                .iter()
-                .filter(|r| r.window == window && &r.policy == policy)
-                .collect();
+            let cells = c.cells(window, policy);
             if cells.is_empty() {
                 continue;
             }
@@ -466,11 +474,7 @@ pub(super) fn fidelity_targets(c: &Compaction) -> Vec<Target> {
                  value: &dyn Fn(&crate::results::ReplayFigures) -> Option<f64>|
      -> Option<Target> {
         let held = |label: &str| !(scale_exempt && is_scale_test(label));
-        let cells: Vec<_> = c
-            .reports
-            .iter()
-            .filter(|r| r.window == window && r.policy == "default")
-            .collect();
+        let cells = c.cells(window, "default");
         if cells.is_empty() {
             return None;
         }
@@ -492,16 +496,12 @@ pub(super) fn fidelity_targets(c: &Compaction) -> Vec<Target> {
             .iter()
             .filter_map(|cell| value(&cell.figures))
             .min_by(f64::total_cmp);
-        let why = if !below.is_empty() {
-            Some(format!("below on {}", below.join(", ")))
-        } else if !reported.is_empty() {
-            Some(format!(
-                "reported, not held: {} (more of the user's words than the window holds)",
-                reported.join(", ")
-            ))
-        } else {
-            None
-        };
+        let why = why(
+            &below,
+            |below| format!("below on {below}"),
+            &reported,
+            |reported| format!("{reported} (more of the user's words than the window holds)"),
+        );
         Some(Target {
             name: format!("`default` at {}: {name}, every trace", thousands(window)),
             target: format!("≥ {bar:.2}"),

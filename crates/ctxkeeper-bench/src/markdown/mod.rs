@@ -58,45 +58,64 @@ pub fn overhead_rows(results: &Results) -> Vec<OverheadRow> {
         }
     }
     if let Some(peer) = &results.agentscope {
-        for (variant, setup) in [
-            ("none", "no tool schemas (same input as ctxkeeper)"),
-            (
-                "inferred",
-                "14 declared airline tools (as an agent runs it)",
-            ),
-        ] {
-            if let Some(figures) = peer.variants.get(variant) {
-                rows.push(OverheadRow {
-                    system: format!("AgentScope {} `compress_context`", peer.version),
-                    setup: setup.into(),
-                    figures: figures.clone(),
-                });
-            }
-        }
+        let function = "compress_context";
+        peer_rows(
+            &mut rows,
+            "AgentScope",
+            peer,
+            &[
+                (
+                    "none",
+                    function,
+                    "no tool schemas (same input as ctxkeeper)",
+                ),
+                (
+                    "inferred",
+                    function,
+                    "14 declared airline tools (as an agent runs it)",
+                ),
+            ],
+        );
     }
     if let Some(peer) = &results.langchain {
-        for (variant, name, setup) in [
-            (
-                "summarization-middleware",
-                "SummarizationMiddleware",
-                "trigger 0.8 × window, keep 20 messages",
-            ),
-            (
-                "trim_messages",
-                "trim_messages",
-                "whole history, max_tokens = window",
-            ),
-        ] {
-            if let Some(figures) = peer.variants.get(variant) {
-                rows.push(OverheadRow {
-                    system: format!("LangChain {} `{name}`", peer.version),
-                    setup: setup.into(),
-                    figures: figures.clone(),
-                });
-            }
-        }
+        peer_rows(
+            &mut rows,
+            "LangChain",
+            peer,
+            &[
+                (
+                    "summarization-middleware",
+                    "SummarizationMiddleware",
+                    "trigger 0.8 × window, keep 20 messages",
+                ),
+                (
+                    "trim_messages",
+                    "trim_messages",
+                    "whole history, max_tokens = window",
+                ),
+            ],
+        );
     }
     rows
+}
+
+/// A row per measured variant of a peer: (its key in the results, the function it ran, its
+/// setup).
+fn peer_rows(
+    rows: &mut Vec<OverheadRow>,
+    label: &str,
+    peer: &Peer,
+    variants: &[(&str, &str, &str)],
+) {
+    for (variant, function, setup) in variants {
+        if let Some(figures) = peer.variants.get(*variant) {
+            rows.push(OverheadRow {
+                system: format!("{label} {} `{function}`", peer.version),
+                setup: (*setup).into(),
+                figures: figures.clone(),
+            });
+        }
+    }
 }
 
 /// Every target with its verdict, in the order of the sections.
@@ -305,10 +324,23 @@ fn missing(page: &mut String, stage: &str) {
     let _ = writeln!(page, "_Not measured yet: run `bench/run {stage}`._\n");
 }
 
+/// Opens a section with its `heading`: the part of the results it reports, else a note naming
+/// the `bench/run` stage that measures it.
+fn section<'a, T>(
+    page: &mut String,
+    heading: &str,
+    part: &'a Option<T>,
+    stage: &str,
+) -> Option<&'a T> {
+    let _ = writeln!(page, "{heading}\n");
+    if part.is_none() {
+        missing(page, stage);
+    }
+    part.as_ref()
+}
+
 fn machine_section(page: &mut String, results: &Results) {
-    page.push_str("## Machine and versions\n\n");
-    let Some(m) = &results.machine else {
-        missing(page, "report");
+    let Some(m) = section(page, "## Machine and versions", &results.machine, "report") else {
         return;
     };
     page.push_str("| | |\n| --- | --- |\n");
@@ -537,9 +569,12 @@ fn peer_notes(page: &mut String, agentscope: Option<&Peer>, langchain: Option<&P
 }
 
 fn tokens_section(page: &mut String, results: &Results, charts: &str) {
-    page.push_str("## Token counting throughput\n\n");
-    let Some(t) = &results.tokens else {
-        missing(page, "tokens");
+    let Some(t) = section(
+        page,
+        "## Token counting throughput",
+        &results.tokens,
+        "tokens",
+    ) else {
         return;
     };
     let _ = writeln!(
@@ -573,9 +608,12 @@ fn tokens_section(page: &mut String, results: &Results, charts: &str) {
 }
 
 fn stores_section(page: &mut String, results: &Results, charts: &str) {
-    page.push_str("## Session stores: append and load latency by session size\n\n");
-    let Some(s) = &results.stores else {
-        missing(page, "stores");
+    let Some(s) = section(
+        page,
+        "## Session stores: append and load latency by session size",
+        &results.stores,
+        "stores",
+    ) else {
         return;
     };
     page.push_str(
@@ -606,9 +644,7 @@ fn stores_section(page: &mut String, results: &Results, charts: &str) {
 }
 
 fn memory_section(page: &mut String, results: &Results) {
-    page.push_str("## Memory\n\n");
-    let Some(m) = &results.memory else {
-        missing(page, "memory");
+    let Some(m) = section(page, "## Memory", &results.memory, "memory") else {
         return;
     };
     let _ = writeln!(

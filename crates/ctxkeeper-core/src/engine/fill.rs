@@ -9,7 +9,7 @@
 //! that cannot be filled makes the engine refuse the plan, because a marker that reaches a
 //! request is a reference the model cannot follow (`check` reports it as a violation).
 
-use crate::model::{Message, Part, has_internal_marker};
+use crate::model::{Message, Part, part_has_internal_marker};
 
 /// Opens and closes a marker. Control characters cannot occur in the placeholder templates,
 /// so a fill never hits user content.
@@ -39,17 +39,7 @@ pub fn fill_references(message: &mut Message, refs: &[String], summaries: &[Stri
 
 /// Whether a marker is left anywhere in `message`.
 pub fn has_marker(message: &Message) -> bool {
-    message.parts.iter().any(part_has_marker)
-}
-
-fn part_has_marker(part: &Part) -> bool {
-    match part {
-        Part::Text { text, .. } => has_internal_marker(text),
-        Part::ToolCall { arguments, .. } => has_internal_marker(arguments),
-        Part::ToolResult { content, .. } => content.iter().any(part_has_marker),
-        Part::Reasoning { text, .. } => text.as_deref().is_some_and(has_internal_marker),
-        Part::Data { .. } | Part::Opaque { .. } => false,
-    }
+    message.parts.iter().any(part_has_internal_marker)
 }
 
 fn fill_part(part: &mut Part, refs: &[String], summaries: &[String]) {

@@ -47,10 +47,7 @@ impl Engine {
         // The message's tokens before its first cut: nothing is copied unless one is cut.
         let mut tokens_before = None;
         for index in 0..message.parts.len() {
-            let Part::ToolResult {
-                call_id, content, ..
-            } = &message.parts[index]
-            else {
+            let Some((call_id, content)) = message.parts[index].as_tool_result() else {
                 continue;
             };
             let tool = tool_name_for(state, call_id);
@@ -73,7 +70,7 @@ impl Engine {
                 _ => stages::head_tail_preview(&full, head, tail, &marker),
             };
             archive.push(ArchiveItem::ToolResult {
-                call_id: call_id.clone(),
+                call_id: call_id.to_string(),
                 content: full.into_owned(),
             });
             if tokens_before.is_none() {

@@ -569,9 +569,8 @@ impl<'a> Draft<'a> {
             }
             let mut cleared_calls = Vec::new();
             for part_index in 0..self.entries[index].message.parts.len() {
-                let Part::ToolResult {
-                    call_id, content, ..
-                } = &self.entries[index].message.parts[part_index]
+                let Some((call_id, content)) =
+                    self.entries[index].message.parts[part_index].as_tool_result()
                 else {
                     continue;
                 };
@@ -602,7 +601,7 @@ impl<'a> Draft<'a> {
                 if tokens <= min_tokens {
                     continue;
                 }
-                let call_id = call_id.clone();
+                let call_id = call_id.to_string();
                 let preview = (preview_chars > 0).then(|| {
                     let cut = text
                         .char_indices()
@@ -611,14 +610,9 @@ impl<'a> Draft<'a> {
                     text[..cut].to_string()
                 });
                 let has_media = content.iter().any(|p| !matches!(p, Part::Text { .. }));
-                let reference = match self.entries[index]
-                    .meta
-                    .result_refs
-                    .iter()
-                    .find(|(id, _)| *id == call_id)
-                {
+                let reference = match self.entries[index].meta.result_ref(&call_id) {
                     // Capped at ingest: the whole output is archived already.
-                    Some((_, existing)) => existing.clone(),
+                    Some(existing) => existing.clone(),
                     None if has_media => {
                         let part = self.entries[index].message.parts[part_index].clone();
                         self.push_archive(ArchiveItem::Messages {
@@ -691,9 +685,8 @@ impl<'a> Draft<'a> {
                 continue;
             }
             for part_index in 0..self.entries[index].message.parts.len() {
-                let Part::ToolResult {
-                    call_id, content, ..
-                } = &self.entries[index].message.parts[part_index]
+                let Some((call_id, content)) =
+                    self.entries[index].message.parts[part_index].as_tool_result()
                 else {
                     continue;
                 };
@@ -704,14 +697,9 @@ impl<'a> Draft<'a> {
                 {
                     continue;
                 }
-                let call_id = call_id.clone();
-                let reference = match self.entries[index]
-                    .meta
-                    .result_refs
-                    .iter()
-                    .find(|(id, _)| *id == call_id)
-                {
-                    Some((_, existing)) => existing.clone(),
+                let call_id = call_id.to_string();
+                let reference = match self.entries[index].meta.result_ref(&call_id) {
+                    Some(existing) => existing.clone(),
                     None => self.push_archive(ArchiveItem::ToolResult {
                         call_id: call_id.clone(),
                         content: text.clone(),

@@ -41,6 +41,16 @@ pub struct EntryMeta {
     pub pending_fill: bool,
 }
 
+impl EntryMeta {
+    /// The archive reference of tool call `call_id`'s whole output, when it was cut before.
+    pub fn result_ref(&self, call_id: &str) -> Option<&String> {
+        self.result_refs
+            .iter()
+            .find(|(id, _)| id == call_id)
+            .map(|(_, reference)| reference)
+    }
+}
+
 /// One message of the context plus its bookkeeping and cached token count.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {

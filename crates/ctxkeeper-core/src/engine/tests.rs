@@ -49,6 +49,50 @@ fn round(state: &mut ContextState, id: &str, tool: &str, output: &str) {
 }
 
 /// A system prompt, one user ask, and `rounds` tool rounds with outputs of about `words` words.
+/// The budget of a window of `window` tokens, `fixed_tokens` of them outside the context.
+fn budget(window: u64, fixed_tokens: u64) -> Budget {
+    Budget {
+        window,
+        fixed_tokens,
+    }
+}
+
+/// The plan of a compaction the engine triggers for `reason`.
+fn planned(
+    engine: &Engine,
+    state: &mut ContextState,
+    budget: &Budget,
+    reason: CompactionReason,
+) -> Plan {
+    assert_eq!(engine.triggered(state, budget, None), Some(reason));
+    engine
+        .plan(state, budget, &PlanRequest::default())
+        .expect("a plan")
+}
+
+/// The default policy with summarizing as its only stage, ten tool rounds, the budget of a
+/// 2,500-token window and the compaction the engine plans for them.
+fn summarized_rounds() -> (Engine, ContextState, Budget, Plan) {
+    let mut config = presets::preset("default").unwrap_or_default();
+    config.stages = vec![super::presets::summarize_stage()];
+    let engine = Engine::new(config, model());
+    let mut state = agent_session(10, 300);
+    let budget = budget(2_500, 0);
+    let plan = engine
+        .plan(&mut state, &budget, &PlanRequest::default())
+        .expect("no plan");
+    (engine, state, budget, plan)
+}
+
+/// An overflow recovery down to `target` tokens.
+fn overflow_to(target: u64) -> PlanRequest {
+    PlanRequest {
+        force: Some(CompactionReason::Overflow),
+        target_tokens: Some(target),
+        ..PlanRequest::default()
+    }
+}
+
 fn agent_session(rounds: usize, words: usize) -> ContextState {
     let mut state = ContextState::default();
     state.push(Message::system("You are a careful agent."));
@@ -102,10 +146,7 @@ fn stages_of(events: &[Event]) -> Vec<String> {
 fn below_the_trigger_nothing_is_planned() {
     let engine = engine("default");
     let mut state = agent_session(3, 20);
-    let budget = Budget {
-        window: 100_000,
-        fixed_tokens: 500,
-    };
+    let budget = budget(100_000, 500);
     assert_eq!(engine.triggered(&mut state, &budget, None), None);
     assert!(
         engine
@@ -123,10 +164,7 @@ fn default_masks_old_outputs_first_and_keeps_the_recent_rounds_verbatim() {
     let engine = Engine::new(config, model());
     let mut state = agent_session(12, 300);
     let before = state.to_messages();
-    let budget = Budget {
-        window: 4_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(4_000, 0);
     let plan = engine.plan(&mut state, &budget, &PlanRequest::default());
     let Some(plan) = plan else {
         panic!("expected a plan")
@@ -156,17 +194,7 @@ fn default_masks_old_outputs_first_and_keeps_the_recent_rounds_verbatim() {
 
 #[test]
 fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
-    let mut config = presets::preset("default").unwrap_or_default();
-    config.stages = vec![super::presets::summarize_stage()];
-    let engine = Engine::new(config, model());
-    let mut state = agent_session(10, 300);
-    let budget = Budget {
-        window: 2_500,
-        fixed_tokens: 0,
-    };
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!("no plan")
-    };
+    let (engine, mut state, budget, plan) = summarized_rounds();
     let (_, archive, requests) = execute(&engine, &mut state, plan);
     assert_valid(&state);
     let messages = state.to_messages();
@@ -191,13 +219,9 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
     assert!(state.summary.is_some());
 
     // A second compaction merges the previous summary instead of stacking another one.
+    let output = "more output ".repeat(200);
     for i in 20..30 {
-        round(
-            &mut state,
-            &format!("call_{i}"),
-            "shell",
-            &"more output ".repeat(200),
-        );
+        round(&mut state, &format!("call_{i}"), "shell", &output);
     }
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!("no second plan")
@@ -211,17 +235,7 @@ fn summarizing_keeps_instructions_first_the_current_ask_and_pairs_intact() {
 
 #[test]
 fn a_summary_may_quote_the_user_s_task_kept_outside_the_summarized_span() {
-    let mut config = presets::preset("default").unwrap_or_default();
-    config.stages = vec![super::presets::summarize_stage()];
-    let engine = Engine::new(config, model());
-    let mut state = agent_session(10, 300);
-    let budget = Budget {
-        window: 2_500,
-        fixed_tokens: 0,
-    };
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!("no plan")
-    };
+    let (engine, mut state, _, plan) = summarized_rounds();
     // The task is kept verbatim, so it is not among the summarized messages.
     assert!(
         plan.summaries[0]
@@ -277,10 +291,7 @@ fn huge_tool_results_are_capped_at_ingest_with_head_tail_and_whole_archive() {
     );
     let Ingest::Cap(plan) = engine.plan_ingest(
         &state,
-        &Budget {
-            window: 16_000,
-            fixed_tokens: 0,
-        },
+        &budget(16_000, 0),
         Message::tool_result("t1", output.clone()),
     ) else {
         panic!("expected a cap")
@@ -330,10 +341,7 @@ fn a_usage_report_anchors_the_trigger_on_the_providers_count() {
         .config()
         .trigger_ratio
         .expect("default has a ratio trigger");
-    let budget = Budget {
-        window: (exact as f64 / (ratio * 0.95)) as u64,
-        fixed_tokens: 0,
-    };
+    let budget = budget((exact as f64 / (ratio * 0.95)) as u64, 0);
     let trigger = engine.trigger_tokens(&budget).expect("a trigger");
     assert!(exact < trigger, "{exact} vs {trigger}");
     assert!(
@@ -365,10 +373,7 @@ fn a_usage_report_anchors_the_trigger_on_the_providers_count() {
 fn overflow_recovery_gets_under_the_stated_limit_and_terminates() {
     let engine = engine("default");
     let mut state = agent_session(30, 300);
-    let budget = Budget {
-        window: 8_000,
-        fixed_tokens: 200,
-    };
+    let budget = budget(8_000, 200);
     let mut attempts = 0;
     let mut limit = engine.request_tokens(&mut state, &budget);
     while engine.request_tokens(&mut state, &budget) > 4_000 {
@@ -378,11 +383,7 @@ fn overflow_recovery_gets_under_the_stated_limit_and_terminates() {
             "recovery did not terminate"
         );
         limit = (limit as f64 * engine.config().overflow.shrink_factor) as u64;
-        let request = PlanRequest {
-            force: Some(CompactionReason::Overflow),
-            target_tokens: Some(limit),
-            ..PlanRequest::default()
-        };
+        let request = overflow_to(limit);
         let Some(plan) = engine.plan(&mut state, &budget, &request) else {
             panic!("nothing left to do")
         };
@@ -396,10 +397,7 @@ fn plan_is_a_dry_run() {
     let engine = engine("default");
     let mut state = agent_session(12, 300);
     let before = state.to_messages();
-    let budget = Budget {
-        window: 3_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(3_000, 0);
     let plan = engine.plan(&mut state, &budget, &PlanRequest::default());
     assert!(plan.is_some_and(
         |p| p.estimated_tokens_after < p.tokens_before && !p.draft_messages().is_empty()
@@ -413,10 +411,7 @@ fn memory_placement_and_empty_schema_do_not_break_apply() {
     config.summary.schema = SummarySchema { fields: Vec::new() };
     let engine = Engine::new(config, model());
     let mut state = agent_session(12, 150);
-    let budget = Budget {
-        window: 2_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(2_000, 0);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!()
     };
@@ -449,15 +444,8 @@ fn overflow_never_clears_the_newest_round_or_the_latest_request() {
         state.push(Message::user("Now fix the flaky test too."));
         round(&mut state, "last", "shell", &"tail ".repeat(300));
         let before = state.to_messages();
-        let budget = Budget {
-            window: 8_000,
-            fixed_tokens: 0,
-        };
-        let request = PlanRequest {
-            force: Some(CompactionReason::Overflow),
-            target_tokens: Some(50),
-            ..PlanRequest::default()
-        };
+        let budget = budget(8_000, 0);
+        let request = overflow_to(50);
         let Some(plan) = engine.plan(&mut state, &budget, &request) else {
             panic!("{name}: no plan")
         };
@@ -481,10 +469,7 @@ fn overflow_never_clears_the_newest_round_or_the_latest_request() {
 /// The hysteresis caps the target; without it the target keeps nine tenths of the trigger.
 #[test]
 fn the_target_is_capped_by_the_hysteresis() {
-    let budget = Budget {
-        window: 100_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(100_000, 0);
     let mut config = presets::preset("cowagent").unwrap_or_default();
     assert_eq!(
         Engine::new(config.clone(), model()).target_tokens(&budget),
@@ -503,10 +488,7 @@ fn the_target_is_capped_by_the_hysteresis() {
 fn references_reused_by_later_plans_are_the_archived_ones() {
     let engine = engine("agentrail");
     let mut state = agent_session(12, 2_000);
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!("agentrail caps old results before every call")
     };
@@ -540,10 +522,7 @@ fn growing_state(growth: u64, after: u64) -> ContextState {
 #[test]
 fn the_economic_trigger_follows_growth_and_rewrite_cost() {
     let engine = with_cost_rule("default");
-    let budget = Budget {
-        window: 100_000,
-        fixed_tokens: 2_000,
-    };
+    let budget = budget(100_000, 2_000);
     let configured = engine
         .trigger_tokens(&budget)
         .expect("default has a trigger");
@@ -601,21 +580,14 @@ fn the_economic_trigger_follows_growth_and_rewrite_cost() {
 #[test]
 fn a_cost_rule_compaction_reports_its_arithmetic() {
     let engine = with_cost_rule("default");
-    let budget = Budget {
-        window: 12_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(12_000, 0);
     let mut state = ContextState::default();
     state.push(Message::system("You are a careful agent."));
     state.push(Message::user("Please investigate the failing build."));
     let mut compactions = Vec::new();
+    let log = "log line ".repeat(60);
     for i in 0..80 {
-        round(
-            &mut state,
-            &format!("c{i}"),
-            "read",
-            &"log line ".repeat(60),
-        );
+        round(&mut state, &format!("c{i}"), "read", &log);
         if let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) {
             let (events, _, _) = execute(&engine, &mut state, plan);
             for event in events {
@@ -659,10 +631,7 @@ fn dense_tool_output_never_outgrows_the_window_under_the_default_estimate() {
     let engine = engine("default");
     assert_eq!(engine.config().accounting, Accounting::Estimate);
     let exact = model();
-    let budget = Budget {
-        window: 12_000,
-        fixed_tokens: 300,
-    };
+    let budget = budget(12_000, 300);
     let mut state = ContextState::default();
     state.push(Message::system("You are a careful agent."));
     state.push(Message::user(
@@ -805,10 +774,7 @@ fn an_output_is_capped_to_the_room_a_nearly_full_fixed_prompt_leaves() {
     state.push(Message::tool_call("t1", "shell", "{}"));
     // Numbers one per line: about 3,000 tokens, under 40 % of a 10,000-token window.
     let output: String = (0..1_500).map(|n| format!("{n}\n")).collect();
-    let tight = Budget {
-        window: 10_000,
-        fixed_tokens: 6_000,
-    };
+    let tight = budget(10_000, 6_000);
     let Ingest::Cap(plan) =
         engine.plan_ingest(&state, &tight, Message::tool_result("t1", output.clone()))
     else {
@@ -820,10 +786,7 @@ fn an_output_is_capped_to_the_room_a_nearly_full_fixed_prompt_leaves() {
         "the preview fits the room: {} tokens of {room}",
         plan.tokens_after
     );
-    let roomy = Budget {
-        window: 10_000,
-        fixed_tokens: 0,
-    };
+    let roomy = budget(10_000, 0);
     assert!(matches!(
         engine.plan_ingest(&state, &roomy, Message::tool_result("t1", output)),
         Ingest::Ready(_)
@@ -866,21 +829,15 @@ impl LineArchive {
 #[test]
 fn a_summary_that_merges_earlier_ones_names_every_range_it_stands_for() {
     let engine = engine("agentscope");
-    let budget = Budget {
-        window: 16_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(16_000, 0);
     let mut state = agent_session(0, 0);
     let mut archive = LineArchive { lines: 0, files: 0 };
     let mut merges = 0;
+    let words = "word ".repeat(300);
     for batch in 0..40 {
         for i in 0..6 {
-            round(
-                &mut state,
-                &format!("call_{batch}_{i}"),
-                "shell",
-                &format!("output {batch}.{i}: {}", "word ".repeat(300)),
-            );
+            let output = format!("output {batch}.{i}: {words}");
+            round(&mut state, &format!("call_{batch}_{i}"), "shell", &output);
         }
         let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
             continue;

@@ -60,9 +60,9 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    DataKind, Fields, JsonPath, data_kind, expect_array, has_string, leading_instructions,
-    media_type, native, object_schema, omitted_data, origin_hints, portable_request_extra,
-    private_at, private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
+    DataKind, Fields, JsonPath, data_kind, has_string, leading_instructions, media_type, native,
+    object_schema, omitted_data, origin_hints, parse_array, portable_request_extra, private_at,
+    private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
     take_string,
 };
 use crate::ParseError;
@@ -93,12 +93,7 @@ pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
 }
 
 fn parse_messages_at(value: Value, path: &str) -> Result<Vec<Message>, ParseError> {
-    let items = expect_array(value, path, "an array of messages")?;
-    let mut messages = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        messages.push(parse_message_owned(item, JsonPath::Index(path, i))?);
-    }
-    Ok(messages)
+    parse_array(value, path, "an array of messages", parse_message_owned)
 }
 
 /// Parses one message; `path` locates it in errors (for example `$.messages[3]`).
@@ -391,12 +386,7 @@ pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
 }
 
 fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
-    let items = expect_array(value, path, "an array of tools")?;
-    let mut tools = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        tools.push(parse_tool(item, JsonPath::Index(path, i))?);
-    }
-    Ok(tools)
+    parse_array(value, path, "an array of tools", parse_tool)
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {

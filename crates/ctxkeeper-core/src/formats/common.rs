@@ -65,6 +65,20 @@ pub(crate) fn expect_array(value: Value, path: &str, what: &str) -> Result<Vec<V
     }
 }
 
+/// Each item of the JSON array at `path` (`what` names what it must be), parsed by `parse`.
+pub(crate) fn parse_array<T>(
+    value: Value,
+    path: &str,
+    what: &str,
+    parse: impl Fn(Value, JsonPath<'_>) -> Result<T, ParseError>,
+) -> Result<Vec<T>, ParseError> {
+    expect_array(value, path, what)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| parse(item, JsonPath::Index(path, i)))
+        .collect()
+}
+
 /// The fields of one JSON object being parsed. Known fields are taken out; the rest is the
 /// object's `extra` map, in its original order.
 ///

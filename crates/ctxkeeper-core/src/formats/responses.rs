@@ -51,8 +51,8 @@ use super::Wire;
 use super::common::{
     DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name, data_kind,
     expect_array, file_name, is_custom_call, move_extra, native, object_schema, omitted_data,
-    origin_hints, portable_request_extra, private_at, private_flag, private_str, put_extra,
-    reasoning_portable, record_at, same_origin, source_base64, source_url,
+    origin_hints, parse_array, portable_request_extra, private_at, private_flag, private_str,
+    put_extra, reasoning_portable, record_at, same_origin, source_base64, source_url,
 };
 use crate::ParseError;
 use crate::json_kind;
@@ -104,16 +104,7 @@ pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
 
 fn parse_input(value: Value, path: &str) -> Result<Vec<Message>, ParseError> {
     match value {
-        Value::String(text) => {
-            let mut message = Message::user(text);
-            message.hints = origin_hints(WIRE);
-            message.hints.content_form = ContentForm::String;
-            message
-                .hints
-                .private
-                .insert(INPUT_STRING.into(), Value::Bool(true));
-            Ok(vec![message])
-        }
+        Value::String(text) => Ok(vec![string_message(Message::user(text), INPUT_STRING)]),
         other => {
             let items = expect_array(other, path, "a string or an array of input items")?;
             parse_items_at(items, path)
@@ -202,30 +193,12 @@ fn parse_item(value: Value, path: JsonPath<'_>) -> Result<Item, ParseError> {
         None | Some("message") => parse_message_item(fields, kind.is_some()),
         Some("function_call") => {
             fields.take("type");
-            let id = fields.required_str("call_id")?;
-            let name = fields.required_str("name")?;
-            let arguments = fields.required_str("arguments")?;
-            let part = Part::ToolCall {
-                id,
-                name,
-                arguments,
-                extra: fields.rest(),
-            };
-            Ok(single(part, "function_call"))
+            Ok(single(tool_call(fields, "arguments")?, "function_call"))
         }
         Some("custom_tool_call") => {
             // `type` stays in `extra`: it marks the call as custom even when the turn's item
             // layout no longer applies, or when the turn is converted to OpenAI Chat.
-            let id = fields.required_str("call_id")?;
-            let name = fields.required_str("name")?;
-            let arguments = fields.required_str("input")?;
-            let part = Part::ToolCall {
-                id,
-                name,
-                arguments,
-                extra: fields.rest(),
-            };
-            Ok(single(part, "custom_tool_call"))
+            Ok(single(tool_call(fields, "input")?, "custom_tool_call"))
         }
         Some("reasoning") => {
             fields.take("type");
@@ -247,33 +220,12 @@ fn parse_item(value: Value, path: JsonPath<'_>) -> Result<Item, ParseError> {
             let call_id = fields.required_str("call_id")?;
             let mut message = Message::new(Role::Tool, Vec::new());
             message.hints = origin_hints(WIRE);
-            let (form, content) = match fields.take("output") {
-                Some(Value::String(text)) => (ContentForm::String, vec![Part::text(text)]),
-                Some(Value::Array(parts)) => (
-                    ContentForm::Parts,
-                    parse_parts(
-                        parts,
-                        &fields.path_of("output"),
-                        "input_text",
-                        &mut message.hints.private,
-                    )?,
-                ),
-                Some(other) => {
-                    return Err(ParseError::at(
-                        fields.path_of("output"),
-                        format!(
-                            "output must be a string or an array of content parts, found {}",
-                            json_kind(&other)
-                        ),
-                    ));
-                }
-                None => {
-                    return Err(ParseError::at(
-                        fields.path_of("output"),
-                        "missing required field",
-                    ));
-                }
-            };
+            let (form, content) = string_or_parts(
+                &mut fields,
+                "output",
+                "input_text",
+                &mut message.hints.private,
+            )?;
             message.hints.content_form = form;
             if kind != "function_call_output" {
                 message.hints.private.insert(ITEM_TYPE.into(), json!(kind));
@@ -356,31 +308,13 @@ fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseErro
             ));
         }
     };
-    let item_path = fields.path();
-    let content_path = || item_path.key("content");
     let mut private = Extra::new();
-    let (form, parts) = match fields.take("content") {
-        Some(Value::String(text)) => (ContentForm::String, vec![Part::text(text)]),
-        Some(Value::Array(parts)) => (
-            ContentForm::Parts,
-            parse_parts(
-                parts,
-                &content_path(),
-                default_text_type(role),
-                &mut private,
-            )?,
-        ),
-        Some(other) => {
-            return Err(ParseError::at(
-                content_path(),
-                format!(
-                    "content must be a string or an array of content parts, found {}",
-                    json_kind(&other)
-                ),
-            ));
-        }
-        None => return Err(ParseError::at(content_path(), "missing required field")),
-    };
+    let (form, parts) = string_or_parts(
+        &mut fields,
+        "content",
+        default_text_type(role),
+        &mut private,
+    )?;
     if !typed {
         private.insert(UNTYPED.into(), Value::Bool(true));
     }
@@ -406,6 +340,56 @@ fn parse_message_item(mut fields: Fields, typed: bool) -> Result<Item, ParseErro
     message.hints.private = private;
     message.extra = extra;
     Ok(Item::Standalone(message))
+}
+
+/// A message this format had as a plain string, marked so with `flag` (it is emitted as one).
+fn string_message(mut message: Message, flag: &str) -> Message {
+    message.hints = origin_hints(WIRE);
+    message.hints.content_form = ContentForm::String;
+    message.hints.private.insert(flag.into(), Value::Bool(true));
+    message
+}
+
+/// The call of a `function_call` or `custom_tool_call` item, its arguments under
+/// `arguments_key`.
+fn tool_call(mut fields: Fields<'_>, arguments_key: &str) -> Result<Part, ParseError> {
+    let id = fields.required_str("call_id")?;
+    let name = fields.required_str("name")?;
+    let arguments = fields.required_str(arguments_key)?;
+    Ok(Part::ToolCall {
+        id,
+        name,
+        arguments,
+        extra: fields.rest(),
+    })
+}
+
+/// The required field `key`: a string (one text part) or an array of content parts, with the
+/// form it had.
+fn string_or_parts(
+    fields: &mut Fields<'_>,
+    key: &str,
+    default_type: &str,
+    private: &mut Extra,
+) -> Result<(ContentForm, Vec<Part>), ParseError> {
+    match fields.take(key) {
+        Some(Value::String(text)) => Ok((ContentForm::String, vec![Part::text(text)])),
+        Some(Value::Array(parts)) => Ok((
+            ContentForm::Parts,
+            parse_parts(parts, &fields.path_of(key), default_type, private)?,
+        )),
+        Some(other) => Err(ParseError::at(
+            fields.path_of(key),
+            format!(
+                "{key} must be a string or an array of content parts, found {}",
+                json_kind(&other)
+            ),
+        )),
+        None => Err(ParseError::at(
+            fields.path_of(key),
+            "missing required field",
+        )),
+    }
 }
 
 fn parse_parts(
@@ -496,12 +480,7 @@ pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
 }
 
 fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
-    let items = expect_array(value, path, "an array of tools")?;
-    let mut tools = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        tools.push(parse_tool(item, JsonPath::Index(path, i))?);
-    }
-    Ok(tools)
+    parse_array(value, path, "an array of tools", parse_tool)
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
@@ -599,14 +578,7 @@ pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
     let mut hints = origin_hints(WIRE);
     let mut messages = Vec::new();
     if let Some(instructions) = fields.optional_str("instructions") {
-        let mut message = Message::system(instructions);
-        message.hints = origin_hints(WIRE);
-        message.hints.content_form = ContentForm::String;
-        message
-            .hints
-            .private
-            .insert(INSTRUCTIONS.into(), Value::Bool(true));
-        messages.push(message);
+        messages.push(string_message(Message::system(instructions), INSTRUCTIONS));
     }
     match fields.take("input") {
         Some(input) => messages.extend(parse_input(input, "$.input")?),

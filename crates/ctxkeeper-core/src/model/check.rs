@@ -422,7 +422,8 @@ pub fn has_internal_marker(text: &str) -> bool {
     raw || (text.contains("\\u0001") && ESCAPED.iter().any(|m| text.contains(m)))
 }
 
-fn part_has_internal_marker(part: &Part) -> bool {
+/// Whether a fill marker is left anywhere in `part` (see [`has_internal_marker`]).
+pub(crate) fn part_has_internal_marker(part: &Part) -> bool {
     match part {
         Part::Text { text, .. } => has_internal_marker(text),
         Part::ToolCall { arguments, .. } => has_internal_marker(arguments),

@@ -202,6 +202,16 @@ impl Part {
         }
     }
 
+    /// The call id and content of a tool result part.
+    pub fn as_tool_result(&self) -> Option<(&str, &[Part])> {
+        match self {
+            Part::ToolResult {
+                call_id, content, ..
+            } => Some((call_id, content)),
+            _ => None,
+        }
+    }
+
     /// A short name of the part kind, used in reports (`text`, `image`, `tool_call`, …).
     pub fn kind(&self) -> PartKind {
         match self {

@@ -5,6 +5,7 @@ mod group;
 mod message;
 mod repair;
 
+pub(crate) use check::part_has_internal_marker;
 pub use check::{
     CheckRules, INTERNAL_MARKER, Violation, ViolationKind, check, find_internal_marker,
     has_internal_marker,

@@ -38,50 +38,42 @@ pub enum PatchError {
 impl Sessions {
     /// Statistics of a session's context, `None` if it was never saved.
     pub async fn stats(&self, key: &SessionKey) -> Result<Option<ContextStats>, SessionError> {
-        let slot = self.slot(key);
-        let mut slot = slot.lock().await;
-        self.refresh(key, &mut slot).await?;
-        if slot.version.is_none() {
-            return Ok(None);
-        }
-        // A copy: counting caches token totals, and the running manager's state is its own.
-        let Some(mut state) = slot.state_ref().cloned() else {
-            return Ok(None);
-        };
-        Ok(Some(ContextStats {
-            version: slot.version,
-            messages: state.entries.len(),
-            client_messages: slot.client.hashes.len(),
-            approx_tokens: state.approx_tokens(),
-            compactions: state.compactions,
-            appended: state.appended,
-            has_summary: state.summary.is_some(),
-            archived_refs: state
-                .entries
-                .iter()
-                .map(|e| e.meta.archived.len() + e.meta.result_refs.len())
-                .sum(),
-            learned_window: slot.client.learned_window,
-            verbatim: slot.client.verbatim,
-            policy_overrides: slot.overrides(),
-        }))
+        self.read(key, |slot| {
+            // A copy: counting caches token totals, and the running manager's state is its own.
+            let mut state = slot.state_ref().cloned()?;
+            Some(ContextStats {
+                version: slot.version,
+                messages: state.entries.len(),
+                client_messages: slot.client.hashes.len(),
+                approx_tokens: state.approx_tokens(),
+                compactions: state.compactions,
+                appended: state.appended,
+                has_summary: state.summary.is_some(),
+                archived_refs: state
+                    .entries
+                    .iter()
+                    .map(|e| e.meta.archived.len() + e.meta.result_refs.len())
+                    .sum(),
+                learned_window: slot.client.learned_window,
+                verbatim: slot.client.verbatim,
+                policy_overrides: slot.overrides(),
+            })
+        })
+        .await
     }
 
     /// The session's standing orders (see `ctxkeeper_core::orders`), none before its first
     /// compaction; `None` for an unknown session.
     pub async fn orders(&self, key: &SessionKey) -> Result<Option<StandingOrders>, SessionError> {
-        let slot = self.slot(key);
-        let mut slot = slot.lock().await;
-        self.refresh(key, &mut slot).await?;
-        if slot.version.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(
-            slot.state_ref()
-                .and_then(ContextState::capsule)
-                .map(|c| c.orders.clone())
-                .unwrap_or_default(),
-        ))
+        self.read(key, |slot| {
+            Some(
+                slot.state_ref()
+                    .and_then(ContextState::capsule)
+                    .map(|c| c.orders.clone())
+                    .unwrap_or_default(),
+            )
+        })
+        .await
     }
 
     /// An operator's edit of one standing order (see `StandingOrders::edit`), saved with the
@@ -132,10 +124,23 @@ impl Sessions {
         &self,
         key: &SessionKey,
     ) -> Result<Option<Option<String>>, SessionError> {
+        self.read(key, |slot| Some(slot.overrides())).await
+    }
+
+    /// What `read` takes from a stored session as it is now (reloaded when another replica
+    /// changed it), `None` for a session never saved.
+    async fn read<T>(
+        &self,
+        key: &SessionKey,
+        read: impl FnOnce(&Slot) -> Option<T>,
+    ) -> Result<Option<T>, SessionError> {
         let slot = self.slot(key);
         let mut slot = slot.lock().await;
         self.refresh(key, &mut slot).await?;
-        Ok(slot.version.map(|_| slot.overrides()))
+        if slot.version.is_none() {
+            return Ok(None);
+        }
+        Ok(read(&slot))
     }
 
     /// Merges a TOML fragment into the session's policy overrides after checking the result

@@ -70,7 +70,7 @@ impl SessionStore for Recording {
     ) -> Result<u64, StoreError> {
         self.inner.save(key, state, expected).await
     }
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],
@@ -441,7 +441,7 @@ impl SessionStore for Flaky {
         }
         self.inner.save(key, state, expected).await
     }
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],

@@ -169,12 +169,4 @@ mod tests {
         assert!(svg.contains("data-points=\"7\""));
         assert!(svg.contains("request 7: 700 tokens"));
     }
-
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
-    }
 }

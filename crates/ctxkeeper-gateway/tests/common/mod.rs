@@ -200,6 +200,22 @@ pub async fn post_chat(gw: &Running, headers: &[(&str, &str)], body: &Value) -> 
     request.send().await.unwrap()
 }
 
+/// Sends `history` as a `gpt-4o` Chat Completions request with these headers, and asserts
+/// that the gateway answered it.
+pub async fn send_chat(gw: &Running, headers: &[(&str, &str)], history: &[Value]) {
+    let response = post_chat(
+        gw,
+        headers,
+        &json!({"model": "gpt-4o", "messages": history}),
+    )
+    .await;
+    assert!(
+        response.status().is_success(),
+        "{}",
+        response.text().await.unwrap()
+    );
+}
+
 /// Sends `request` and reads its answer's JSON body.
 pub async fn json_of<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
     request.send().await.unwrap().json().await.unwrap()

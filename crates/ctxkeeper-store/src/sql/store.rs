@@ -10,7 +10,7 @@ use crate::StoreError;
 use crate::generations::{assemble, messages_of, split};
 use crate::session::{
     AppendOutcome, Commit, Committed, HistoryPage, LogEntry, SearchHit, SearchQuery, SessionFilter,
-    SessionInfo, SessionStore, TenantInfo, Versioned, check_messages, sort_tenants,
+    SessionInfo, SessionStore, TenantInfo, Versioned, sort_tenants,
 };
 use crate::state::{AgentState, SessionKey};
 use crate::time::now_ms;
@@ -77,12 +77,11 @@ impl SessionStore for SqlStore {
         }))
     }
 
-    async fn append(
+    async fn append_checked(
         &self,
         key: &SessionKey,
         messages: &[Message],
     ) -> Result<AppendOutcome, StoreError> {
-        check_messages(messages)?;
         let rows = log_rows(messages)?;
         let now = now_ms();
         let mut tx = self.begin().await?;

@@ -8,10 +8,7 @@ use super::*;
 #[test]
 fn reme_auto_compresses_right_after_a_compaction_that_leaves_over_three_quarters() {
     let engine = engine("reme-auto");
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     // Results of about 1,500 tokens, one of 3,000: compaction offloads only that one.
     let mut state = agent_session(0, 0);
     let mut i = 0;
@@ -71,10 +68,7 @@ fn answered(pairs: usize, ask: bool) -> ContextState {
 #[test]
 fn agentrail_min_messages_counts_the_history_before_the_new_request() {
     let engine = super::seed_presets::agentrail_with_trigger(1_000);
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     // 18 messages of history: with the system prompt and the new ask, 20 in the context.
     let mut state = answered(9, true);
     assert_eq!(state.entries.len(), 20);
@@ -119,10 +113,7 @@ fn harness_truncates_each_argument_to_max_arg_length() {
         state.push(Message::tool_call(format!("w{i}"), "write_file", args));
         state.push(Message::tool_result(format!("w{i}"), "written"));
     }
-    let budget = Budget {
-        window: 1_000_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(1_000_000, 0);
     let plan = engine
         .plan(&mut state, &budget, &PlanRequest::default())
         .expect("over 30 messages");
@@ -158,10 +149,7 @@ fn harness_truncates_each_argument_to_max_arg_length() {
 fn agentrail_overflow_recovery_is_a_full_compaction() {
     let engine = engine("agentrail");
     let mut state = agent_session(31, 600);
-    let budget = Budget {
-        window: 20_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(20_000, 0);
     let before = state.to_messages();
     let request = PlanRequest {
         force: Some(CompactionReason::Overflow),

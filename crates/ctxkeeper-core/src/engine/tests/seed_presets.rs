@@ -7,17 +7,8 @@ use super::*;
 fn agentscope_keeps_a_tenth_of_the_window_of_recent_conversation() {
     let engine = engine("agentscope");
     let mut state = agent_session(20, 150);
-    let budget = Budget {
-        window: 4_000,
-        fixed_tokens: 300,
-    };
-    assert_eq!(
-        engine.triggered(&mut state, &budget, None),
-        Some(CompactionReason::Tokens)
-    );
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let budget = budget(4_000, 300);
+    let plan = planned(&engine, &mut state, &budget, CompactionReason::Tokens);
     execute(&engine, &mut state, plan);
     assert_valid(&state);
     let model = model();
@@ -45,17 +36,8 @@ fn reme_compact_replaces_only_big_tool_messages_by_a_pointer() {
         round(&mut state, &format!("r{i}"), "ls", &"word ".repeat(700));
     }
     state.push(Message::assistant("done"));
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
-    assert_eq!(
-        engine.triggered(&mut state, &budget, None),
-        Some(CompactionReason::Tokens)
-    );
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let budget = budget(200_000, 0);
+    let plan = planned(&engine, &mut state, &budget, CompactionReason::Tokens);
     assert!(
         plan.summaries.is_empty(),
         "compact mode never calls a model"
@@ -76,20 +58,12 @@ fn reme_compress_summarizes_into_a_state_snapshot_and_keeps_two_messages() {
     let engine = engine("reme-compress");
     let mut state = agent_session(40, 700);
     let last_two: Vec<Message> = state.to_messages()[state.entries.len() - 2..].to_vec();
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!()
     };
     let (_, _, requests) = execute(&engine, &mut state, plan);
-    let names: Vec<&str> = requests[0]
-        .schema
-        .fields
-        .iter()
-        .map(|f| f.name.as_str())
-        .collect();
+    let names = field_names(&requests[0].schema);
     assert_eq!(names, ["overall_goal", "key_knowledge", "recent_actions"]);
     assert!(requests[0].previous.is_none());
     let messages = state.to_messages();
@@ -100,10 +74,7 @@ fn reme_compress_summarizes_into_a_state_snapshot_and_keeps_two_messages() {
 #[test]
 fn reme_auto_compresses_only_when_compaction_saved_too_little() {
     let engine = engine("reme-auto");
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     // Big tool outputs: compaction alone removes most tokens, no summary call.
     let mut state = agent_session(12, 3_000);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
@@ -122,10 +93,7 @@ fn reme_auto_compresses_only_when_compaction_saved_too_little() {
 fn agentrail_reactive_micro_summarizes_only_the_oldest_rounds() {
     let engine = engine("agentrail");
     let mut state = agent_session(10, 300);
-    let budget = Budget {
-        window: 10_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(10_000, 0);
     assert_eq!(
         engine.triggered(&mut state, &budget, Some(8_600)),
         Some(CompactionReason::ReactiveMicro)
@@ -152,10 +120,7 @@ fn agentrail_reactive_micro_summarizes_only_the_oldest_rounds() {
 fn agentrail_allows_at_most_three_reactive_compactions_per_request() {
     let engine = engine("agentrail");
     let mut state = agent_session(30, 300);
-    let budget = Budget {
-        window: 10_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(10_000, 0);
     let request = PlanRequest {
         reported_usage: Some(8_600),
         ..PlanRequest::default()
@@ -191,17 +156,8 @@ fn cowagent_drops_the_oldest_half_of_turns_into_memory() {
         round(&mut state, &format!("c{t}"), "search", "result");
         state.push(Message::assistant(format!("answer {t}")));
     }
-    let budget = Budget {
-        window: 128_000,
-        fixed_tokens: 0,
-    };
-    assert_eq!(
-        engine.triggered(&mut state, &budget, None),
-        Some(CompactionReason::Turns)
-    );
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let budget = budget(128_000, 0);
+    let plan = planned(&engine, &mut state, &budget, CompactionReason::Turns);
     let (_, _, requests) = execute(&engine, &mut state, plan);
     assert_eq!(
         requests.len(),
@@ -222,24 +178,11 @@ fn cowagent_cuts_historical_results_head_and_tail_but_not_the_current_turn() {
     let engine = engine("cowagent");
     let mut state = ContextState::default();
     state.push(Message::user("first"));
-    round(
-        &mut state,
-        "old",
-        "shell",
-        &format!("HEAD {} TAIL", "x".repeat(30_000)),
-    );
+    headed_result(&mut state, "old", "x");
     state.push(Message::assistant("ok"));
     state.push(Message::user("second"));
-    round(
-        &mut state,
-        "new",
-        "shell",
-        &format!("HEAD {} TAIL", "y".repeat(30_000)),
-    );
-    let budget = Budget {
-        window: 128_000,
-        fixed_tokens: 0,
-    };
+    headed_result(&mut state, "new", "y");
+    let budget = budget(128_000, 0);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!()
     };
@@ -265,28 +208,14 @@ fn harness_truncates_arguments_and_keeps_the_last_ten_messages() {
         state.push(Message::tool_call(format!("w{i}"), "write_file", args));
         state.push(Message::tool_result(format!("w{i}"), "written"));
     }
-    let budget = Budget {
-        window: 1_000_000,
-        fixed_tokens: 0,
-    };
-    assert_eq!(
-        engine.triggered(&mut state, &budget, None),
-        Some(CompactionReason::Messages)
-    );
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let budget = budget(1_000_000, 0);
+    let plan = planned(&engine, &mut state, &budget, CompactionReason::Messages);
     assert_eq!(
         plan.stages,
         vec!["truncate_args".to_string(), "summarize".to_string()]
     );
     let (_, _, requests) = execute(&engine, &mut state, plan);
-    let names: Vec<&str> = requests[0]
-        .schema
-        .fields
-        .iter()
-        .map(|f| f.name.as_str())
-        .collect();
+    let names = field_names(&requests[0].schema);
     assert_eq!(
         names,
         ["session_intent", "summary", "artifacts", "next_steps"]
@@ -336,14 +265,9 @@ fn harness_evicts_huge_results_except_from_excluded_tools() {
         ),
         Ingest::Ready(_)
     ));
-    let Ingest::Cap(plan) = engine.plan_ingest(
-        &state,
-        &Budget {
-            window: 128_000,
-            fixed_tokens: 0,
-        },
-        Message::tool_result("s", big),
-    ) else {
+    let Ingest::Cap(plan) =
+        engine.plan_ingest(&state, &budget(128_000, 0), Message::tool_result("s", big))
+    else {
         panic!()
     };
     engine.apply_ingest(&mut state, plan, &["x".to_string()]);
@@ -357,10 +281,7 @@ fn harness_evicts_huge_results_except_from_excluded_tools() {
 
 #[test]
 fn seed_layouts_mark_their_archive_items() {
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     // ReMe: every group of the compression is a group item, numbered from 1.
     let mut state = agent_session(40, 700);
     let plan = engine("reme-compress")
@@ -425,19 +346,13 @@ fn seed_layouts_mark_their_archive_items() {
 fn reme_compact_keeps_the_newest_output_and_a_preview_of_the_others() {
     let engine = engine("reme-compact");
     let mut state = agent_session(0, 0);
+    let tokens = "token ".repeat(2_500);
     for i in 0..12 {
-        round(
-            &mut state,
-            &format!("r{i}"),
-            "cat",
-            &format!("FILE{i} {}", "token ".repeat(2_500)),
-        );
+        let output = format!("FILE{i} {tokens}");
+        round(&mut state, &format!("r{i}"), "cat", &output);
     }
     let newest = state.entries.len() - 1;
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!("above 20,000 tokens")
     };
@@ -460,21 +375,14 @@ fn reme_compact_keeps_the_newest_output_and_a_preview_of_the_others() {
 #[test]
 fn reme_compress_threshold_and_oversized_groups() {
     let engine = engine("reme-compress");
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     // 16k compressible tokens beside a 10k system prompt: over 20k in all, but not compressed.
     let mut state = ContextState::default();
     state.push(Message::system("rules ".repeat(10_000)));
     state.push(Message::user("Please investigate the failing build."));
+    let words = "word ".repeat(2_000);
     for i in 0..8 {
-        round(
-            &mut state,
-            &format!("c{i}"),
-            "shell",
-            &"word ".repeat(2_000),
-        );
+        round(&mut state, &format!("c{i}"), "shell", &words);
     }
     assert!(
         engine
@@ -514,15 +422,8 @@ fn cowagent_caps_user_text_on_overflow_and_never_recuts_a_preview() {
     let engine = engine("cowagent");
     let mut state = ContextState::default();
     state.push(Message::user(format!("START {} END", "q".repeat(30_000))));
-    let budget = Budget {
-        window: 9_000,
-        fixed_tokens: 0,
-    };
-    let request = PlanRequest {
-        force: Some(CompactionReason::Overflow),
-        target_tokens: Some(8_000),
-        ..PlanRequest::default()
-    };
+    let budget = budget(9_000, 0);
+    let request = overflow_to(8_000);
     let Some(plan) = engine.plan(&mut state, &budget, &request) else {
         panic!("an overflow must do something")
     };
@@ -533,18 +434,10 @@ fn cowagent_caps_user_text_on_overflow_and_never_recuts_a_preview() {
 
     let mut state = ContextState::default();
     state.push(Message::user("first"));
-    round(
-        &mut state,
-        "old",
-        "shell",
-        &format!("HEAD {} TAIL", "x".repeat(30_000)),
-    );
+    headed_result(&mut state, "old", "x");
     state.push(Message::assistant("ok"));
     state.push(Message::user("second"));
-    let budget = Budget {
-        window: 128_000,
-        fixed_tokens: 0,
-    };
+    let budget = self::budget(128_000, 0);
     let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
         panic!("the historical cap runs")
     };
@@ -571,6 +464,27 @@ pub(super) fn agentrail_with_trigger(tokens: u64) -> Engine {
     Engine::new(policy, model())
 }
 
+/// The names of a summary schema's fields, in order.
+fn field_names(schema: &SummarySchema) -> Vec<&str> {
+    schema.fields.iter().map(|f| f.name.as_str()).collect()
+}
+
+/// A shell round whose output is 30,000 `fill` characters between `HEAD` and `TAIL`.
+fn headed_result(state: &mut ContextState, id: &str, fill: &str) {
+    let output = format!("HEAD {} TAIL", fill.repeat(30_000));
+    round(state, id, "shell", &output);
+}
+
+/// The events of one compaction open with its start and close with its end.
+fn assert_compaction_bracketed(names: &[&str]) {
+    assert_eq!(
+        names.first(),
+        Some(&"context_compaction_start"),
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"context_compaction_end"), "{names:?}");
+}
+
 fn event_names(events: &[Event]) -> Vec<&'static str> {
     events.iter().map(Event::name).collect()
 }
@@ -581,10 +495,7 @@ fn event_names(events: &[Event]) -> Vec<&'static str> {
 #[test]
 fn agentrail_compacts_the_session_at_the_start_of_a_request_never_inside_the_tool_loop() {
     let engine = agentrail_with_trigger(5_000);
-    let budget = Budget {
-        window: 200_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(200_000, 0);
     // Far over the trigger, in the middle of the tool loop: nothing is summarized.
     let mut state = agent_session(30, 300);
     assert!(engine.request_tokens(&mut state, &budget) > 5_000);
@@ -609,12 +520,7 @@ fn agentrail_compacts_the_session_at_the_start_of_a_request_never_inside_the_too
             .any(|i| matches!(i, ArchiveItem::Compaction { .. }))
     );
     let names = event_names(&events);
-    assert_eq!(
-        names.first(),
-        Some(&"context_compaction_start"),
-        "{names:?}"
-    );
-    assert_eq!(names.last(), Some(&"context_compaction_end"), "{names:?}");
+    assert_compaction_bracketed(&names);
     assert!(!names.contains(&"compaction"), "{names:?}");
     // The new request is whole and last; the summary stands for the earlier one.
     let messages = state.to_messages();
@@ -637,10 +543,7 @@ fn agentrail_compacts_the_session_at_the_start_of_a_request_never_inside_the_too
 #[test]
 fn agentrail_announces_each_layer_with_its_own_events() {
     let engine = engine("agentrail");
-    let budget = Budget {
-        window: 10_000,
-        fixed_tokens: 0,
-    };
+    let budget = budget(10_000, 0);
     // Layer 1: an old result over 6,000 characters, cut before the next call.
     let mut state = agent_session(3, 20);
     round(
@@ -699,22 +602,13 @@ fn agentrail_announces_each_layer_with_its_own_events() {
     // Other presets keep their events: an overflow recovery is a compaction start and end.
     let default = self::engine("default");
     let mut state = agent_session(10, 300);
-    let overflow = PlanRequest {
-        force: Some(CompactionReason::Overflow),
-        target_tokens: Some(2_000),
-        ..PlanRequest::default()
-    };
+    let overflow = overflow_to(2_000);
     let plan = default
         .plan(&mut state, &budget, &overflow)
         .expect("a recovery");
     let (events, _, _) = execute(&default, &mut state, plan);
     let names = event_names(&events);
-    assert_eq!(
-        names.first(),
-        Some(&"context_compaction_start"),
-        "{names:?}"
-    );
-    assert_eq!(names.last(), Some(&"context_compaction_end"), "{names:?}");
+    assert_compaction_bracketed(&names);
 }
 
 fn image_message(seed: u8) -> Message {
