@@ -57,7 +57,7 @@ impl Engine {
             // the context back to the call and copies the name).
             if !cap.exclude_tools.is_empty()
                 && tool_name_for(state, call_id)
-                    .is_some_and(|t| cap.exclude_tools.iter().any(|x| *x == t))
+                    .is_some_and(|t| cap.exclude_tools.contains(&t))
             {
                 continue;
             }
