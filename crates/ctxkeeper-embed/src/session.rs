@@ -853,7 +853,8 @@ impl<O: Send> Session<O> {
         let wire = self.wire;
         let entries = &self.manager.state().entries;
         let covered = self.cursor.covered;
-        let fresh = std::mem::take(&mut self.fresh);
+        // Taken for the plan and given back emptied: its room is reused by the next step.
+        let mut fresh = std::mem::take(&mut self.fresh);
         let continues = !changed && self.cursor.valid && entries.len() >= covered;
         let suffix = &entries[covered.min(entries.len())..];
         // Every appended entry is a message the caller gave, as given: its own objects are
@@ -869,7 +870,7 @@ impl<O: Send> Session<O> {
         let plan = if own {
             Emit::Append(
                 fresh
-                    .into_iter()
+                    .drain(..)
                     .map(|(_, object)| Piece::Original(object))
                     .collect(),
             )
@@ -889,6 +890,8 @@ impl<O: Send> Session<O> {
         };
         self.cursor.covered = entries.len();
         self.cursor.valid = notice.is_none();
+        fresh.clear();
+        self.fresh = fresh;
         plan
     }
 

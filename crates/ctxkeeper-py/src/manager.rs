@@ -51,29 +51,50 @@ struct Inner {
 /// The messages of the last request, as the Python objects handed out.
 #[derive(Default)]
 struct Cache {
-    list: Vec<Py<PyAny>>,
+    /// A list of them that is never handed out: each request's list is a copy of it (one
+    /// call that takes every reference in C, where building a new list here took two calls
+    /// of the stable ABI per message).
+    list: Option<Py<PyList>>,
     system: Option<Py<PyAny>>,
+}
+
+impl Cache {
+    /// The request's messages: a new list (the caller may keep or change it).
+    fn messages<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
+        match &self.list {
+            Some(list) => {
+                let list = list.bind(py);
+                list.get_slice(0, list.len())
+            }
+            None => PyList::empty(py),
+        }
+    }
 }
 
 /// Applies a step's plan to the cache.
 fn fill(py: Python<'_>, cache: &mut Cache, plan: Emit<Py<PyAny>>) -> PyResult<()> {
     match plan {
         Emit::Full(emitted) => {
-            cache.list.clear();
+            let list = PyList::empty(py);
+            cache.list = Some(list.clone().unbind());
             cache.system = None;
             for message in &emitted.messages {
-                cache.list.push(py_json(py, message)?.unbind());
+                list.append(py_json(py, message)?)?;
             }
             if let Some(system) = &emitted.system {
                 cache.system = Some(py_json(py, system)?.unbind());
             }
         }
         Emit::Append(pieces) => {
+            let list = cache
+                .list
+                .get_or_insert_with(|| PyList::empty(py).unbind())
+                .bind(py);
             for piece in pieces {
-                cache.list.push(match piece {
-                    Piece::Original(object) => object,
-                    Piece::Emitted(value) => py_json(py, &value)?.unbind(),
-                });
+                match piece {
+                    Piece::Original(object) => list.append(object)?,
+                    Piece::Emitted(value) => list.append(py_json(py, &value)?)?,
+                }
             }
         }
     }
@@ -123,7 +144,7 @@ impl PyContextManager {
             return Err(err);
         }
         let cache = &inner.cache;
-        let messages = PyList::new(py, cache.list.iter().map(|m| m.bind(py)))?;
+        let messages = cache.messages(py);
         Ok(Prepared {
             wire: self.wire,
             messages: messages.unbind(),
@@ -277,6 +298,7 @@ impl PyContextManager {
             None => Ok(()),
         }
         .and_then(|()| inner.session.prepare(&stepper, max_tokens));
+        drop(stepper);
         let result = match outcome {
             Ok(step) => {
                 let prepared = self.prepared(py, inner, step.emit, step.figures);

@@ -74,11 +74,15 @@ fn call(item: &Bound<'_, PyAny>) -> Option<PlainCall> {
     if !typed || function.len() != 2 {
         return None;
     }
-    let field = |key: &str| -> Option<String> { string(&function.get_item(key).ok()??) };
+    // Interned keys: a `&str` key would be made into a new Python string (and hashed) on
+    // every lookup.
+    let py = item.py();
+    let field =
+        |key: &Bound<'_, PyString>| -> Option<String> { string(&function.get_item(key).ok()??) };
     Some(PlainCall {
         id: id?,
-        name: field("name")?,
-        arguments: field("arguments")?,
+        name: field(pyo3::intern!(py, "name"))?,
+        arguments: field(pyo3::intern!(py, "arguments"))?,
     })
 }
 

@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Waker};
 
 use ctxkeeper_embed::runtime::Block;
 use pyo3::prelude::*;
-use tokio::runtime::Runtime;
+use tokio::runtime::{EnterGuard, Runtime};
 
 use crate::errors;
 
@@ -37,15 +37,24 @@ where
 /// How a step waits for its futures: each is polled once holding the GIL (in the runtime's
 /// context, so it may start IO); one that is not done then (it waits on a file, a store, a
 /// summarizer model) is run to completion with the GIL released, as every other call is.
+///
+/// The runtime's context is entered once for the stepper's life, not for every future: a
+/// step waits on two or three futures, and entering (a thread-local swap of the runtime's
+/// handle, an atomic count each way) cost more than polling most of them.
 pub struct Stepper<'py> {
     py: Python<'py>,
     runtime: &'static Runtime,
+    _context: EnterGuard<'static>,
 }
 
 impl Stepper<'_> {
     pub fn new(py: Python<'_>) -> PyResult<Stepper<'_>> {
         let runtime = ctxkeeper_embed::runtime::runtime().map_err(|e| errors::embed(py, e))?;
-        Ok(Stepper { py, runtime })
+        Ok(Stepper {
+            py,
+            runtime,
+            _context: runtime.enter(),
+        })
     }
 }
 
@@ -56,12 +65,9 @@ impl Block for Stepper<'_> {
         F::Output: Send,
     {
         let mut future = std::pin::pin!(future);
-        let polled = {
-            let _context = self.runtime.enter();
-            future
-                .as_mut()
-                .poll(&mut Context::from_waker(Waker::noop()))
-        };
+        let polled = future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()));
         match polled {
             Poll::Ready(output) => output,
             Poll::Pending => {

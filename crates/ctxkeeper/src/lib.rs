@@ -384,9 +384,14 @@ impl ContextManager {
 
     fn emit(&self, events: Vec<Event>) {
         for event in events {
-            // No subscriber is fine: events are offered, not required.
-            let _ = self.events.send(event);
+            self.emit_one(event);
         }
+    }
+
+    /// [`Self::emit`] for one event (every step emits one: no list is allocated for it).
+    fn emit_one(&self, event: Event) {
+        // No subscriber is fine: events are offered, not required.
+        let _ = self.events.send(event);
     }
 
     /// Appends a message pinned: it stays verbatim through every compaction (the policy's
@@ -683,11 +688,11 @@ impl ContextManager {
         let input_tokens = self.engine.approx_request_tokens(&mut self.state, &budget);
         self.clock.engine += started.elapsed();
         let budget_used_pct = input_tokens as f64 * 100.0 / budget.window.max(1) as f64;
-        self.emit(vec![Event::BudgetUsed {
+        self.emit_one(Event::BudgetUsed {
             tokens: input_tokens,
             window: budget.window,
             pct: budget_used_pct,
-        }]);
+        });
         let budget_notice = self.budget_notice(input_tokens, &budget);
         self.sent = Some(SentRequest {
             len: self.state.entries.len(),

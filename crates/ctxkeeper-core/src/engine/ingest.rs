@@ -50,10 +50,11 @@ impl Engine {
             let Some((call_id, content)) = message.parts[index].as_tool_result() else {
                 continue;
             };
-            let tool = tool_name_for(state, call_id);
-            if tool
-                .as_deref()
-                .is_some_and(|t| cap.exclude_tools.iter().any(|x| x == t))
+            // The tool's name matters only to a cap that excludes tools (finding it scans
+            // the context back to the call and copies the name).
+            if !cap.exclude_tools.is_empty()
+                && tool_name_for(state, call_id)
+                    .is_some_and(|t| cap.exclude_tools.contains(&t))
             {
                 continue;
             }
