@@ -195,7 +195,8 @@ impl WorkingSet {
     /// values that came with them (the flights and payment of the reservation it looked up).
     pub fn read_result(&mut self, text: &str, log_index: u64) {
         let text = text.trim();
-        if !(text.starts_with('{') || text.starts_with('[')) {
+        if !(text.starts_with('{') || text.starts_with('[')) || text.len() > MAX_RECORD_OUTPUT_BYTES
+        {
             return;
         }
         let Ok(value) = serde_json::from_str::<Value>(text) else {
@@ -531,6 +532,10 @@ const RECORD_SHARE: f64 = 0.4;
 /// Records kept at most (the oldest leave first).
 const MAX_RECORDS: usize = 512;
 
+/// A JSON output longer than this is a data dump, not a lookup: it is not parsed for records
+/// (a compaction's work stays bounded by the window, not by what a tool printed).
+const MAX_RECORD_OUTPUT_BYTES: usize = 128 * 1024;
+
 /// Records read from one tool output at most (a search answering a hundred flights).
 const MAX_RECORDS_PER_OUTPUT: usize = 64;
 
@@ -788,6 +793,10 @@ mod tests {
         let before = set.records.len();
         set.read_result("Exit code: 1\nTraceback ...", 5);
         set.read_result(r#"{"output": "x"}"#, 6);
+        let dump: Vec<String> = (0..5_000)
+            .map(|i| format!(r#"{{"id": "row-{i}", "value": {i}}}"#))
+            .collect();
+        set.read_result(&format!("[{}]", dump.join(",")), 7);
         assert_eq!(set.records.len(), before);
     }
 

@@ -53,8 +53,7 @@ impl Engine {
             // The tool's name matters only to a cap that excludes tools (finding it scans
             // the context back to the call and copies the name).
             if !cap.exclude_tools.is_empty()
-                && tool_name_for(state, call_id)
-                    .is_some_and(|t| cap.exclude_tools.contains(&t))
+                && tool_name_for(state, call_id).is_some_and(|t| cap.exclude_tools.contains(&t))
             {
                 continue;
             }
