@@ -119,10 +119,9 @@ pub struct WorkingSet {
     next_line: u64,
     /// Records of structured tool outputs by id (from the same counter as the lines): the
     /// short fields of one JSON object, what a reservation or a ticket *is*.
+    /// Which records carry a name is read at rendering (no index is kept: the state stays
+    /// the records' text, and a rendering reads at most [`MAX_RECORDS`] of them).
     records: BTreeMap<u64, WorkLine>,
-    /// For each name a record carries, the records (first and last id) of the newest output
-    /// that carried it.
-    defined_in: BTreeMap<String, (u64, u64)>,
 }
 
 // Weights are sums of finite powers of a half: never NaN, so equality is total.
@@ -208,8 +207,6 @@ impl WorkingSet {
         if found.is_empty() {
             return;
         }
-        let first = self.next_line;
-        let last = first + found.len() as u64 - 1;
         for text in found {
             let id = self.next_line;
             self.next_line += 1;
@@ -218,19 +215,9 @@ impl WorkingSet {
                 file: None,
                 log_index,
             };
-            let defined_in = &mut self.defined_in;
-            salient_strings(
-                &record.text,
-                &mut |piece, _| match defined_in.get_mut(piece) {
-                    Some(range) => *range = (first, last),
-                    None => {
-                        defined_in.insert(piece.to_string(), (first, last));
-                    }
-                },
-            );
             self.records.insert(id, record);
         }
-        // The oldest records leave first; the names only they defined with them.
+        // The oldest records leave first.
         if self.records.len() > MAX_RECORDS {
             let keep_from = self
                 .records
@@ -239,7 +226,6 @@ impl WorkingSet {
                 .copied()
                 .unwrap_or(0);
             self.records.retain(|id, _| *id >= keep_from);
-            self.defined_in.retain(|_, (_, last)| *last >= keep_from);
         }
     }
 
@@ -367,6 +353,24 @@ impl WorkingSet {
             });
             (carried, others)
         };
+        // Each record read once: the names in use it carries, its other values, and for each
+        // name in use the newest output (its log index) with a record carrying it.
+        let mut record_names: HashMap<u64, (Vec<&str>, Vec<String>)> = HashMap::new();
+        let mut newest_output: HashMap<&str, u64> = HashMap::new();
+        let mut by_output: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (record_id, record) in self.records.iter().rev() {
+            by_output
+                .entry(record.log_index)
+                .or_default()
+                .push(*record_id);
+            let read = carried_by(&record.text);
+            for name in &read.0 {
+                newest_output.entry(name).or_insert(record.log_index);
+            }
+            if !read.0.is_empty() {
+                record_names.insert(*record_id, read);
+            }
+        }
         for (name, weight, id) in &names {
             if candidates.len() >= MAX_CANDIDATE_LINES {
                 break;
@@ -382,20 +386,25 @@ impl WorkingSet {
                     lead: 0.0,
                 });
             }
-            let Some(&(first, last)) = self.defined_in.get(*name) else {
+            let Some(&output) = newest_output.get(*name) else {
                 continue;
             };
-            for (record_id, record) in self.records.range(first..=last) {
-                if live(record.log_index) || seen_lines.contains(record_id) {
+            if live(output) {
+                continue;
+            }
+            // Its records in the order written (collected newest first).
+            for record_id in by_output[&output].iter().rev() {
+                if seen_lines.contains(record_id)
+                    || !record_names
+                        .get(record_id)
+                        .is_some_and(|(carried, _)| carried.contains(name))
+                {
                     continue;
                 }
-                let (carried, others) = carried_by(&record.text);
-                if !carried.contains(name) {
-                    continue;
-                }
+                let (carried, others) = record_names.remove(record_id).unwrap_or_default();
                 seen_lines.insert(*record_id);
                 candidates.push(Candidate {
-                    line: record,
+                    line: &self.records[record_id],
                     id: *record_id,
                     carried,
                     others,
@@ -530,7 +539,7 @@ struct Candidate<'a> {
 const RECORD_SHARE: f64 = 0.4;
 
 /// Records kept at most (the oldest leave first).
-const MAX_RECORDS: usize = 512;
+const MAX_RECORDS: usize = 128;
 
 /// A JSON output longer than this is a data dump, not a lookup: it is not parsed for records
 /// (a compaction's work stays bounded by the window, not by what a tool printed).
