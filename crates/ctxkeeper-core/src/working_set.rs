@@ -539,7 +539,7 @@ struct Candidate<'a> {
 const RECORD_SHARE: f64 = 0.4;
 
 /// Records kept at most (the oldest leave first).
-const MAX_RECORDS: usize = 128;
+const MAX_RECORDS: usize = 512;
 
 /// A JSON output longer than this is a data dump, not a lookup: it is not parsed for records
 /// (a compaction's work stays bounded by the window, not by what a tool printed).
