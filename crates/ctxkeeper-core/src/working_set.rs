@@ -16,10 +16,10 @@
 //!   messages: what the agent keeps using stays, what it stopped using fades, however long ago
 //!   it started;
 //! - a tool output that is JSON leaves *records*, each object's short fields (`key: value;
-//!   …`, a nested object under its parent's identifier); they add no weight, but the newest
-//!   record carrying a name in use is a candidate beside that name's line, its other values
-//!   counting a share of the name's weight (the flights of the reservation the agent keeps
-//!   naming);
+//!   …`, a nested object under its parent's identifier); they add no weight, but the records
+//!   of the newest output carrying a name in use are candidates beside that name's line,
+//!   their other values counting a share of the name's weight (the flights of the
+//!   reservation the agent keeps naming);
 //! - a name points to the newest line that named it; at most [`MAX_NAMES`] names are kept
 //!   (the lightest leave first), so what a compaction reads and writes is bounded by that,
 //!   never by the session's length;
@@ -332,8 +332,8 @@ impl WorkingSet {
         });
         let weight_of: HashMap<&str, f64> = names.iter().map(|(n, w, _)| (*n, *w)).collect();
         // Candidate lines: the newest line of each heavy name, with every name in use it
-        // carries (a line often carries several); then the newest record carrying it, whose
-        // other names count a share of the heaviest name that leads to it.
+        // carries (a line often carries several); then the records of the newest output
+        // carrying it, whose other names count a share of the name that leads to them.
         let mut candidates: Vec<Candidate<'_>> = Vec::new();
         let mut seen_lines: HashSet<u64> = HashSet::new();
         let carried_by = |text: &str| {
