@@ -181,8 +181,9 @@ impl Default for CapsuleConfig {
     fn default() -> CapsuleConfig {
         CapsuleConfig {
             // Past this the oldest words shorten to a head and their reference; the standing
-            // orders they carry keep their own section. At 0.10 a tiny window (the canary
-            // suite's 832 tokens) no longer had room to lend the orders, so facts were lost.
+            // orders they carry keep their own section, and past their own budget may take
+            // all of this room (down to the newest message's head) before one is left out:
+            // that is what lets a tiny window (the canary suite's 832 tokens) keep them at 0.10.
             instruction_budget_ratio: 0.10,
             head_chars: 300,
             max_files: 400,
