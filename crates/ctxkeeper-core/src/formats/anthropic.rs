@@ -60,10 +60,11 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    DataKind, Fields, JsonPath, data_kind, has_string, leading_instructions, media_type, native,
-    object_schema, omitted_data, origin_hints, parse_array, portable_request_extra, private_at,
-    private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
-    take_string,
+    DataKind, Fields, JsonPath, VERBATIM_TOOL, data_kind, declared_tool, emit_verbatim_tool,
+    has_string, insert_name_and_description, leading_instructions, media_type, native,
+    object_schema, omitted_data, opaque_part, origin_hints, parse_array, portable_request_extra,
+    private_at, private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
+    take_request_tools, take_string, verbatim_tool,
 };
 use crate::ParseError;
 use crate::json_kind;
@@ -81,7 +82,7 @@ const INLINE_SYSTEM: &str = "inline_system";
 /// Private hint: per-part shape of a `tool_result`'s `content` (`string` or `absent`).
 const RESULT_FORMS: &str = "result_forms";
 /// Tool hint: a tool without `input_schema` (server or versioned client tool), kept verbatim.
-const VERBATIM: &str = "verbatim";
+const VERBATIM: &str = VERBATIM_TOOL;
 
 /// The text of the user message put in front of a converted conversation that would otherwise
 /// open with an assistant message.
@@ -191,27 +192,11 @@ fn parse_block(
 ) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a content block object")?;
     let kind = fields.kind()?;
-    // Only called before anything is taken out of `fields`.
-    let opaque = |fields: Fields| {
-        Ok((
-            Part::Opaque {
-                value: fields.into_value(),
-            },
-            None,
-        ))
-    };
     let part = match kind.as_str() {
-        "text" => {
-            fields.take("type");
-            let text = fields.required_str("text")?;
-            Part::Text {
-                text,
-                extra: fields.rest(),
-            }
-        }
+        "text" => fields.into_text_part("text")?,
         "image" | "document" => {
             let Some(source) = fields.take_object_if("source", is_plain_source) else {
-                return opaque(fields);
+                return opaque_part(fields);
             };
             fields.take("type");
             Part::Data {
@@ -300,7 +285,7 @@ fn parse_block(
                 extra: fields.rest(),
             }
         }
-        _ => return opaque(fields),
+        _ => return opaque_part(fields),
     };
     Ok((part, None))
 }
@@ -390,8 +375,8 @@ fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError>
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
-    let mut fields = Fields::new(value, path, "a tool object")?;
-    let mut hints = origin_hints(WIRE);
+    let fields = Fields::new(value, path, "a tool object")?;
+    let hints = origin_hints(WIRE);
     if fields.get("input_schema").is_none() {
         // A server tool or a versioned client tool (`{"type": "bash_20250124", "name": "bash"}`).
         let name = match (fields.get("name"), fields.get("type")) {
@@ -399,25 +384,10 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
             _ => String::new(),
         };
         // Nothing was taken out: the object is whole.
-        hints.private.insert(VERBATIM.into(), fields.into_value());
-        return Ok(ToolSpec {
-            name,
-            description: None,
-            parameters: Value::Null,
-            extra: Extra::new(),
-            hints,
-        });
+        return Ok(verbatim_tool(name, fields.into_value(), hints));
     }
-    let name = fields.required_str("name")?;
-    let description = fields.optional_str("description");
-    let parameters = fields.take("input_schema").unwrap_or(Value::Null);
-    Ok(ToolSpec {
-        name,
-        description,
-        parameters,
-        extra: fields.rest(),
-        hints,
-    })
+    // The schema is there, so no "no parameters" hint is recorded.
+    declared_tool(fields, "input_schema", hints)
 }
 
 /// Emits tools as an Anthropic `tools` array. Tools that only another provider can run (hosted
@@ -429,13 +399,10 @@ pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
 fn emit_tool(tool: &ToolSpec) -> Option<Value> {
     let same = same_origin(&tool.hints, WIRE);
     if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
-        return same.then(|| verbatim.clone());
+        return emit_verbatim_tool(verbatim, &tool.hints, WIRE);
     }
     let mut obj = Map::new();
-    obj.insert("name".into(), json!(tool.name));
-    if let Some(description) = &tool.description {
-        obj.insert("description".into(), json!(description));
-    }
+    insert_name_and_description(&mut obj, tool);
     let schema = if same {
         tool.parameters.clone()
     } else {
@@ -473,14 +440,7 @@ pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
         Some(value) => messages.extend(parse_messages_at(value, "$.messages")?),
         None => return Err(ParseError::at("$.messages", "missing required field")),
     }
-    let tools = match fields.get("tools") {
-        // An empty list declares nothing: it stays in `extra` verbatim.
-        Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
-            Some(value) => parse_tools_at(value, "$.tools")?,
-            None => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
+    let tools = take_request_tools(&mut fields, parse_tool)?;
     Ok(Request {
         model,
         messages,

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::Wire;
 use crate::ParseError;
 use crate::json_kind;
-use crate::model::{DataSource, Extra, Message, Part, Request, WireHints};
+use crate::model::{DataSource, Extra, Message, Part, Request, ToolSpec, WireHints};
 
 /// `path.key`.
 pub(crate) fn key_path(path: &str, key: &str) -> String {
@@ -72,7 +72,16 @@ pub(crate) fn parse_array<T>(
     what: &str,
     parse: impl Fn(Value, JsonPath<'_>) -> Result<T, ParseError>,
 ) -> Result<Vec<T>, ParseError> {
-    expect_array(value, path, what)?
+    parse_each(expect_array(value, path, what)?, path, parse)
+}
+
+/// Each of `items`, the elements of the array at `path`, parsed by `parse`.
+pub(crate) fn parse_each<T>(
+    items: Vec<Value>,
+    path: &str,
+    parse: impl Fn(Value, JsonPath<'_>) -> Result<T, ParseError>,
+) -> Result<Vec<T>, ParseError> {
+    items
         .into_iter()
         .enumerate()
         .map(|(i, item)| parse(item, JsonPath::Index(path, i)))
@@ -137,13 +146,20 @@ impl<'p> Fields<'p> {
         }
     }
 
+    /// Takes a field out only if `accept` says its value is understood; otherwise it stays in
+    /// the extra map.
+    fn take_if(&mut self, key: &str, accept: impl FnOnce(&Value) -> bool) -> Option<Value> {
+        if self.map.get(key).is_some_and(accept) {
+            self.map.shift_remove(key)
+        } else {
+            None
+        }
+    }
+
     /// Takes a field only if it is a string; any other value stays in the extra map.
     pub(crate) fn optional_str(&mut self, key: &str) -> Option<String> {
-        match self.map.get(key) {
-            Some(Value::String(_)) => match self.map.shift_remove(key) {
-                Some(Value::String(text)) => Some(text),
-                _ => None,
-            },
+        match self.take_if(key, Value::is_string) {
+            Some(Value::String(text)) => Some(text),
             _ => None,
         }
     }
@@ -155,11 +171,20 @@ impl<'p> Fields<'p> {
         key: &str,
         accept: impl FnOnce(&Map<String, Value>) -> bool,
     ) -> Option<Map<String, Value>> {
-        match self.map.get(key) {
-            Some(Value::Object(inner)) if accept(inner) => match self.map.shift_remove(key) {
-                Some(Value::Object(inner)) => Some(inner),
-                _ => None,
-            },
+        let accept = |value: &Value| value.as_object().is_some_and(accept);
+        match self.take_if(key, accept) {
+            Some(Value::Object(inner)) => Some(inner),
+            _ => None,
+        }
+    }
+
+    /// Takes an array field out only if it holds something. An empty list (or a value of
+    /// another type) has nothing to parse: it stays in the extra map, to be written back
+    /// verbatim.
+    pub(crate) fn take_nonempty_array(&mut self, key: &str) -> Option<Vec<Value>> {
+        let accept = |value: &Value| value.as_array().is_some_and(|items| !items.is_empty());
+        match self.take_if(key, accept) {
+            Some(Value::Array(items)) => Some(items),
             _ => None,
         }
     }
@@ -185,11 +210,33 @@ impl<'p> Fields<'p> {
         self.map
     }
 
+    /// A text part: `type` is taken out, the text is the required string `key`, and the
+    /// remaining fields are the part's `extra`.
+    pub(crate) fn into_text_part(mut self, key: &str) -> Result<Part, ParseError> {
+        self.take("type");
+        let text = self.required_str(key)?;
+        Ok(Part::Text {
+            text,
+            extra: self.rest(),
+        })
+    }
+
     /// The whole object back, for a value kept opaque. Only valid while nothing has been taken
     /// out: [`Fields::take`] keeps the order of the other fields, but the taken ones are gone.
     pub(crate) fn into_value(self) -> Value {
         Value::Object(self.map)
     }
+}
+
+/// A part kept whole, with no wire type to record. Only valid while nothing has been taken out
+/// of `fields` (see [`Fields::into_value`]).
+pub(crate) fn opaque_part(fields: Fields<'_>) -> Result<(Part, Option<&'static str>), ParseError> {
+    Ok((
+        Part::Opaque {
+            value: fields.into_value(),
+        },
+        None,
+    ))
 }
 
 /// True when `map[key]` is a string.
@@ -441,6 +488,87 @@ pub(crate) fn object_schema(parameters: &Value) -> Value {
             Value::Object(out)
         }
         _ => json!({"type": "object", "properties": {}}),
+    }
+}
+
+/// Tool hint: a tool the model has no slot for (a hosted, server or custom tool), kept whole
+/// and written back only where it can run (see [`emit_verbatim_tool`]).
+pub(crate) const VERBATIM_TOOL: &str = "verbatim";
+/// Tool hint: the tool declaration had no parameter schema.
+pub(crate) const NO_PARAMETERS: &str = "no_parameters";
+
+/// A tool kept whole as `value` (see [`VERBATIM_TOOL`]), known by `name`.
+pub(crate) fn verbatim_tool(name: String, value: Value, mut hints: WireHints) -> ToolSpec {
+    hints.private.insert(VERBATIM_TOOL.into(), value);
+    ToolSpec {
+        name,
+        description: None,
+        parameters: Value::Null,
+        extra: Extra::new(),
+        hints,
+    }
+}
+
+/// A tool declaration: the required `name`, an optional `description` and the parameter schema
+/// under `schema_key` (its absence recorded as [`NO_PARAMETERS`]); the remaining fields are the
+/// tool's `extra`.
+pub(crate) fn declared_tool(
+    mut fields: Fields<'_>,
+    schema_key: &str,
+    mut hints: WireHints,
+) -> Result<ToolSpec, ParseError> {
+    let name = fields.required_str("name")?;
+    let description = fields.optional_str("description");
+    let parameters = match fields.take(schema_key) {
+        Some(parameters) => parameters,
+        None => {
+            hints
+                .private
+                .insert(NO_PARAMETERS.into(), Value::Bool(true));
+            Value::Null
+        }
+    };
+    Ok(ToolSpec {
+        name,
+        description,
+        parameters,
+        extra: fields.rest(),
+        hints,
+    })
+}
+
+/// The `tools` field of a request body, each tool parsed by `parse_tool`. An empty list
+/// declares nothing: it stays in `extra` verbatim.
+pub(crate) fn take_request_tools(
+    fields: &mut Fields<'_>,
+    parse_tool: impl Fn(Value, JsonPath<'_>) -> Result<ToolSpec, ParseError>,
+) -> Result<Vec<ToolSpec>, ParseError> {
+    match fields.take_nonempty_array("tools") {
+        Some(items) => parse_each(items, "$.tools", parse_tool),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// A tool kept verbatim (see [`VERBATIM_TOOL`]), written into `target`: as it came when it came
+/// from `target`, converted when it is a custom tool of the other OpenAI format, and left out
+/// (`None`) otherwise, since only its own provider can run it.
+pub(crate) fn emit_verbatim_tool(
+    verbatim: &Value,
+    hints: &WireHints,
+    target: Wire,
+) -> Option<Value> {
+    if same_origin(hints, target) {
+        return Some(verbatim.clone());
+    }
+    let from = hints.origin.as_deref()?.parse::<Wire>().ok()?;
+    convert_custom_tool(verbatim, from, target)
+}
+
+/// Writes a tool's `name` and, when it has one, its `description` into `obj`.
+pub(crate) fn insert_name_and_description(obj: &mut Map<String, Value>, tool: &ToolSpec) {
+    obj.insert("name".into(), json!(tool.name));
+    if let Some(description) = &tool.description {
+        obj.insert("description".into(), json!(description));
     }
 }
 

@@ -46,10 +46,12 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name,
-    data_kind, data_url, expect_array, file_name, has_string, is_custom_call, move_extra, native,
-    omitted_data, origin_hints, portable_request_extra, private_at, private_str, put_extra,
-    record_at, same_origin, source_base64, source_url, take_string,
+    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, VERBATIM_TOOL, data_detail,
+    data_file_name, data_kind, data_url, declared_tool, emit_verbatim_tool, file_name, has_string,
+    insert_name_and_description, is_custom_call, move_extra, native, omitted_data, opaque_part,
+    origin_hints, parse_array, parse_each, portable_request_extra, private_at, private_str,
+    put_extra, record_at, same_origin, source_base64, source_url, take_request_tools, take_string,
+    verbatim_tool,
 };
 use crate::ParseError;
 use crate::json_kind;
@@ -75,10 +77,8 @@ const CALL_TYPES: &str = CHAT_CALL_TYPES;
 const UNTYPED: &str = "untyped";
 /// Tool hint: the tool's fields outside `function`.
 const TOOL_OUTER: &str = "outer";
-/// Tool hint: the tool had no `parameters` field.
-const NO_PARAMETERS: &str = "no_parameters";
 /// Tool hint: a tool of a type other than `function`, kept verbatim.
-const VERBATIM: &str = "verbatim";
+const VERBATIM: &str = VERBATIM_TOOL;
 
 /// The call id given to a legacy `function_call` and to the `function` message that answers it.
 /// The legacy API has no ids; a call is answered by the next `function` message of the same
@@ -93,12 +93,7 @@ pub fn parse_messages(value: &Value) -> Result<Vec<Message>, ParseError> {
 }
 
 fn parse_messages_at(value: Value, path: &str) -> Result<Vec<Message>, ParseError> {
-    let items = expect_array(value, path, "an array of messages")?;
-    let mut messages = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        messages.push(parse_message_owned(item, JsonPath::Index(path, i))?);
-    }
-    Ok(messages)
+    parse_array(value, path, "an array of messages", parse_message_owned)
 }
 
 /// Parses one message; `path` locates it in errors (for example `$.messages[3]`).
@@ -265,43 +260,14 @@ fn parse_part(
 ) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a content part object")?;
     let kind = fields.kind()?;
-    // Only called before anything is taken out of `fields`.
-    let opaque = |fields: Fields| {
-        Ok((
-            Part::Opaque {
-                value: fields.into_value(),
-            },
-            None,
-        ))
-    };
     match kind.as_str() {
-        "text" => {
-            fields.take("type");
-            let text = fields.required_str("text")?;
-            Ok((
-                Part::Text {
-                    text,
-                    extra: fields.rest(),
-                },
-                None,
-            ))
-        }
-        "refusal" => {
-            fields.take("type");
-            let text = fields.required_str("refusal")?;
-            Ok((
-                Part::Text {
-                    text,
-                    extra: fields.rest(),
-                },
-                Some("refusal"),
-            ))
-        }
+        "text" => Ok((fields.into_text_part("text")?, None)),
+        "refusal" => Ok((fields.into_text_part("refusal")?, Some("refusal"))),
         "image_url" => {
             let Some(mut inner) =
                 fields.take_object_if("image_url", |inner| has_string(inner, "url"))
             else {
-                return opaque(fields);
+                return opaque_part(fields);
             };
             let url = take_string(&mut inner, "url");
             fields.take("type");
@@ -321,7 +287,7 @@ fn parse_part(
             let Some(mut inner) = fields.take_object_if("input_audio", |inner| {
                 inner.len() == 2 && has_string(inner, "data") && has_string(inner, "format")
             }) else {
-                return opaque(fields);
+                return opaque_part(fields);
             };
             let source = DataSource::Base64 {
                 media_type: format!("audio/{}", take_string(&mut inner, "format")),
@@ -339,7 +305,7 @@ fn parse_part(
             let Some(mut inner) =
                 fields.take_object_if("file", |inner| has_string(inner, "file_data"))
             else {
-                return opaque(fields);
+                return opaque_part(fields);
             };
             let url = take_string(&mut inner, "file_data");
             fields.take("type");
@@ -355,7 +321,7 @@ fn parse_part(
             };
             Ok((part, None))
         }
-        _ => opaque(fields),
+        _ => opaque_part(fields),
     }
 }
 
@@ -420,18 +386,13 @@ pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
 }
 
 fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
-    let items = expect_array(value, path, "an array of tools")?;
-    let mut tools = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        tools.push(parse_tool(item, JsonPath::Index(path, i))?);
-    }
-    Ok(tools)
+    parse_array(value, path, "an array of tools", parse_tool)
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let kind = fields.kind()?;
-    let mut hints = origin_hints(WIRE);
+    let hints = origin_hints(WIRE);
     let function = match (kind.as_str(), fields.get("function")) {
         ("function", Some(Value::Object(_))) => fields.take("function"),
         _ => None,
@@ -445,14 +406,7 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
             .and_then(Value::as_str)
             .unwrap_or(kind.as_str())
             .to_string();
-        hints.private.insert(VERBATIM.into(), value);
-        return Ok(ToolSpec {
-            name,
-            description: None,
-            parameters: Value::Null,
-            extra: Extra::new(),
-            hints,
-        });
+        return Ok(verbatim_tool(name, value, hints));
     };
     let mut tool = parse_function(function, JsonPath::At(&fields.path_of("function")), hints)?;
     fields.take("type");
@@ -470,27 +424,10 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
 fn parse_function(
     value: Value,
     path: JsonPath<'_>,
-    mut hints: WireHints,
+    hints: WireHints,
 ) -> Result<ToolSpec, ParseError> {
-    let mut inner = Fields::new(value, path, "a function object")?;
-    let name = inner.required_str("name")?;
-    let description = inner.optional_str("description");
-    let parameters = match inner.take("parameters") {
-        Some(parameters) => parameters,
-        None => {
-            hints
-                .private
-                .insert(NO_PARAMETERS.into(), Value::Bool(true));
-            Value::Null
-        }
-    };
-    Ok(ToolSpec {
-        name,
-        description,
-        parameters,
-        extra: inner.rest(),
-        hints,
-    })
+    let fields = Fields::new(value, path, "a function object")?;
+    declared_tool(fields, "parameters", hints)
 }
 
 fn is_legacy_function(tool: &ToolSpec) -> bool {
@@ -506,11 +443,7 @@ pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
 fn emit_tool(tool: &ToolSpec) -> Option<Value> {
     let same = same_origin(&tool.hints, WIRE);
     if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
-        if same {
-            return Some(verbatim.clone());
-        }
-        return convert_custom_tool(verbatim, Wire::Responses, WIRE)
-            .filter(|_| same_origin(&tool.hints, Wire::Responses));
+        return emit_verbatim_tool(verbatim, &tool.hints, WIRE);
     }
     let mut obj = Map::new();
     obj.insert("type".into(), json!("function"));
@@ -526,10 +459,7 @@ fn emit_tool(tool: &ToolSpec) -> Option<Value> {
 fn function_value(tool: &ToolSpec) -> Value {
     let same = same_origin(&tool.hints, WIRE);
     let mut function = Map::new();
-    function.insert("name".into(), json!(tool.name));
-    if let Some(description) = &tool.description {
-        function.insert("description".into(), json!(description));
-    }
+    insert_name_and_description(&mut function, tool);
     let omit_parameters =
         tool.parameters.is_null() && (!same || tool.hints.private.contains_key(NO_PARAMETERS));
     if !omit_parameters {
@@ -560,29 +490,16 @@ pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
         Some(value) => parse_messages_at(value, "$.messages")?,
         None => return Err(ParseError::at("$.messages", "missing required field")),
     };
-    let mut tools = match fields.get("tools") {
-        // An empty list declares nothing: it stays in `extra` verbatim.
-        Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
-            Some(value) => parse_tools_at(value, "$.tools")?,
-            None => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
+    let mut tools = take_request_tools(&mut fields, parse_tool)?;
     // Legacy `functions` are tools too (a legacy `function_call` needs its declaration when
     // converted); a hint sends them back to `functions`.
-    if let Some(Value::Array(functions)) = fields.get("functions")
-        && !functions.is_empty()
-        && let Some(Value::Array(functions)) = fields.take("functions")
-    {
-        for (i, function) in functions.into_iter().enumerate() {
+    if let Some(functions) = fields.take_nonempty_array("functions") {
+        let legacy_function = |function: Value, path: JsonPath<'_>| {
             let mut hints = origin_hints(WIRE);
             hints.private.insert(LEGACY.into(), json!("functions"));
-            tools.push(parse_function(
-                function,
-                JsonPath::Index("$.functions", i),
-                hints,
-            )?);
-        }
+            parse_function(function, path, hints)
+        };
+        tools.extend(parse_each(functions, "$.functions", legacy_function)?);
     }
     let extra = fields.rest();
     Ok(Request {

@@ -49,10 +49,12 @@ use serde_json::{Map, Value, json};
 
 use super::Wire;
 use super::common::{
-    DataKind, Fields, JsonPath, convert_custom_tool, data_detail, data_file_name, data_kind,
-    expect_array, file_name, is_custom_call, move_extra, native, object_schema, omitted_data,
-    origin_hints, parse_array, portable_request_extra, private_at, private_flag, private_str,
-    put_extra, reasoning_portable, record_at, same_origin, source_base64, source_url,
+    DataKind, Fields, JsonPath, NO_PARAMETERS, VERBATIM_TOOL, data_detail, data_file_name,
+    data_kind, declared_tool, emit_verbatim_tool, expect_array, file_name,
+    insert_name_and_description, is_custom_call, move_extra, native, object_schema, omitted_data,
+    opaque_part, origin_hints, parse_array, portable_request_extra, private_at, private_flag,
+    private_str, put_extra, reasoning_portable, record_at, same_origin, source_base64, source_url,
+    take_request_tools, verbatim_tool,
 };
 use crate::ParseError;
 use crate::json_kind;
@@ -80,10 +82,8 @@ const INSTRUCTIONS: &str = "instructions";
 const INPUT_STRING: &str = "input_string";
 /// Request hint: the request had no `input`.
 const INPUT_ABSENT: &str = "input_absent";
-/// Tool hint: the tool had no `parameters` field.
-const NO_PARAMETERS: &str = "no_parameters";
 /// Tool hint: a tool of a type other than `function` (hosted tools), kept verbatim.
-const VERBATIM: &str = "verbatim";
+const VERBATIM: &str = VERBATIM_TOOL;
 
 /// One parsed item: either part of the assistant turn being built, or a message of its own.
 enum Item {
@@ -416,43 +416,16 @@ fn parse_part(
 ) -> Result<(Part, Option<&'static str>), ParseError> {
     let mut fields = Fields::new(value, path, "a content part object")?;
     let kind = fields.kind()?;
-    // Only called before anything is taken out of `fields`.
-    let opaque = |fields: Fields| {
-        Ok((
-            Part::Opaque {
-                value: fields.into_value(),
-            },
-            None,
-        ))
-    };
     match kind.as_str() {
         "input_text" | "output_text" => {
-            fields.take("type");
-            let text = fields.required_str("text")?;
             let wire = if kind == "input_text" {
                 "input_text"
             } else {
                 "output_text"
             };
-            Ok((
-                Part::Text {
-                    text,
-                    extra: fields.rest(),
-                },
-                Some(wire),
-            ))
+            Ok((fields.into_text_part("text")?, Some(wire)))
         }
-        "refusal" => {
-            fields.take("type");
-            let text = fields.required_str("refusal")?;
-            Ok((
-                Part::Text {
-                    text,
-                    extra: fields.rest(),
-                },
-                Some("refusal"),
-            ))
-        }
+        "refusal" => Ok((fields.into_text_part("refusal")?, Some("refusal"))),
         "input_image" | "input_file" => {
             let url_key = if kind == "input_image" {
                 "image_url"
@@ -460,7 +433,7 @@ fn parse_part(
                 "file_data"
             };
             let Some(url) = fields.optional_str(url_key) else {
-                return opaque(fields);
+                return opaque_part(fields);
             };
             fields.take("type");
             let part = Part::Data {
@@ -470,7 +443,7 @@ fn parse_part(
             };
             Ok((part, None))
         }
-        _ => opaque(fields),
+        _ => opaque_part(fields),
     }
 }
 
@@ -486,7 +459,7 @@ fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError>
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let kind = fields.kind()?;
-    let mut hints = origin_hints(WIRE);
+    let hints = origin_hints(WIRE);
     if kind != "function" {
         // Hosted tools (web_search, file_search, mcp, custom grammars, …) are kept whole
         // (nothing was taken out of them).
@@ -496,34 +469,10 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
             .and_then(Value::as_str)
             .unwrap_or(&kind)
             .to_string();
-        hints.private.insert(VERBATIM.into(), value);
-        return Ok(ToolSpec {
-            name,
-            description: None,
-            parameters: Value::Null,
-            extra: Extra::new(),
-            hints,
-        });
+        return Ok(verbatim_tool(name, value, hints));
     }
     fields.take("type");
-    let name = fields.required_str("name")?;
-    let description = fields.optional_str("description");
-    let parameters = match fields.take("parameters") {
-        Some(parameters) => parameters,
-        None => {
-            hints
-                .private
-                .insert(NO_PARAMETERS.into(), Value::Bool(true));
-            Value::Null
-        }
-    };
-    Ok(ToolSpec {
-        name,
-        description,
-        parameters,
-        extra: fields.rest(),
-        hints,
-    })
+    declared_tool(fields, "parameters", hints)
 }
 
 /// Emits tools as a Responses `tools` array. Tools only another provider can run are left out.
@@ -534,18 +483,11 @@ pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
 fn emit_tool(tool: &ToolSpec) -> Option<Value> {
     let same = same_origin(&tool.hints, WIRE);
     if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
-        if same {
-            return Some(verbatim.clone());
-        }
-        return convert_custom_tool(verbatim, Wire::OpenAiChat, WIRE)
-            .filter(|_| same_origin(&tool.hints, Wire::OpenAiChat));
+        return emit_verbatim_tool(verbatim, &tool.hints, WIRE);
     }
     let mut obj = Map::new();
     obj.insert("type".into(), json!("function"));
-    obj.insert("name".into(), json!(tool.name));
-    if let Some(description) = &tool.description {
-        obj.insert("description".into(), json!(description));
-    }
+    insert_name_and_description(&mut obj, tool);
     if same {
         if !tool.hints.private.contains_key(NO_PARAMETERS) || !tool.parameters.is_null() {
             obj.insert("parameters".into(), tool.parameters.clone());
@@ -586,14 +528,7 @@ pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
             hints.private.insert(INPUT_ABSENT.into(), Value::Bool(true));
         }
     }
-    let tools = match fields.get("tools") {
-        // An empty list declares nothing: it stays in `extra` verbatim.
-        Some(Value::Array(tools)) if !tools.is_empty() => match fields.take("tools") {
-            Some(value) => parse_tools_at(value, "$.tools")?,
-            None => Vec::new(),
-        },
-        _ => Vec::new(),
-    };
+    let tools = take_request_tools(&mut fields, parse_tool)?;
     Ok(Request {
         model,
         messages,
