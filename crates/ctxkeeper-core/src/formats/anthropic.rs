@@ -58,14 +58,14 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Wire;
 use super::common::{
-    DataKind, Fields, JsonPath, VERBATIM_TOOL, data_kind, declared_tool, emit_verbatim_tool,
-    has_string, insert_name_and_description, leading_instructions, media_type, native,
-    object_schema, omitted_data, opaque_part, origin_hints, parse_array, portable_request_extra,
-    private_at, private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
+    DataKind, Fields, JsonPath, data_kind, declared_tool, emit_request_body, has_string,
+    insert_name_and_description, leading_instructions, media_type, native, object_schema,
+    omitted_data, opaque_part, origin_hints, parse_array, parse_request_body, private_at,
+    private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
     take_request_tools, take_string, verbatim_tool,
 };
+use super::{Wire, common};
 use crate::ParseError;
 use crate::json_kind;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
@@ -81,8 +81,6 @@ const SYSTEM: &str = "system";
 const INLINE_SYSTEM: &str = "inline_system";
 /// Private hint: per-part shape of a `tool_result`'s `content` (`string` or `absent`).
 const RESULT_FORMS: &str = "result_forms";
-/// Tool hint: a tool without `input_schema` (server or versioned client tool), kept verbatim.
-const VERBATIM: &str = VERBATIM_TOOL;
 
 /// The text of the user message put in front of a converted conversation that would otherwise
 /// open with an assistant message.
@@ -367,16 +365,11 @@ fn parse_system_owned(value: Value, path: &str) -> Result<Message, ParseError> {
 
 /// Parses an Anthropic `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_tools_at(value.clone(), "$")
-}
-
-fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_array(value, path, "an array of tools", parse_tool)
+    parse_array(value.clone(), "$", "an array of tools", parse_tool)
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let fields = Fields::new(value, path, "a tool object")?;
-    let hints = origin_hints(WIRE);
     if fields.get("input_schema").is_none() {
         // A server tool or a versioned client tool (`{"type": "bash_20250124", "name": "bash"}`).
         let name = match (fields.get("name"), fields.get("type")) {
@@ -384,23 +377,20 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
             _ => String::new(),
         };
         // Nothing was taken out: the object is whole.
-        return Ok(verbatim_tool(name, fields.into_value(), hints));
+        return Ok(verbatim_tool(name, fields.into_value(), WIRE));
     }
     // The schema is there, so no "no parameters" hint is recorded.
-    declared_tool(fields, "input_schema", hints)
+    declared_tool(fields, "input_schema", origin_hints(WIRE))
 }
 
 /// Emits tools as an Anthropic `tools` array. Tools that only another provider can run (hosted
 /// or custom-grammar tools kept verbatim) are left out.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    tools.iter().filter_map(emit_tool).collect()
+    common::emit_tools(tools, WIRE, declared_tool_value)
 }
 
-fn emit_tool(tool: &ToolSpec) -> Option<Value> {
-    let same = same_origin(&tool.hints, WIRE);
-    if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
-        return emit_verbatim_tool(verbatim, &tool.hints, WIRE);
-    }
+/// A tool declared in full (not kept verbatim); `same` when it came from this format.
+fn declared_tool_value(tool: &ToolSpec, same: bool) -> Value {
     let mut obj = Map::new();
     insert_name_and_description(&mut obj, tool);
     let schema = if same {
@@ -412,7 +402,7 @@ fn emit_tool(tool: &ToolSpec) -> Option<Value> {
     if native(&tool.hints, WIRE) {
         put_extra(&mut obj, &tool.extra);
     }
-    Some(Value::Object(obj))
+    Value::Object(obj)
 }
 
 /// Parses a whole Anthropic request body: `model`, `system` (as a leading system message),
@@ -426,53 +416,43 @@ pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
 /// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
 /// [`parse_request`].
 pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
-    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
-    let model = fields.optional_str("model");
-    let system = match fields.get("system") {
-        Some(Value::Null) | None => None,
-        Some(_) => match fields.take("system") {
-            Some(value) => Some(parse_system_owned(value, "$.system")?),
-            None => None,
-        },
-    };
-    let mut messages: Vec<Message> = system.into_iter().collect();
-    match fields.take("messages") {
-        Some(value) => messages.extend(parse_messages_at(value, "$.messages")?),
-        None => return Err(ParseError::at("$.messages", "missing required field")),
-    }
-    let tools = take_request_tools(&mut fields, parse_tool)?;
-    Ok(Request {
-        model,
-        messages,
-        tools,
-        extra: fields.rest(),
-        hints: origin_hints(WIRE),
+    parse_request_body(body, |fields| {
+        let system = match fields.get("system") {
+            Some(Value::Null) | None => None,
+            Some(_) => match fields.take("system") {
+                Some(value) => Some(parse_system_owned(value, "$.system")?),
+                None => None,
+            },
+        };
+        let mut messages: Vec<Message> = system.into_iter().collect();
+        match fields.take("messages") {
+            Some(value) => messages.extend(parse_messages_at(value, "$.messages")?),
+            None => return Err(ParseError::at("$.messages", "missing required field")),
+        }
+        let tools = take_request_tools(fields, parse_tool)?;
+        Ok((messages, tools, origin_hints(WIRE)))
     })
 }
 
 /// Emits a whole Anthropic request body.
 pub fn emit_request(request: &Request) -> Value {
-    let mut obj = Map::new();
-    if let Some(model) = &request.model {
-        obj.insert("model".into(), json!(model));
-    }
-    if let Some(system) = emit_system(&request.messages) {
-        obj.insert("system".into(), system);
-    }
-    obj.insert(
-        "messages".into(),
-        Value::Array(emit_messages(&request.messages)),
-    );
-    let mut tools = emit_tools(&request.tools);
-    let same = same_origin(&request.hints, WIRE);
-    if tools.is_empty() && !same {
-        tools = declare_history_tools(&request.messages);
-    }
-    if !tools.is_empty() || (same && !request.tools.is_empty()) {
-        obj.insert("tools".into(), Value::Array(tools));
-    }
-    put_extra(&mut obj, &portable_request_extra(request, WIRE));
-    Value::Object(obj)
+    emit_request_body(request, WIRE, |obj| {
+        if let Some(system) = emit_system(&request.messages) {
+            obj.insert("system".into(), system);
+        }
+        obj.insert(
+            "messages".into(),
+            Value::Array(emit_messages(&request.messages)),
+        );
+        let mut tools = emit_tools(&request.tools);
+        let same = same_origin(&request.hints, WIRE);
+        if tools.is_empty() && !same {
+            tools = declare_history_tools(&request.messages);
+        }
+        if !tools.is_empty() || (same && !request.tools.is_empty()) {
+            obj.insert("tools".into(), Value::Array(tools));
+        }
+    })
 }
 
 /// Declarations for the tools called in a converted conversation that declares none.

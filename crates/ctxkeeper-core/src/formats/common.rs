@@ -493,12 +493,13 @@ pub(crate) fn object_schema(parameters: &Value) -> Value {
 
 /// Tool hint: a tool the model has no slot for (a hosted, server or custom tool), kept whole
 /// and written back only where it can run (see [`emit_verbatim_tool`]).
-pub(crate) const VERBATIM_TOOL: &str = "verbatim";
+const VERBATIM_TOOL: &str = "verbatim";
 /// Tool hint: the tool declaration had no parameter schema.
 pub(crate) const NO_PARAMETERS: &str = "no_parameters";
 
-/// A tool kept whole as `value` (see [`VERBATIM_TOOL`]), known by `name`.
-pub(crate) fn verbatim_tool(name: String, value: Value, mut hints: WireHints) -> ToolSpec {
+/// A tool of `wire` kept whole as `value` (see [`VERBATIM_TOOL`]), known by `name`.
+pub(crate) fn verbatim_tool(name: String, value: Value, wire: Wire) -> ToolSpec {
+    let mut hints = origin_hints(wire);
     hints.private.insert(VERBATIM_TOOL.into(), value);
     ToolSpec {
         name,
@@ -552,16 +553,29 @@ pub(crate) fn take_request_tools(
 /// A tool kept verbatim (see [`VERBATIM_TOOL`]), written into `target`: as it came when it came
 /// from `target`, converted when it is a custom tool of the other OpenAI format, and left out
 /// (`None`) otherwise, since only its own provider can run it.
-pub(crate) fn emit_verbatim_tool(
-    verbatim: &Value,
-    hints: &WireHints,
-    target: Wire,
-) -> Option<Value> {
+fn emit_verbatim_tool(verbatim: &Value, hints: &WireHints, target: Wire) -> Option<Value> {
     if same_origin(hints, target) {
         return Some(verbatim.clone());
     }
     let from = hints.origin.as_deref()?.parse::<Wire>().ok()?;
     convert_custom_tool(verbatim, from, target)
+}
+
+/// Tools written into `target`: a tool kept verbatim as [`emit_verbatim_tool`] decides, a
+/// declared one by `declared`, told whether the tool came from `target`.
+pub(crate) fn emit_tools<T: std::borrow::Borrow<ToolSpec>>(
+    tools: &[T],
+    target: Wire,
+    declared: impl Fn(&ToolSpec, bool) -> Value,
+) -> Vec<Value> {
+    let emit = |tool: &ToolSpec| match tool.hints.private.get(VERBATIM_TOOL) {
+        Some(verbatim) => emit_verbatim_tool(verbatim, &tool.hints, target),
+        None => Some(declared(tool, same_origin(&tool.hints, target))),
+    };
+    tools
+        .iter()
+        .filter_map(|tool| emit(tool.borrow()))
+        .collect()
 }
 
 /// Writes a tool's `name` and, when it has one, its `description` into `obj`.
@@ -613,6 +627,40 @@ pub(crate) fn convert_custom_tool(verbatim: &Value, from: Wire, to: Wire) -> Opt
         }
         _ => None,
     }
+}
+
+/// Parses a request body: its `model`, then what `parse` takes out of it (the messages, the tools
+/// and the request's hints); the remaining fields are the request's `extra`.
+pub(crate) fn parse_request_body(
+    body: Value,
+    parse: impl FnOnce(&mut Fields<'_>) -> Result<(Vec<Message>, Vec<ToolSpec>, WireHints), ParseError>,
+) -> Result<Request, ParseError> {
+    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
+    let model = fields.optional_str("model");
+    let (messages, tools, hints) = parse(&mut fields)?;
+    Ok(Request {
+        model,
+        messages,
+        tools,
+        extra: fields.rest(),
+        hints,
+    })
+}
+
+/// Writes a request body into `target`: its `model`, then what `write` adds (the messages and
+/// tools), then the request options [`portable_request_extra`] keeps.
+pub(crate) fn emit_request_body(
+    request: &Request,
+    target: Wire,
+    write: impl FnOnce(&mut Map<String, Value>),
+) -> Value {
+    let mut obj = Map::new();
+    if let Some(model) = &request.model {
+        obj.insert("model".into(), json!(model));
+    }
+    write(&mut obj);
+    put_extra(&mut obj, &portable_request_extra(request, target));
+    Value::Object(obj)
 }
 
 /// The number of leading instruction (system/developer) messages.

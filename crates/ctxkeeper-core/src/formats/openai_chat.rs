@@ -44,15 +44,15 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Wire;
 use super::common::{
-    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, VERBATIM_TOOL, data_detail,
-    data_file_name, data_kind, data_url, declared_tool, emit_verbatim_tool, file_name, has_string,
+    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, data_detail, data_file_name,
+    data_kind, data_url, declared_tool, emit_request_body, file_name, has_string,
     insert_name_and_description, is_custom_call, move_extra, native, omitted_data, opaque_part,
-    origin_hints, parse_array, parse_each, portable_request_extra, private_at, private_str,
-    put_extra, record_at, same_origin, source_base64, source_url, take_request_tools, take_string,
+    origin_hints, parse_array, parse_each, parse_request_body, private_at, private_str, put_extra,
+    record_at, same_origin, source_base64, source_url, take_request_tools, take_string,
     verbatim_tool,
 };
+use super::{Wire, common};
 use crate::ParseError;
 use crate::json_kind;
 use crate::model::{
@@ -77,8 +77,6 @@ const CALL_TYPES: &str = CHAT_CALL_TYPES;
 const UNTYPED: &str = "untyped";
 /// Tool hint: the tool's fields outside `function`.
 const TOOL_OUTER: &str = "outer";
-/// Tool hint: a tool of a type other than `function`, kept verbatim.
-const VERBATIM: &str = VERBATIM_TOOL;
 
 /// The call id given to a legacy `function_call` and to the `function` message that answers it.
 /// The legacy API has no ids; a call is answered by the next `function` message of the same
@@ -382,17 +380,12 @@ fn parse_tool_call(
 
 /// Parses a Chat Completions `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_tools_at(value.clone(), "$")
-}
-
-fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_array(value, path, "an array of tools", parse_tool)
+    parse_array(value.clone(), "$", "an array of tools", parse_tool)
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let kind = fields.kind()?;
-    let hints = origin_hints(WIRE);
     let function = match (kind.as_str(), fields.get("function")) {
         ("function", Some(Value::Object(_))) => fields.take("function"),
         _ => None,
@@ -406,9 +399,13 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
             .and_then(Value::as_str)
             .unwrap_or(kind.as_str())
             .to_string();
-        return Ok(verbatim_tool(name, value, hints));
+        return Ok(verbatim_tool(name, value, WIRE));
     };
-    let mut tool = parse_function(function, JsonPath::At(&fields.path_of("function")), hints)?;
+    let mut tool = parse_function(
+        function,
+        JsonPath::At(&fields.path_of("function")),
+        origin_hints(WIRE),
+    )?;
     fields.take("type");
     let outer = fields.rest();
     if !outer.is_empty() {
@@ -437,21 +434,18 @@ fn is_legacy_function(tool: &ToolSpec) -> bool {
 /// Emits tools as a Chat Completions `tools` array. Tools of other types that came from another
 /// format (hosted tools, Anthropic server tools) are left out: they cannot be declared here.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    tools.iter().filter_map(emit_tool).collect()
+    common::emit_tools(tools, WIRE, declared_tool_value)
 }
 
-fn emit_tool(tool: &ToolSpec) -> Option<Value> {
-    let same = same_origin(&tool.hints, WIRE);
-    if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
-        return emit_verbatim_tool(verbatim, &tool.hints, WIRE);
-    }
+/// A tool declared in full (not kept verbatim); `same` when it came from this format.
+fn declared_tool_value(tool: &ToolSpec, same: bool) -> Value {
     let mut obj = Map::new();
     obj.insert("type".into(), json!("function"));
     obj.insert("function".into(), function_value(tool));
     if same && let Some(Value::Object(outer)) = tool.hints.private.get(TOOL_OUTER) {
         put_extra(&mut obj, outer);
     }
-    Some(Value::Object(obj))
+    Value::Object(obj)
 }
 
 /// The function declaration of a tool (the inside of a function tool, or a legacy `functions`
@@ -484,57 +478,46 @@ pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
 /// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
 /// [`parse_request`].
 pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
-    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
-    let model = fields.optional_str("model");
-    let messages = match fields.take("messages") {
-        Some(value) => parse_messages_at(value, "$.messages")?,
-        None => return Err(ParseError::at("$.messages", "missing required field")),
-    };
-    let mut tools = take_request_tools(&mut fields, parse_tool)?;
-    // Legacy `functions` are tools too (a legacy `function_call` needs its declaration when
-    // converted); a hint sends them back to `functions`.
-    if let Some(functions) = fields.take_nonempty_array("functions") {
-        let legacy_function = |function: Value, path: JsonPath<'_>| {
-            let mut hints = origin_hints(WIRE);
-            hints.private.insert(LEGACY.into(), json!("functions"));
-            parse_function(function, path, hints)
+    parse_request_body(body, |fields| {
+        let messages = match fields.take("messages") {
+            Some(value) => parse_messages_at(value, "$.messages")?,
+            None => return Err(ParseError::at("$.messages", "missing required field")),
         };
-        tools.extend(parse_each(functions, "$.functions", legacy_function)?);
-    }
-    let extra = fields.rest();
-    Ok(Request {
-        model,
-        messages,
-        tools,
-        extra,
-        hints: origin_hints(WIRE),
+        let mut tools = take_request_tools(fields, parse_tool)?;
+        // Legacy `functions` are tools too (a legacy `function_call` needs its declaration when
+        // converted); a hint sends them back to `functions`.
+        if let Some(functions) = fields.take_nonempty_array("functions") {
+            let legacy_function = |function: Value, path: JsonPath<'_>| {
+                let mut hints = origin_hints(WIRE);
+                hints.private.insert(LEGACY.into(), json!("functions"));
+                parse_function(function, path, hints)
+            };
+            tools.extend(parse_each(functions, "$.functions", legacy_function)?);
+        }
+        Ok((messages, tools, origin_hints(WIRE)))
     })
 }
 
 /// Emits a whole Chat Completions request body.
 pub fn emit_request(request: &Request) -> Value {
-    let mut obj = Map::new();
-    if let Some(model) = &request.model {
-        obj.insert("model".into(), json!(model));
-    }
-    obj.insert(
-        "messages".into(),
-        Value::Array(emit_messages(&request.messages)),
-    );
-    let (functions, tools): (Vec<&ToolSpec>, Vec<&ToolSpec>) = request
-        .tools
-        .iter()
-        .partition(|tool| is_legacy_function(tool));
-    let tool_values: Vec<Value> = tools.iter().filter_map(|tool| emit_tool(tool)).collect();
-    if !tool_values.is_empty() || (same_origin(&request.hints, WIRE) && !tools.is_empty()) {
-        obj.insert("tools".into(), Value::Array(tool_values));
-    }
-    if !functions.is_empty() {
-        let values = functions.iter().map(|tool| function_value(tool)).collect();
-        obj.insert("functions".into(), Value::Array(values));
-    }
-    put_extra(&mut obj, &portable_request_extra(request, WIRE));
-    Value::Object(obj)
+    emit_request_body(request, WIRE, |obj| {
+        obj.insert(
+            "messages".into(),
+            Value::Array(emit_messages(&request.messages)),
+        );
+        let (functions, tools): (Vec<&ToolSpec>, Vec<&ToolSpec>) = request
+            .tools
+            .iter()
+            .partition(|tool| is_legacy_function(tool));
+        let tool_values: Vec<Value> = common::emit_tools(&tools, WIRE, declared_tool_value);
+        if !tool_values.is_empty() || (same_origin(&request.hints, WIRE) && !tools.is_empty()) {
+            obj.insert("tools".into(), Value::Array(tool_values));
+        }
+        if !functions.is_empty() {
+            let values = functions.iter().map(|tool| function_value(tool)).collect();
+            obj.insert("functions".into(), Value::Array(values));
+        }
+    })
 }
 
 #[cfg(test)]

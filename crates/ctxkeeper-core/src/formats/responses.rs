@@ -47,15 +47,15 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Wire;
 use super::common::{
-    DataKind, Fields, JsonPath, NO_PARAMETERS, VERBATIM_TOOL, data_detail, data_file_name,
-    data_kind, declared_tool, emit_verbatim_tool, expect_array, file_name,
-    insert_name_and_description, is_custom_call, move_extra, native, object_schema, omitted_data,
-    opaque_part, origin_hints, parse_array, portable_request_extra, private_at, private_flag,
-    private_str, put_extra, reasoning_portable, record_at, same_origin, source_base64, source_url,
-    take_request_tools, verbatim_tool,
+    DataKind, Fields, JsonPath, NO_PARAMETERS, data_detail, data_file_name, data_kind,
+    declared_tool, emit_request_body, expect_array, file_name, insert_name_and_description,
+    is_custom_call, move_extra, native, object_schema, omitted_data, opaque_part, origin_hints,
+    parse_array, parse_request_body, private_at, private_flag, private_str, put_extra,
+    reasoning_portable, record_at, same_origin, source_base64, source_url, take_request_tools,
+    verbatim_tool,
 };
+use super::{Wire, common};
 use crate::ParseError;
 use crate::json_kind;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
@@ -82,8 +82,6 @@ const INSTRUCTIONS: &str = "instructions";
 const INPUT_STRING: &str = "input_string";
 /// Request hint: the request had no `input`.
 const INPUT_ABSENT: &str = "input_absent";
-/// Tool hint: a tool of a type other than `function` (hosted tools), kept verbatim.
-const VERBATIM: &str = VERBATIM_TOOL;
 
 /// One parsed item: either part of the assistant turn being built, or a message of its own.
 enum Item {
@@ -449,17 +447,12 @@ fn parse_part(
 
 /// Parses a Responses `tools` array.
 pub fn parse_tools(value: &Value) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_tools_at(value.clone(), "$")
-}
-
-fn parse_tools_at(value: Value, path: &str) -> Result<Vec<ToolSpec>, ParseError> {
-    parse_array(value, path, "an array of tools", parse_tool)
+    parse_array(value.clone(), "$", "an array of tools", parse_tool)
 }
 
 fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> {
     let mut fields = Fields::new(value, path, "a tool object")?;
     let kind = fields.kind()?;
-    let hints = origin_hints(WIRE);
     if kind != "function" {
         // Hosted tools (web_search, file_search, mcp, custom grammars, …) are kept whole
         // (nothing was taken out of them).
@@ -469,22 +462,19 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
             .and_then(Value::as_str)
             .unwrap_or(&kind)
             .to_string();
-        return Ok(verbatim_tool(name, value, hints));
+        return Ok(verbatim_tool(name, value, WIRE));
     }
     fields.take("type");
-    declared_tool(fields, "parameters", hints)
+    declared_tool(fields, "parameters", origin_hints(WIRE))
 }
 
 /// Emits tools as a Responses `tools` array. Tools only another provider can run are left out.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    tools.iter().filter_map(emit_tool).collect()
+    common::emit_tools(tools, WIRE, declared_tool_value)
 }
 
-fn emit_tool(tool: &ToolSpec) -> Option<Value> {
-    let same = same_origin(&tool.hints, WIRE);
-    if let Some(verbatim) = tool.hints.private.get(VERBATIM) {
-        return emit_verbatim_tool(verbatim, &tool.hints, WIRE);
-    }
+/// A tool declared in full (not kept verbatim); `same` when it came from this format.
+fn declared_tool_value(tool: &ToolSpec, same: bool) -> Value {
     let mut obj = Map::new();
     obj.insert("type".into(), json!("function"));
     insert_name_and_description(&mut obj, tool);
@@ -501,7 +491,7 @@ fn emit_tool(tool: &ToolSpec) -> Option<Value> {
         let strict = tool.extra.get("strict").filter(|v| v.is_boolean()).cloned();
         obj.insert("strict".into(), strict.unwrap_or(Value::Bool(false)));
     }
-    Some(Value::Object(obj))
+    Value::Object(obj)
 }
 
 /// Parses a whole Responses request body: `model`, `instructions` (as a leading system
@@ -515,66 +505,56 @@ pub fn parse_request(body: &Value) -> Result<Request, ParseError> {
 /// Parses a request body it takes ownership of: nothing is cloned. Otherwise the same as
 /// [`parse_request`].
 pub fn parse_request_owned(body: Value) -> Result<Request, ParseError> {
-    let mut fields = Fields::new(body, JsonPath::At("$"), "a request object")?;
-    let model = fields.optional_str("model");
-    let mut hints = origin_hints(WIRE);
-    let mut messages = Vec::new();
-    if let Some(instructions) = fields.optional_str("instructions") {
-        messages.push(string_message(Message::system(instructions), INSTRUCTIONS));
-    }
-    match fields.take("input") {
-        Some(input) => messages.extend(parse_input(input, "$.input")?),
-        None => {
-            hints.private.insert(INPUT_ABSENT.into(), Value::Bool(true));
+    parse_request_body(body, |fields| {
+        let mut hints = origin_hints(WIRE);
+        let mut messages = Vec::new();
+        if let Some(instructions) = fields.optional_str("instructions") {
+            messages.push(string_message(Message::system(instructions), INSTRUCTIONS));
         }
-    }
-    let tools = take_request_tools(&mut fields, parse_tool)?;
-    Ok(Request {
-        model,
-        messages,
-        tools,
-        extra: fields.rest(),
-        hints,
+        match fields.take("input") {
+            Some(input) => messages.extend(parse_input(input, "$.input")?),
+            None => {
+                hints.private.insert(INPUT_ABSENT.into(), Value::Bool(true));
+            }
+        }
+        let tools = take_request_tools(fields, parse_tool)?;
+        Ok((messages, tools, hints))
     })
 }
 
 /// Emits a whole Responses request body.
 pub fn emit_request(request: &Request) -> Value {
-    let mut obj = Map::new();
-    if let Some(model) = &request.model {
-        obj.insert("model".into(), json!(model));
-    }
-    let mut messages = request.messages.as_slice();
-    if let Some((first, rest)) = messages.split_first() {
-        let is_instructions =
-            same_origin(&first.hints, WIRE) && private_flag(&first.hints, INSTRUCTIONS);
-        if let (true, [Part::Text { text, .. }]) = (is_instructions, first.parts.as_slice()) {
-            obj.insert("instructions".into(), json!(text));
-            messages = rest;
+    emit_request_body(request, WIRE, |obj| {
+        let mut messages = request.messages.as_slice();
+        if let Some((first, rest)) = messages.split_first() {
+            let is_instructions =
+                same_origin(&first.hints, WIRE) && private_flag(&first.hints, INSTRUCTIONS);
+            if let (true, [Part::Text { text, .. }]) = (is_instructions, first.parts.as_slice()) {
+                obj.insert("instructions".into(), json!(text));
+                messages = rest;
+            }
         }
-    }
-    let input_absent =
-        same_origin(&request.hints, WIRE) && private_flag(&request.hints, INPUT_ABSENT);
-    match messages {
-        [] if input_absent => {}
-        [only]
-            if same_origin(&only.hints, WIRE)
-                && private_flag(&only.hints, INPUT_STRING)
-                && only.role == Role::User
-                && matches!(only.parts.as_slice(), [Part::Text { extra, .. }] if extra.is_empty()) =>
-        {
-            obj.insert("input".into(), json!(only.text()));
+        let input_absent =
+            same_origin(&request.hints, WIRE) && private_flag(&request.hints, INPUT_ABSENT);
+        match messages {
+            [] if input_absent => {}
+            [only]
+                if same_origin(&only.hints, WIRE)
+                    && private_flag(&only.hints, INPUT_STRING)
+                    && only.role == Role::User
+                    && matches!(only.parts.as_slice(), [Part::Text { extra, .. }] if extra.is_empty()) =>
+            {
+                obj.insert("input".into(), json!(only.text()));
+            }
+            _ => {
+                obj.insert("input".into(), Value::Array(emit_messages(messages)));
+            }
         }
-        _ => {
-            obj.insert("input".into(), Value::Array(emit_messages(messages)));
+        let tools = emit_tools(&request.tools);
+        if !tools.is_empty() || (same_origin(&request.hints, WIRE) && !request.tools.is_empty()) {
+            obj.insert("tools".into(), Value::Array(tools));
         }
-    }
-    let tools = emit_tools(&request.tools);
-    if !tools.is_empty() || (same_origin(&request.hints, WIRE) && !request.tools.is_empty()) {
-        obj.insert("tools".into(), Value::Array(tools));
-    }
-    put_extra(&mut obj, &portable_request_extra(request, WIRE));
-    Value::Object(obj)
+    })
 }
 
 #[cfg(test)]
