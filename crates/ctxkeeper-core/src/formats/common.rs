@@ -788,6 +788,19 @@ pub(crate) fn portable_request_extra(request: &Request, target: Wire) -> Extra {
     out
 }
 
+/// Test helper: each of `cases`, a list of messages, parses and emits back unchanged.
+#[cfg(test)]
+pub(crate) fn assert_round_trips(
+    parse: impl Fn(&Value) -> Result<Vec<Message>, ParseError>,
+    emit: fn(&[Message]) -> Vec<Value>,
+    cases: &[Value],
+) {
+    for input in cases {
+        let messages = parse(input).unwrap_or_else(|e| panic!("{e}: {input}"));
+        assert_eq!(Value::Array(emit(&messages)), *input);
+    }
+}
+
 /// Test helper: every input fails to parse with an error at exactly `path` whose message
 /// contains `needle`.
 #[cfg(test)]

@@ -261,26 +261,7 @@ fn parse_part(
     match kind.as_str() {
         "text" => Ok((fields.into_text_part("text")?, None)),
         "refusal" => Ok((fields.into_text_part("refusal")?, Some("refusal"))),
-        "image_url" => {
-            let Some(mut inner) =
-                fields.take_object_if("image_url", |inner| has_string(inner, "url"))
-            else {
-                return opaque_part(fields);
-            };
-            let url = take_string(&mut inner, "url");
-            fields.take("type");
-            let mut extra = Extra::new();
-            if !inner.is_empty() {
-                extra.insert("image_url".into(), Value::Object(inner));
-            }
-            move_extra(&mut extra, fields.rest());
-            let part = Part::Data {
-                source: DataSource::Url { url },
-                wire_type: Some("image_url".into()),
-                extra,
-            };
-            Ok((part, None))
-        }
+        "image_url" => nested_url_part(fields, "image_url", "url"),
         "input_audio" => {
             let Some(mut inner) = fields.take_object_if("input_audio", |inner| {
                 inner.len() == 2 && has_string(inner, "data") && has_string(inner, "format")
@@ -299,28 +280,41 @@ fn parse_part(
             };
             Ok((part, None))
         }
-        "file" => {
-            let Some(mut inner) =
-                fields.take_object_if("file", |inner| has_string(inner, "file_data"))
-            else {
-                return opaque_part(fields);
-            };
-            let url = take_string(&mut inner, "file_data");
-            fields.take("type");
-            let mut extra = Extra::new();
-            if !inner.is_empty() {
-                extra.insert("file".into(), Value::Object(inner));
-            }
-            move_extra(&mut extra, fields.rest());
-            let part = Part::Data {
-                source: DataSource::Url { url },
-                wire_type: Some("file".into()),
-                extra,
-            };
-            Ok((part, None))
-        }
+        "file" => nested_url_part(fields, "file", "file_data"),
         _ => opaque_part(fields),
     }
+}
+
+/// A data part whose URL is the string `url_key` inside the object under `kind` (`image_url.url`,
+/// `file.file_data`); without that string the part is kept opaque.
+fn nested_url_part(
+    mut fields: Fields<'_>,
+    kind: &str,
+    url_key: &str,
+) -> Result<(Part, Option<&'static str>), ParseError> {
+    let Some(mut inner) = fields.take_object_if(kind, |inner| has_string(inner, url_key)) else {
+        return opaque_part(fields);
+    };
+    let url = take_string(&mut inner, url_key);
+    fields.take("type");
+    let part = Part::Data {
+        source: DataSource::Url { url },
+        wire_type: Some(kind.into()),
+        extra: nested_extra(kind, inner, fields.rest()),
+    };
+    Ok((part, None))
+}
+
+/// The `extra` of a part or call whose payload sits in a nested object under `key`: the nested
+/// object's remaining fields stay under `key` (the outer object cannot hold that key itself, since
+/// it was taken out), followed by the outer object's remaining fields.
+fn nested_extra(key: &str, inner: Map<String, Value>, outer: Extra) -> Extra {
+    let mut extra = Extra::new();
+    if !inner.is_empty() {
+        extra.insert(key.into(), Value::Object(inner));
+    }
+    move_extra(&mut extra, outer);
+    extra
 }
 
 /// Parses one entry of `tool_calls`; the second value records the wire type when it is not a
@@ -359,14 +353,7 @@ fn parse_tool_call(
     let mut inner = Fields::new(inner, JsonPath::At(&inner_path), "an object")?;
     let name = inner.required_str("name")?;
     let arguments = inner.required_str(args_key)?;
-    let inner_rest = inner.rest();
-    // Fields of the nested object live under its own key; the outer object cannot hold that key
-    // in `extra`, since it was just taken out.
-    let mut extra = Extra::new();
-    if !inner_rest.is_empty() {
-        extra.insert(kind.into(), Value::Object(inner_rest));
-    }
-    move_extra(&mut extra, fields.rest());
+    let extra = nested_extra(kind, inner.rest(), fields.rest());
     Ok((
         Part::ToolCall {
             id,

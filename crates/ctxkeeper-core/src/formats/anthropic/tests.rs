@@ -1,9 +1,9 @@
 use super::emit::input_value;
 use super::*;
 
+/// Parses `input` as a message list and checks that emit gives it back.
 fn round_trip(input: Value) {
-    let messages = parse_messages(&input).unwrap_or_else(|e| panic!("{e}: {input}"));
-    assert_eq!(Value::Array(emit_messages(&messages)), input);
+    super::super::common::assert_round_trips(parse_messages, emit_messages, &[input]);
 }
 
 #[test]
@@ -36,9 +36,7 @@ fn messages_round_trip() {
         ]}]),
         json!([{"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}]}]),
     ];
-    for case in cases {
-        round_trip(case);
-    }
+    super::super::common::assert_round_trips(parse_messages, emit_messages, &cases);
 }
 
 #[test]

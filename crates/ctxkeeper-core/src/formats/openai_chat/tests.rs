@@ -1,11 +1,5 @@
 use super::*;
 
-/// Parses `input` as a message list and checks that emit gives it back.
-fn round_trip(input: Value) {
-    let messages = parse_messages(&input).unwrap_or_else(|e| panic!("{e}: {input}"));
-    assert_eq!(Value::Array(emit_messages(&messages)), input);
-}
-
 #[test]
 fn messages_round_trip() {
     let cases = [
@@ -30,9 +24,7 @@ fn messages_round_trip() {
             {"type": "video", "video": {"url": "v"}}
         ]}]),
     ];
-    for case in cases {
-        round_trip(case);
-    }
+    super::super::common::assert_round_trips(parse_messages, emit_messages, &cases);
 }
 
 #[test]

@@ -1,9 +1,9 @@
 use super::*;
 
-fn round_trip(items: Value) {
-    let list = items.as_array().cloned().unwrap_or_default();
-    let messages = parse_items(&list).unwrap_or_else(|e| panic!("{e}: {items}"));
-    assert_eq!(Value::Array(emit_messages(&messages)), items);
+/// Parses `items` as a list of input items and checks that emit gives them back.
+fn round_trips(cases: &[Value]) {
+    let parse = |items: &Value| parse_items(&items.as_array().cloned().unwrap_or_default());
+    super::super::common::assert_round_trips(parse, emit_messages, cases);
 }
 
 #[test]
@@ -39,21 +39,19 @@ fn items_round_trip() {
             {"type": "computer_call_output", "call_id": "cc", "output": {"type": "computer_screenshot"}}
         ]),
     ];
-    for case in cases {
-        round_trip(case);
-    }
+    round_trips(&cases);
 }
 
 /// Found by the `wire_responses` fuzz target: an image in an assistant message item of
 /// this format came back as a marker text.
 #[test]
 fn media_in_an_assistant_item_round_trips() {
-    round_trip(json!([
+    round_trips(&[json!([
         {"type": "message", "role": "assistant", "content": [
             {"type": "input_image", "image_url": "data:image/png;base64,AA=="},
             {"type": "input_file", "file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}
         ]}
-    ]));
+    ])]);
     // Converted from another format, media in an assistant message is still a marker.
     let mut message = Message::new(
         Role::Assistant,
