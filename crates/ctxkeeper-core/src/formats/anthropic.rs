@@ -59,11 +59,11 @@
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    DataKind, Fields, JsonPath, data_kind, declared_tool, emit_request_body, has_string,
-    insert_name_and_description, leading_instructions, media_type, native, object_schema,
-    omitted_data, opaque_part, origin_hints, parse_array, parse_request_body, private_at,
-    private_flag, put_extra, reasoning_portable, record_at, same_origin, source_base64,
-    take_request_tools, take_string, verbatim_tool,
+    DataKind, Fields, JsonPath, ParsedPart, data_kind, declared_tool, emit_request_body,
+    has_string, insert_name_and_description, leading_instructions, media_type, native,
+    object_schema, omitted_data, opaque_part, origin_hints, parse_array, parse_recorded_parts,
+    parse_request_body, private_at, private_flag, put_extra, reasoning_portable, same_origin,
+    source_base64, take_request_tools, take_string, verbatim_tool,
 };
 use super::{Wire, common};
 use crate::ParseError;
@@ -160,14 +160,8 @@ fn parse_content(
     match content {
         Value::String(text) => Ok((ContentForm::String, vec![Part::text(text)])),
         Value::Array(blocks) => {
-            let mut parts = Vec::with_capacity(blocks.len());
-            for (i, block) in blocks.into_iter().enumerate() {
-                let (part, form) = parse_block(block, JsonPath::Index(path, i), false)?;
-                if let Some(form) = form {
-                    record_at(private, RESULT_FORMS, i, form);
-                }
-                parts.push(part);
-            }
+            let parse = |block, path: JsonPath<'_>| parse_block(block, path, false);
+            let parts = parse_recorded_parts(blocks, path, private, RESULT_FORMS, parse)?;
             Ok((ContentForm::Parts, parts))
         }
         other => Err(ParseError::at(
@@ -183,11 +177,7 @@ fn parse_content(
 /// Parses one content block. For a `tool_result`, the second value records the shape of its
 /// `content` when it is not an array. Inside a tool result (`nested`), tool blocks are not
 /// meaningful and are kept opaque.
-fn parse_block(
-    value: Value,
-    path: JsonPath<'_>,
-    nested: bool,
-) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_block(value: Value, path: JsonPath<'_>, nested: bool) -> ParsedPart {
     let mut fields = Fields::new(value, path, "a content block object")?;
     let kind = fields.kind()?;
     let part = match kind.as_str() {

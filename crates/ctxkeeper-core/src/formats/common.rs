@@ -228,9 +228,33 @@ impl<'p> Fields<'p> {
     }
 }
 
+/// A parsed part, with a string its format records about it in the message's private hints
+/// (such as its wire type) when there is one.
+pub(crate) type ParsedPart = Result<(Part, Option<&'static str>), ParseError>;
+
+/// Parses each element of the content array at `path` with `parse`, recording the string it
+/// returns beside a part as `private[key][index]`.
+pub(crate) fn parse_recorded_parts(
+    items: Vec<Value>,
+    path: &str,
+    private: &mut Extra,
+    key: &str,
+    parse: impl Fn(Value, JsonPath<'_>) -> ParsedPart,
+) -> Result<Vec<Part>, ParseError> {
+    let mut parts = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let (part, record) = parse(item, JsonPath::Index(path, i))?;
+        if let Some(record) = record {
+            record_at(private, key, i, record);
+        }
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
 /// A part kept whole, with no wire type to record. Only valid while nothing has been taken out
 /// of `fields` (see [`Fields::into_value`]).
-pub(crate) fn opaque_part(fields: Fields<'_>) -> Result<(Part, Option<&'static str>), ParseError> {
+pub(crate) fn opaque_part(fields: Fields<'_>) -> ParsedPart {
     Ok((
         Part::Opaque {
             value: fields.into_value(),

@@ -45,12 +45,12 @@
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, data_detail, data_file_name,
-    data_kind, data_url, declared_tool, emit_request_body, file_name, has_string,
+    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, ParsedPart, data_detail,
+    data_file_name, data_kind, data_url, declared_tool, emit_request_body, file_name, has_string,
     insert_name_and_description, is_custom_call, move_extra, native, omitted_data, opaque_part,
-    origin_hints, parse_array, parse_each, parse_request_body, private_at, private_str, put_extra,
-    record_at, same_origin, source_base64, source_url, take_request_tools, take_string,
-    verbatim_tool,
+    origin_hints, parse_array, parse_each, parse_recorded_parts, parse_request_body, private_at,
+    private_str, put_extra, record_at, same_origin, source_base64, source_url, take_request_tools,
+    take_string, verbatim_tool,
 };
 use super::{Wire, common};
 use crate::ParseError;
@@ -230,14 +230,7 @@ fn parse_content(
         Some(Value::String(text)) => Ok((ContentForm::String, vec![Part::text(text)])),
         Some(Value::Array(items)) => {
             let path = message_path.key("content");
-            let mut parts = Vec::with_capacity(items.len());
-            for (i, item) in items.into_iter().enumerate() {
-                let (part, kind) = parse_part(item, JsonPath::Index(&path, i))?;
-                if let Some(kind) = kind {
-                    record_at(private, PART_TYPES, i, kind);
-                }
-                parts.push(part);
-            }
+            let parts = parse_recorded_parts(items, &path, private, PART_TYPES, parse_part)?;
             Ok((ContentForm::Parts, parts))
         }
         Some(other) => Err(ParseError::at(
@@ -252,10 +245,7 @@ fn parse_content(
 
 /// Parses one content part; the second value names the wire type when the part kind alone does
 /// not say it (`refusal`).
-fn parse_part(
-    value: Value,
-    path: JsonPath<'_>,
-) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_part(value: Value, path: JsonPath<'_>) -> ParsedPart {
     let mut fields = Fields::new(value, path, "a content part object")?;
     let kind = fields.kind()?;
     match kind.as_str() {
@@ -287,11 +277,7 @@ fn parse_part(
 
 /// A data part whose URL is the string `url_key` inside the object under `kind` (`image_url.url`,
 /// `file.file_data`); without that string the part is kept opaque.
-fn nested_url_part(
-    mut fields: Fields<'_>,
-    kind: &str,
-    url_key: &str,
-) -> Result<(Part, Option<&'static str>), ParseError> {
+fn nested_url_part(mut fields: Fields<'_>, kind: &str, url_key: &str) -> ParsedPart {
     let Some(mut inner) = fields.take_object_if(kind, |inner| has_string(inner, url_key)) else {
         return opaque_part(fields);
     };
@@ -319,10 +305,7 @@ fn nested_extra(key: &str, inner: Map<String, Value>, outer: Extra) -> Extra {
 
 /// Parses one entry of `tool_calls`; the second value records the wire type when it is not a
 /// typed `function` call (`custom`, or `untyped` when the `type` key was absent).
-fn parse_tool_call(
-    value: Value,
-    path: JsonPath<'_>,
-) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_tool_call(value: Value, path: JsonPath<'_>) -> ParsedPart {
     let mut fields = Fields::new(value, path, "a tool call object")?;
     let (kind, record) = match fields.get("type") {
         None => ("function", Some(UNTYPED)),

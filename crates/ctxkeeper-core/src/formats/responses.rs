@@ -48,11 +48,11 @@
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    DataKind, Fields, JsonPath, NO_PARAMETERS, data_detail, data_file_name, data_kind,
+    DataKind, Fields, JsonPath, NO_PARAMETERS, ParsedPart, data_detail, data_file_name, data_kind,
     declared_tool, emit_request_body, expect_array, file_name, insert_name_and_description,
     is_custom_call, move_extra, native, object_schema, omitted_data, opaque_part, origin_hints,
-    parse_array, parse_request_body, private_at, private_flag, private_str, put_extra,
-    reasoning_portable, record_at, same_origin, source_base64, source_url, take_request_tools,
+    parse_array, parse_recorded_parts, parse_request_body, private_at, private_flag, private_str,
+    put_extra, reasoning_portable, same_origin, source_base64, source_url, take_request_tools,
     verbatim_tool,
 };
 use super::{Wire, common};
@@ -396,22 +396,16 @@ fn parse_parts(
     default_type: &str,
     private: &mut Extra,
 ) -> Result<Vec<Part>, ParseError> {
-    let mut out = Vec::with_capacity(parts.len());
-    for (i, value) in parts.into_iter().enumerate() {
-        let (part, wire_type) = parse_part(value, JsonPath::Index(path, i))?;
-        if let Some(wire_type) = wire_type.filter(|t| *t != default_type) {
-            record_at(private, PART_TYPES, i, wire_type);
-        }
-        out.push(part);
-    }
-    Ok(out)
+    // The role's default text type goes without saying.
+    let parse = |value, path: JsonPath<'_>| {
+        let (part, wire_type) = parse_part(value, path)?;
+        Ok((part, wire_type.filter(|t| *t != default_type)))
+    };
+    parse_recorded_parts(parts, path, private, PART_TYPES, parse)
 }
 
 /// Parses one content part; for a text part, the second value is its wire type.
-fn parse_part(
-    value: Value,
-    path: JsonPath<'_>,
-) -> Result<(Part, Option<&'static str>), ParseError> {
+fn parse_part(value: Value, path: JsonPath<'_>) -> ParsedPart {
     let mut fields = Fields::new(value, path, "a content part object")?;
     let kind = fields.kind()?;
     match kind.as_str() {
