@@ -61,9 +61,9 @@ use serde_json::{Map, Value, json};
 use super::common::{
     DataKind, Fields, JsonPath, ParsedPart, data_kind, declared_tool, emit_request_body,
     has_string, insert_name_and_description, leading_instructions, media_type, native,
-    object_schema, omitted_data, opaque_part, origin_hints, parse_array, parse_recorded_parts,
-    parse_request_body, private_at, private_flag, put_extra, reasoning_portable, same_origin,
-    source_base64, take_request_tools, take_string, verbatim_tool,
+    object_schema, object_with_extra, omitted_data, opaque_part, origin_hints, parse_array,
+    parse_recorded_parts, parse_request_body, private_at, private_flag, put_extra,
+    reasoning_portable, same_origin, source_base64, take_request_tools, take_string, verbatim_tool,
 };
 use super::{Wire, common};
 use crate::ParseError;
@@ -389,10 +389,7 @@ fn declared_tool_value(tool: &ToolSpec, same: bool) -> Value {
         object_schema(&tool.parameters)
     };
     obj.insert("input_schema".into(), schema);
-    if native(&tool.hints, WIRE) {
-        put_extra(&mut obj, &tool.extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, &tool.extra, native(&tool.hints, WIRE))
 }
 
 /// Parses a whole Anthropic request body: `model`, `system` (as a leading system message),

@@ -298,6 +298,19 @@ pub(crate) fn put_extra(object: &mut Map<String, Value>, extra: &Extra) {
     }
 }
 
+/// The object as a value, with the extra fields it does not already have added when `keep_extra`
+/// (see [`put_extra`]).
+pub(crate) fn object_with_extra(
+    mut object: Map<String, Value>,
+    extra: &Extra,
+    keep_extra: bool,
+) -> Value {
+    if keep_extra {
+        put_extra(&mut object, extra);
+    }
+    Value::Object(object)
+}
+
 /// True when the hints say the value was parsed from `wire`: its format-private hints apply.
 pub(crate) fn same_origin(hints: &WireHints, wire: Wire) -> bool {
     hints.origin.as_deref() == Some(wire.as_str())

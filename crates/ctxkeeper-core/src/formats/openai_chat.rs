@@ -47,10 +47,10 @@ use serde_json::{Map, Value, json};
 use super::common::{
     CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, ParsedPart, data_detail,
     data_file_name, data_kind, data_url, declared_tool, emit_request_body, file_name, has_string,
-    insert_name_and_description, is_custom_call, move_extra, native, omitted_data, opaque_part,
-    origin_hints, parse_array, parse_each, parse_recorded_parts, parse_request_body, private_at,
-    private_str, put_extra, record_at, same_origin, source_base64, source_url, take_request_tools,
-    take_string, verbatim_tool,
+    insert_name_and_description, is_custom_call, move_extra, native, object_with_extra,
+    omitted_data, opaque_part, origin_hints, parse_array, parse_each, parse_recorded_parts,
+    parse_request_body, private_at, private_str, put_extra, record_at, same_origin, source_base64,
+    source_url, take_request_tools, take_string, verbatim_tool,
 };
 use super::{Wire, common};
 use crate::ParseError;

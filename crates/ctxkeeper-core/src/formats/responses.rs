@@ -50,10 +50,10 @@ use serde_json::{Map, Value, json};
 use super::common::{
     DataKind, Fields, JsonPath, NO_PARAMETERS, ParsedPart, data_detail, data_file_name, data_kind,
     declared_tool, emit_request_body, expect_array, file_name, insert_name_and_description,
-    is_custom_call, move_extra, native, object_schema, omitted_data, opaque_part, origin_hints,
-    parse_array, parse_recorded_parts, parse_request_body, private_at, private_flag, private_str,
-    put_extra, reasoning_portable, same_origin, source_base64, source_url, take_request_tools,
-    verbatim_tool,
+    is_custom_call, move_extra, native, object_schema, object_with_extra, omitted_data,
+    opaque_part, origin_hints, parse_array, parse_recorded_parts, parse_request_body, private_at,
+    private_flag, private_str, put_extra, reasoning_portable, same_origin, source_base64,
+    source_url, take_request_tools, verbatim_tool,
 };
 use super::{Wire, common};
 use crate::ParseError;

@@ -174,10 +174,7 @@ pub(super) fn text_block(text: &str, extra: &Extra, keep_extra: bool) -> Value {
     let mut obj = Map::new();
     obj.insert("type".into(), json!("text"));
     obj.insert("text".into(), json!(text));
-    if keep_extra {
-        put_extra(&mut obj, extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, extra, keep_extra)
 }
 
 /// Converts one message; `None` when nothing of it can be sent.
@@ -323,10 +320,7 @@ pub(super) fn tool_use_block(
     obj.insert("id".into(), json!(id));
     obj.insert("name".into(), json!(name));
     obj.insert("input".into(), input);
-    if keep_extra {
-        put_extra(&mut obj, extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, extra, keep_extra)
 }
 
 pub(super) fn reasoning_block(part: &Part, keep_extra: bool) -> Value {
@@ -351,10 +345,7 @@ pub(super) fn reasoning_block(part: &Part, keep_extra: bool) -> Value {
             obj.insert("signature".into(), json!(signature));
         }
     }
-    if keep_extra {
-        put_extra(&mut obj, extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, extra, keep_extra)
 }
 
 /// The `input` object for tool-call arguments.
@@ -459,10 +450,7 @@ pub(super) fn foreign_block(part: &Part, role: Role, native: bool) -> Option<Val
             if *is_error {
                 obj.insert("is_error".into(), Value::Bool(true));
             }
-            if native {
-                put_extra(&mut obj, extra);
-            }
-            Some(Value::Object(obj))
+            Some(object_with_extra(obj, extra, native))
         }
         Part::Reasoning { .. } if role == Role::Assistant && reasoning_portable(part, WIRE) => {
             Some(reasoning_block(part, native))

@@ -237,10 +237,7 @@ pub(super) fn content_message(
             obj.insert("tool_calls".into(), Value::Array(values));
         }
     }
-    if native {
-        put_extra(&mut obj, &message.extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, &message.extra, native)
 }
 
 pub(super) fn tool_call_value(
@@ -282,10 +279,7 @@ pub(super) fn tool_call_value(
         put_extra(&mut inner, inner_extra);
     }
     obj.insert(kind.into(), Value::Object(inner));
-    if native {
-        put_extra(&mut obj, extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, extra, native)
 }
 
 pub(super) fn content_value(
@@ -386,10 +380,7 @@ pub(super) fn foreign_part_value(part: &Part, role: Role, native: bool) -> Optio
             let mut obj = Map::new();
             obj.insert("type".into(), json!("text"));
             obj.insert("text".into(), json!(text));
-            if native {
-                put_extra(&mut obj, extra);
-            }
-            Some(Value::Object(obj))
+            Some(object_with_extra(obj, extra, native))
         }
         Part::Data {
             source,

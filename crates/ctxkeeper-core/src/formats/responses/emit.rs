@@ -293,10 +293,7 @@ pub(super) fn content_part(
         Part::Opaque { value } => return keep_extra.then(|| value.clone()),
         Part::ToolCall { .. } | Part::ToolResult { .. } | Part::Reasoning { .. } => return None,
     };
-    if keep_extra {
-        put_extra(&mut obj, extra);
-    }
-    Some(Value::Object(obj))
+    Some(object_with_extra(obj, extra, keep_extra))
 }
 
 /// Writes the pending assistant content as one assistant message item.
@@ -344,10 +341,7 @@ pub(super) fn call_item(part: &Part, kind: &str, keep_extra: bool) -> Value {
     obj.insert("name".into(), json!(name));
     obj.insert(args_key.into(), json!(arguments));
     obj.insert("call_id".into(), json!(id));
-    if keep_extra {
-        put_extra(&mut obj, extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, extra, keep_extra)
 }
 
 /// A `reasoning` item: its own `summary`/`content`/`id` when it was parsed from this format
@@ -446,8 +440,5 @@ pub(super) fn output_item(
         }
     };
     obj.insert("output".into(), output);
-    if native {
-        put_extra(&mut obj, extra);
-    }
-    Value::Object(obj)
+    object_with_extra(obj, extra, native)
 }
