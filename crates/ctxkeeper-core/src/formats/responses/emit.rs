@@ -190,26 +190,35 @@ pub(super) fn same_message_item(
         obj.insert("type".into(), json!("message"));
     }
     obj.insert("role".into(), json!(role.as_str()));
-    let content = match (form, parts) {
-        (ContentForm::String, [Part::Text { text, extra }])
-            if extra.is_empty() && part_type(0).is_none() =>
-        {
-            json!(text)
-        }
-        _ => Value::Array(
-            parts
-                .iter()
-                .enumerate()
-                .filter_map(|(i, part)| {
-                    let wire = part_type(i).unwrap_or(default_text_type(role));
-                    content_part(part, wire, role, true)
-                })
-                .collect(),
-        ),
-    };
+    let content = same_content(form, parts, part_type, role, default_text_type(role));
     obj.insert("content".into(), content);
     put_extra(&mut obj, extra);
     Value::Object(obj)
+}
+
+/// Content (of a message item or a tool output) parsed from this format, rebuilt exactly: the
+/// string it was (a lone text part without extra fields or a recorded wire type), else its
+/// parts, each written as its recorded wire type (`part_type` by index) or `default_type`.
+fn same_content<'a, P: std::borrow::Borrow<Part>>(
+    form: ContentForm,
+    parts: &[P],
+    part_type: impl Fn(usize) -> Option<&'a str>,
+    role: Role,
+    default_type: &'a str,
+) -> Value {
+    if form == ContentForm::String
+        && let [only] = parts
+        && let Part::Text { text, extra } = only.borrow()
+        && extra.is_empty()
+        && part_type(0).is_none()
+    {
+        return json!(text);
+    }
+    let parts = parts.iter().enumerate().filter_map(|(i, part)| {
+        let wire = part_type(i).unwrap_or(default_type);
+        content_part(part.borrow(), wire, role, true)
+    });
+    Value::Array(parts.collect())
 }
 
 /// One content part. `text_type` is the wire type of a text part; `keep_extra` writes the part's
@@ -404,24 +413,9 @@ pub(super) fn output_item(
     obj.insert("type".into(), json!(kind));
     obj.insert("call_id".into(), json!(call_id));
     let output = if same {
-        match (message.hints.content_form, content.as_slice()) {
-            (ContentForm::String, [Part::Text { text, extra }])
-                if extra.is_empty() && private_at(&message.hints, PART_TYPES, 0).is_none() =>
-            {
-                json!(text)
-            }
-            _ => Value::Array(
-                content
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, p)| {
-                        let wire =
-                            private_at(&message.hints, PART_TYPES, i).unwrap_or("input_text");
-                        content_part(p, wire, Role::User, true)
-                    })
-                    .collect(),
-            ),
-        }
+        let part_type = |i| private_at(&message.hints, PART_TYPES, i);
+        let form = message.hints.content_form;
+        same_content(form, content, part_type, Role::User, "input_text")
     } else {
         let parts: Vec<Value> = content
             .iter()
