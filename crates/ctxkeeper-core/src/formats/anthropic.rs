@@ -59,13 +59,15 @@
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    DataKind, Fields, JsonPath, ParsedPart, data_kind, declared_tool, emit_request_body,
-    has_string, insert_name_and_description, leading_instructions, media_type, native,
-    object_schema, object_with_extra, omitted_data, opaque_part, origin_hints, parse_array,
-    parse_recorded_parts, parse_request_body, private_at, private_flag, put_extra,
-    reasoning_portable, same_origin, source_base64, take_request_tools, take_string, verbatim_tool,
+    DataKind, Fields, JsonPath, ParsedPart, data_kind, emit_request_body, has_string,
+    leading_instructions, media_type, native, object_with_extra, omitted_data, opaque_part,
+    origin_hints, parse_array, parse_recorded_parts, parse_request_body, private_at, private_flag,
+    put_extra, reasoning_portable, same_origin, source_base64, take_string,
 };
-use super::{Wire, common};
+use super::tools::{
+    declared_tool, insert_name_and_description, object_schema, take_request_tools, verbatim_tool,
+};
+use super::{Wire, tools};
 use crate::ParseError;
 use crate::json_kind;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
@@ -376,7 +378,7 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
 /// Emits tools as an Anthropic `tools` array. Tools that only another provider can run (hosted
 /// or custom-grammar tools kept verbatim) are left out.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    common::emit_tools(tools, WIRE, declared_tool_value)
+    tools::emit_tools(tools, WIRE, declared_tool_value)
 }
 
 /// A tool declared in full (not kept verbatim); `same` when it came from this format.

@@ -27,6 +27,7 @@ pub mod anthropic;
 mod common;
 pub mod openai_chat;
 pub mod responses;
+mod tools;
 
 use serde_json::Value;
 

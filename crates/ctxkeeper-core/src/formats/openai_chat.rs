@@ -45,14 +45,16 @@
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, NO_PARAMETERS, ParsedPart, data_detail,
-    data_file_name, data_kind, data_url, declared_tool, emit_request_body, file_name, has_string,
-    insert_name_and_description, is_custom_call, move_extra, native, object_with_extra,
-    omitted_data, opaque_part, origin_hints, parse_array, parse_each, parse_recorded_parts,
-    parse_request_body, private_at, private_str, put_extra, record_at, same_origin, source_base64,
-    source_url, take_request_tools, take_string, verbatim_tool,
+    CHAT_CALL_TYPES, DataKind, Fields, JsonPath, ParsedPart, data_detail, data_file_name,
+    data_kind, data_url, emit_request_body, file_name, has_string, is_custom_call, move_extra,
+    native, object_with_extra, omitted_data, opaque_part, origin_hints, parse_array, parse_each,
+    parse_recorded_parts, parse_request_body, private_at, private_str, put_extra, record_at,
+    same_origin, source_base64, source_url, take_string,
 };
-use super::{Wire, common};
+use super::tools::{
+    NO_PARAMETERS, declared_tool, insert_name_and_description, take_request_tools, verbatim_tool,
+};
+use super::{Wire, tools};
 use crate::ParseError;
 use crate::json_kind;
 use crate::model::{
@@ -404,7 +406,7 @@ fn is_legacy_function(tool: &ToolSpec) -> bool {
 /// Emits tools as a Chat Completions `tools` array. Tools of other types that came from another
 /// format (hosted tools, Anthropic server tools) are left out: they cannot be declared here.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    common::emit_tools(tools, WIRE, declared_tool_value)
+    tools::emit_tools(tools, WIRE, declared_tool_value)
 }
 
 /// A tool declared in full (not kept verbatim); `same` when it came from this format.
@@ -479,7 +481,7 @@ pub fn emit_request(request: &Request) -> Value {
             .tools
             .iter()
             .partition(|tool| is_legacy_function(tool));
-        let tool_values: Vec<Value> = common::emit_tools(&tools, WIRE, declared_tool_value);
+        let tool_values: Vec<Value> = super::tools::emit_tools(&tools, WIRE, declared_tool_value);
         if !tool_values.is_empty() || (same_origin(&request.hints, WIRE) && !tools.is_empty()) {
             obj.insert("tools".into(), Value::Array(tool_values));
         }

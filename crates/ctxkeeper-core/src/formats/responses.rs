@@ -48,14 +48,17 @@
 use serde_json::{Map, Value, json};
 
 use super::common::{
-    DataKind, Fields, JsonPath, NO_PARAMETERS, ParsedPart, data_detail, data_file_name, data_kind,
-    declared_tool, emit_request_body, expect_array, file_name, insert_name_and_description,
-    is_custom_call, move_extra, native, object_schema, object_with_extra, omitted_data,
-    opaque_part, origin_hints, parse_array, parse_recorded_parts, parse_request_body, private_at,
-    private_flag, private_str, put_extra, reasoning_portable, same_origin, source_base64,
-    source_url, take_request_tools, verbatim_tool,
+    DataKind, Fields, JsonPath, ParsedPart, data_detail, data_file_name, data_kind,
+    emit_request_body, expect_array, file_name, is_custom_call, move_extra, native,
+    object_with_extra, omitted_data, opaque_part, origin_hints, parse_array, parse_recorded_parts,
+    parse_request_body, private_at, private_flag, private_str, put_extra, reasoning_portable,
+    same_origin, source_base64, source_url,
 };
-use super::{Wire, common};
+use super::tools::{
+    NO_PARAMETERS, declared_tool, insert_name_and_description, object_schema, take_request_tools,
+    verbatim_tool,
+};
+use super::{Wire, tools};
 use crate::ParseError;
 use crate::json_kind;
 use crate::model::{ContentForm, DataSource, Extra, Message, Part, Request, Role, ToolSpec};
@@ -464,7 +467,7 @@ fn parse_tool(value: Value, path: JsonPath<'_>) -> Result<ToolSpec, ParseError> 
 
 /// Emits tools as a Responses `tools` array. Tools only another provider can run are left out.
 pub fn emit_tools(tools: &[ToolSpec]) -> Vec<Value> {
-    common::emit_tools(tools, WIRE, declared_tool_value)
+    tools::emit_tools(tools, WIRE, declared_tool_value)
 }
 
 /// A tool declared in full (not kept verbatim); `same` when it came from this format.
