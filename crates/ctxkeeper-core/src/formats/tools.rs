@@ -91,7 +91,9 @@ fn emit_verbatim_tool(verbatim: &Value, hints: &WireHints, target: Wire) -> Opti
     if same_origin(hints, target) {
         return Some(verbatim.clone());
     }
-    let from = hints.origin.as_deref()?.parse::<Wire>().ok()?;
+    let from = [Wire::OpenAiChat, Wire::Responses]
+        .into_iter()
+        .find(|wire| same_origin(hints, *wire))?;
     convert_custom_tool(verbatim, from, target)
 }
 
