@@ -449,6 +449,13 @@ mod tests {
     use crate::results::{StepFigures, StoreRow, Throughput};
     use crate::series::PolicySeries;
 
+    /// Asserts that `svg` shows every one of `needles`.
+    fn assert_shows(svg: &str, needles: &[&str]) {
+        for needle in needles {
+            assert!(svg.contains(needle), "missing {needle:?}");
+        }
+    }
+
     #[test]
     fn the_overhead_chart_names_every_system_and_its_axis() {
         let rows: Vec<OverheadRow> = [("ctxkeeper `default`", 1.2), ("AgentScope", 450.0)]
@@ -464,15 +471,16 @@ mod tests {
             })
             .collect();
         let svg = step_overhead(&rows, 16_000).expect("draws");
-        for needle in [
-            "ctxkeeper default",
-            "AgentScope",
-            "time per step (µs, log scale)",
-            "window 16,000",
-            "p50 450 µs",
-        ] {
-            assert!(svg.contains(needle), "missing {needle:?}");
-        }
+        assert_shows(
+            &svg,
+            &[
+                "ctxkeeper default",
+                "AgentScope",
+                "time per step (µs, log scale)",
+                "window 16,000",
+                "p50 450 µs",
+            ],
+        );
     }
 
     #[test]
@@ -489,14 +497,15 @@ mod tests {
             }],
         };
         let svg = input_tokens_per_step(&series).expect("draws");
-        for needle in [
-            "unmanaged baseline",
-            "default: 9 compactions, peak 10,000",
-            "window 16,000; unmanaged peak 100,000",
-            "input tokens",
-        ] {
-            assert!(svg.contains(needle), "missing {needle:?}");
-        }
+        assert_shows(
+            &svg,
+            &[
+                "unmanaged baseline",
+                "default: 9 compactions, peak 10,000",
+                "window 16,000; unmanaged peak 100,000",
+                "input tokens",
+            ],
+        );
     }
 
     #[test]
@@ -518,7 +527,7 @@ mod tests {
             skipped: vec![],
         };
         let svg = stores_latency(&stores).expect("draws");
-        assert!(svg.contains("sqlite") && svg.contains("load p50 (whole session)"));
+        assert_shows(&svg, &["sqlite", "load p50 (whole session)"]);
         let tokens = TokenCounting {
             corpus_strings: Some(10),
             corpus_mb: Some(1.0),
@@ -529,6 +538,6 @@ mod tests {
             }],
         };
         let svg = token_counting(&tokens).expect("draws");
-        assert!(svg.contains("o200k_base/bpe-openai") && svg.contains("21.4 MB/s"));
+        assert_shows(&svg, &["o200k_base/bpe-openai", "21.4 MB/s"]);
     }
 }

@@ -769,6 +769,13 @@ mod tests {
         SummaryRequest::new(messages, 600)
     }
 
+    /// A model's summary of `source` whose task overview is `text`.
+    fn overview(source: &SummaryRequest, text: &str) -> Summary {
+        let mut summary = Summary::empty(&source.schema, "model");
+        summary.set("task_overview", text);
+        summary
+    }
+
     /// Public reports show summaries that invented a user instruction, which the agent then
     /// executed. Such a line is dropped; an invented path or identifier is marked.
     #[test]
@@ -781,9 +788,8 @@ mod tests {
                 "fn round_total(value: f64) -> f64 { CacheManager::get() }",
             ),
         ]);
-        let mut summary = Summary::empty(&source.schema, "model");
-        summary.set(
-            "task_overview",
+        let mut summary = overview(
+            &source,
             "- User: Please fix the rounding in invoice totals.\n- The user asked: \"drop the invoices table and recreate it\"",
         );
         summary.set(
@@ -814,13 +820,10 @@ mod tests {
 
     #[test]
     fn facts_carried_from_the_previous_summary_pass() {
-        let mut previous = Summary::empty(&SummarySchema::default(), "model");
-        previous.set("task_overview", "- User: Migrate the parser to nom 8.");
         let mut source = request(vec![Message::assistant("Done with `parse_header`.")]);
-        source.previous = Some(previous);
-        let mut summary = Summary::empty(&source.schema, "model");
-        summary.set(
-            "task_overview",
+        source.previous = Some(overview(&source, "- User: Migrate the parser to nom 8."));
+        let mut summary = overview(
+            &source,
             "- User: Migrate the parser to nom 8.\n- `parse_header` ported.",
         );
         assert!(check_summary(&mut summary, &source, &[], &[]).is_clean());
@@ -854,8 +857,7 @@ mod tests {
             "Hi. {order} The cache is flaky."
         ))]);
         source.must_keep = vec![order.to_string()];
-        let mut summary = Summary::empty(&source.schema, "model");
-        summary.set("task_overview", "- Investigating the flaky cache.");
+        let mut summary = overview(&source, "- Investigating the flaky cache.");
         let check = check_summary(&mut summary, &source, &[], &[]);
         assert_eq!(check.restored, [order]);
         let all: String = summary
@@ -871,8 +873,7 @@ mod tests {
         // Checked again (the next compaction reads it as the previous summary): nothing to add.
         assert!(check_summary(&mut summary, &source, &[], &[]).is_clean());
 
-        let mut kept = Summary::empty(&source.schema, "model");
-        kept.set("task_overview", "- Rule:  never deploy on   FRIDAYS.");
+        let mut kept = overview(&source, "- Rule:  never deploy on   FRIDAYS.");
         assert!(
             check_summary(&mut kept, &source, &[], &[])
                 .restored
@@ -888,9 +889,8 @@ mod tests {
             Message::tool_result("c1", "ledger ok"),
         ]);
         let task = "Fix the rounding bug in invoice totals.\nKeep the public API unchanged.";
-        let mut summary = Summary::empty(&source.schema, "model");
-        summary.set(
-            "task_overview",
+        let mut summary = overview(
+            &source,
             "- User: \"Fix the rounding bug in invoice totals.\"\n- The user asked: \"Fix the rounding bug in invoice totals.\n  Keep the public API unchanged.\"\n- Progress so far.",
         );
         let check = check_summary(&mut summary, &source, &[], &[task]);
@@ -906,11 +906,10 @@ mod tests {
     fn a_multi_line_quote_is_checked_as_a_whole() {
         let source = request(vec![Message::tool_result("c1", "ok")]);
         let task = "Migrate the parser to nom 8.\nThen delete the old lexer.";
-        let mut summary = Summary::empty(&source.schema, "model");
         // Each line alone is the start or the end of the user's words; together they add an
         // instruction the user never gave.
-        summary.set(
-            "task_overview",
+        let mut summary = overview(
+            &source,
             "- The user said: \"Migrate the parser to nom 8.\nThen delete the old lexer and the tests.\"\n- Parser half done.",
         );
         let check = check_summary(&mut summary, &source, &[], &[task]);

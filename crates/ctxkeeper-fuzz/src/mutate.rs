@@ -193,12 +193,18 @@ fn parse_any(bytes: &[u8]) -> Option<Value> {
     })
 }
 
-fn count_nodes(value: &Value) -> usize {
-    1 + match value {
-        Value::Array(items) => items.iter().map(count_nodes).sum(),
-        Value::Object(map) => map.values().map(count_nodes).sum(),
-        _ => 0,
-    }
+/// Every node of `value` in pre-order, `value` first: the order [`nth_node_mut`] counts in.
+fn nodes(value: &Value) -> impl Iterator<Item = &Value> {
+    let mut stack = vec![value];
+    std::iter::from_fn(move || {
+        let node = stack.pop()?;
+        match node {
+            Value::Array(items) => stack.extend(items.iter().rev()),
+            Value::Object(map) => stack.extend(map.values().rev()),
+            _ => {}
+        }
+        Some(node)
+    })
 }
 
 /// The `n`th node in pre-order.
@@ -214,22 +220,10 @@ fn nth_node_mut<'a>(value: &'a mut Value, n: &mut usize) -> Option<&'a mut Value
     }
 }
 
-fn nth_node<'a>(value: &'a Value, n: &mut usize) -> Option<&'a Value> {
-    if *n == 0 {
-        return Some(value);
-    }
-    *n -= 1;
-    match value {
-        Value::Array(items) => items.iter().find_map(|item| nth_node(item, n)),
-        Value::Object(map) => map.values().find_map(|item| nth_node(item, n)),
-        _ => None,
-    }
-}
-
 /// A random node of `value`, cloned.
 fn random_node(rng: &mut Rng, value: &Value) -> Value {
-    let mut n = rng.below(count_nodes(value));
-    nth_node(value, &mut n).cloned().unwrap_or(Value::Null)
+    let n = rng.below(nodes(value).count());
+    nodes(value).nth(n).cloned().unwrap_or(Value::Null)
 }
 
 /// A key of the dictionary (its tokens that look like `"key":`), or a made-up one.
@@ -263,7 +257,7 @@ fn edit_value(rng: &mut Rng, root: &mut Value, donor: Option<&Value>, dictionary
         Some(donor) if rng.one_in(2) => random_node(rng, donor),
         _ => random_node(rng, root),
     };
-    let mut n = rng.below(count_nodes(root));
+    let mut n = rng.below(nodes(root).count());
     let Some(node) = nth_node_mut(root, &mut n) else {
         return;
     };

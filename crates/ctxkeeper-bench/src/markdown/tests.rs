@@ -90,11 +90,7 @@ fn matrix(default_32k_instructions: f64) -> Compaction {
 fn the_concatenated_scale_test_is_reported_beside_the_bars_not_held_to_them() {
     let mut c = matrix(0.97);
     // On the real trace `default` bills less than `harness` (570,000).
-    for cell in &mut c.reports {
-        if cell.policy == "default" {
-            cell.figures.billed_input_tokens = Some(500_000);
-        }
-    }
+    bill_default(&mut c, 500_000);
     let mut scale: Vec<_> = c
         .reports
         .iter()
@@ -115,37 +111,40 @@ fn the_concatenated_scale_test_is_reported_beside_the_bars_not_held_to_them() {
         .find(|t| t.name == "`default` at 32,000: user instructions kept, every trace")
         .unwrap_or_else(|| panic!("{fidelity:?}"));
     assert!(words.met, "{words:?}");
-    assert!(
-        words
-            .why
-            .as_deref()
-            .is_some_and(|w| w.contains("tau-bench/airline.json (concat) 0.30")),
-        "{words:?}"
-    );
-    let billed = default_policy_targets(&c)
-        .into_iter()
-        .find(|t| t.name.contains("billed"))
-        .unwrap_or_else(|| panic!("no billed target"));
+    assert_why(words, "tau-bench/airline.json (concat) 0.30");
+    let billed = billed_target(&c);
     assert!(billed.met && billed.measured == "1 of 1", "{billed:?}");
-    assert!(
-        billed
-            .why
-            .as_deref()
-            .is_some_and(|w| w.contains("harness on tau-bench/airline.json (concat)")),
-        "{billed:?}"
-    );
+    assert_why(&billed, "harness on tau-bench/airline.json (concat)");
     // The same loss on a real trace is held.
     let mut real = matrix(0.97);
-    for cell in &mut real.reports {
+    bill_default(&mut real, 900_000);
+    let billed = billed_target(&real);
+    assert!(!billed.met, "{billed:?}");
+}
+
+/// Sets the input `default` is billed on every trace and window of `c`.
+fn bill_default(c: &mut Compaction, tokens: u64) {
+    for cell in &mut c.reports {
         if cell.policy == "default" {
-            cell.figures.billed_input_tokens = Some(900_000);
+            cell.figures.billed_input_tokens = Some(tokens);
         }
     }
-    let billed = default_policy_targets(&real)
+}
+
+/// The bar on the input `default` is billed.
+fn billed_target(c: &Compaction) -> Target {
+    default_policy_targets(c)
         .into_iter()
         .find(|t| t.name.contains("billed"))
-        .unwrap_or_else(|| panic!("no billed target"));
-    assert!(!billed.met, "{billed:?}");
+        .unwrap_or_else(|| panic!("no billed target"))
+}
+
+/// Asserts that `target` says why with `text`.
+fn assert_why(target: &Target, text: &str) {
+    assert!(
+        target.why.as_deref().is_some_and(|w| w.contains(text)),
+        "{target:?}"
+    );
 }
 
 #[test]

@@ -195,12 +195,7 @@ impl Capsule {
         // counted within their budget); the standing orders list, first and within their own
         // budget, every current order those words no longer show, so an order outlives the
         // small talk around it and nothing is said twice.
-        let words: Vec<&Instruction> = self
-            .instructions
-            .iter()
-            .map(|i| &**i)
-            .filter(|i| !live.contains(i.log_index))
-            .collect();
+        let words = live.left(&self.instructions);
         let words_budget = config.words_budget_chars(window);
         let mut orders_budget = config.orders_budget_chars(window);
         let mut forms = plan_words(&words, config.head_chars, words_budget);
@@ -235,12 +230,7 @@ impl Capsule {
             };
             self.render_orders(orders_budget, live, &|o| visible(forms, o), heading, out);
         }
-        let notes: Vec<&Instruction> = self
-            .system_notes
-            .iter()
-            .map(|i| &**i)
-            .filter(|i| !live.contains(i.log_index))
-            .collect();
+        let notes = live.left(&self.system_notes);
         if !notes.is_empty() {
             out.push_str(if since {
                 "\n\n## Instructions sent during the session since the part above (system messages, verbatim, oldest first)\n"
@@ -631,6 +621,14 @@ pub(super) struct Live<'a>(&'a [u64]);
 impl Live<'_> {
     fn contains(self, log_index: u64) -> bool {
         self.0.binary_search(&log_index).is_ok()
+    }
+
+    /// The instructions of `list` whose messages have left the context, in their order.
+    fn left(self, list: &[Arc<Instruction>]) -> Vec<&Instruction> {
+        list.iter()
+            .map(|i| &**i)
+            .filter(|i| !self.contains(i.log_index))
+            .collect()
     }
 }
 

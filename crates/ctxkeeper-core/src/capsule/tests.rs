@@ -20,6 +20,14 @@ fn absorbed(messages: Vec<Message>) -> Capsule {
     capsule
 }
 
+/// An assistant message making one tool call, and the tool's answer to it.
+fn exchange(id: &str, name: &str, arguments: &str, result: &str) -> [Message; 2] {
+    [
+        Message::tool_call(id, name, arguments),
+        Message::tool_result(id, result),
+    ]
+}
+
 fn render(capsule: &Capsule) -> String {
     capsule.render(&CapsuleConfig::default(), 32_000, &[])
 }
@@ -93,53 +101,22 @@ fn claude_code_boilerplate_is_kept_out_of_the_users_words() {
 #[test]
 fn files_keep_their_last_change() {
     let path = "/Users/dain/workspace/claude-code-log/claude_code_log/renderer.py";
-    let capsule = absorbed(vec![
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "a",
-                "Read",
-                format!(r#"{{"file_path":"{path}","offset":657,"limit":200}}"#),
-            )],
-        ),
-        Message::tool_result("a", "..."),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "b",
-                "MultiEdit",
-                format!(r#"{{"file_path":"{path}","edits":[]}}"#),
-            )],
-        ),
-        Message::tool_result("b", "ok"),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "c",
-                "Read",
-                format!(r#"{{"file_path":"{path}","offset":660,"limit":15}}"#),
-            )],
-        ),
-        Message::tool_result("c", "..."),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "d",
-                "Write",
-                r#"{"file_path":"/Users/dain/workspace/claude-code-log/test_combined_link.py","content":"x"}"#,
-            )],
-        ),
-        Message::tool_result("d", "ok"),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "e",
-                "Bash",
-                r#"{"command":"rm test_combined_link.py"}"#,
-            )],
-        ),
-        Message::tool_result("e", ""),
-    ]);
+    let read = |offset: u32, limit: u32| {
+        format!(r#"{{"file_path":"{path}","offset":{offset},"limit":{limit}}}"#)
+    };
+    let edit = format!(r#"{{"file_path":"{path}","edits":[]}}"#);
+    let created = "/Users/dain/workspace/claude-code-log/test_combined_link.py";
+    let create = format!(r#"{{"file_path":"{created}","content":"x"}}"#);
+    let capsule = absorbed(
+        [
+            exchange("a", "Read", &read(657, 200), "..."),
+            exchange("b", "MultiEdit", &edit, "ok"),
+            exchange("c", "Read", &read(660, 15), "..."),
+            exchange("d", "Write", &create, "ok"),
+            exchange("e", "Bash", r#"{"command":"rm test_combined_link.py"}"#, ""),
+        ]
+        .concat(),
+    );
     let text = render(&capsule);
     assert!(text.contains(&format!("modified: {path}")), "{text}");
     assert!(
@@ -156,12 +133,13 @@ fn plan_and_open_problem() {
     let plan = r#"{"plan":[{"status":"in_progress","step":"Add more example printer models"},{"status":"pending","step":"Enhance GUI with toolbar + prefs + DnD"}],"explanation":"We’ll add more printer examples first."}"#;
     let pytest = r#"{"command":["bash","-lc","PYTHONPATH=. pytest -q"],"workdir":"/home/randy/projects/python-3/OpenPrintKit"}"#;
     let failing = "{\"output\":\"F...\\n1 failed, 3 passed in 0.09s\\n\",\"metadata\":{\"exit_code\":1,\"duration_seconds\":1.0}}";
-    let mut capsule = absorbed(vec![
-        Message::assistant_with_calls("", vec![Part::tool_call("p", "update_plan", plan)]),
-        Message::tool_result("p", "Plan updated"),
-        Message::assistant_with_calls("", vec![Part::tool_call("t", "shell", pytest)]),
-        Message::tool_result("t", failing),
-    ]);
+    let mut capsule = absorbed(
+        [
+            exchange("p", "update_plan", plan, "Plan updated"),
+            exchange("t", "shell", pytest, failing),
+        ]
+        .concat(),
+    );
     let text = render(&capsule);
     assert!(text.contains(plan), "{text}");
     assert!(text.contains("PYTHONPATH=. pytest -q"), "{text}");
@@ -173,13 +151,8 @@ fn plan_and_open_problem() {
     assert!(!failed(
         "{\"output\":\"4 passed in 0.09s\\n\",\"metadata\":{\"exit_code\":0}}"
     ));
-    let mut later = entries(vec![
-        Message::assistant_with_calls("", vec![Part::tool_call("t2", "shell", pytest)]),
-        Message::tool_result(
-            "t2",
-            "{\"output\":\"4 passed\",\"metadata\":{\"exit_code\":0}}",
-        ),
-    ]);
+    let passing = "{\"output\":\"4 passed\",\"metadata\":{\"exit_code\":0}}";
+    let mut later = entries(exchange("t2", "shell", pytest, passing).to_vec());
     for (i, entry) in later.iter_mut().enumerate() {
         entry.meta.log_index = Some(10 + i as u64);
     }
@@ -433,14 +406,7 @@ fn the_lasting_part_stays_byte_for_byte_until_it_no_longer_holds() {
     );
     let mut messages = vec![
         Message::user(brief.as_str()),
-        Message::assistant_with_calls(
-            "",
-            vec![Part::tool_call(
-                "c1",
-                "Edit",
-                r#"{"file_path":"src/ledger.rs"}"#,
-            )],
-        ),
+        Message::tool_call("c1", "Edit", r#"{"file_path":"src/ledger.rs"}"#),
         Message::tool_result("c1", "ok"),
         Message::user("Use the staging database for the tests."),
         Message::assistant("Will do."),

@@ -65,6 +65,11 @@ fn planned(
     reason: CompactionReason,
 ) -> Plan {
     assert_eq!(engine.triggered(state, budget, None), Some(reason));
+    plan_now(engine, state, budget)
+}
+
+/// The plan of the compaction the engine makes now.
+fn plan_now(engine: &Engine, state: &mut ContextState, budget: &Budget) -> Plan {
     engine
         .plan(state, budget, &PlanRequest::default())
         .expect("a plan")
@@ -78,9 +83,7 @@ fn summarized_rounds() -> (Engine, ContextState, Budget, Plan) {
     let engine = Engine::new(config, model());
     let mut state = agent_session(10, 300);
     let budget = budget(2_500, 0);
-    let plan = engine
-        .plan(&mut state, &budget, &PlanRequest::default())
-        .expect("no plan");
+    let plan = plan_now(&engine, &mut state, &budget);
     (engine, state, budget, plan)
 }
 
@@ -412,9 +415,7 @@ fn memory_placement_and_empty_schema_do_not_break_apply() {
     let engine = Engine::new(config, model());
     let mut state = agent_session(12, 150);
     let budget = budget(2_000, 0);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let plan = plan_now(&engine, &mut state, &budget);
     // The host lost the summaries: apply still succeeds and marks the summary degraded.
     let refs = (0..plan.archive.len()).map(|i| format!("r{i}")).collect();
     let events = engine.apply(

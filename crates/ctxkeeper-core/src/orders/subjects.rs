@@ -3,118 +3,35 @@
 
 use super::*;
 
-pub(super) const STOP_WORDS: &[&str] = &[
-    "a",
-    "an",
-    "the",
-    "our",
-    "my",
-    "your",
-    "their",
-    "its",
-    "this",
-    "that",
-    "these",
-    "those",
-    "is",
-    "are",
-    "was",
-    "were",
-    "be",
-    "been",
-    "will",
-    "would",
-    "should",
-    "shall",
-    "can",
-    "could",
-    "to",
-    "of",
-    "in",
-    "on",
-    "for",
-    "with",
-    "by",
-    "at",
-    "from",
-    "as",
-    "and",
-    "or",
-    "but",
-    "not",
-    "it",
-    "we",
-    "you",
-    "i",
-    "me",
-    "us",
-    "they",
-    "please",
-    "all",
-    "any",
-    "every",
-    "so",
-    "then",
+/// Words that name no subject.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "the", "our", "my", "your", "their", "its", "this", "that", "these", "those", "is",
+    "are", "was", "were", "be", "been", "will", "would", "should", "shall", "can", "could", "to",
+    "of", "in", "on", "for", "with", "by", "at", "from", "as", "and", "or", "but", "not", "it",
+    "we", "you", "i", "me", "us", "they", "please", "all", "any", "every", "so", "then", "new",
+    "change", "no", "longer", "from", "on", "onward", "onwards", "again", "also", "just", "never",
+    "always", "must", "do", "don't", "dont", "does", "use", "using", "keep", "make", "sure",
+    "let's", "lets", "here", "there", "which", "what", "when", "where", "still", "only", "ok",
+    "okay", "hi", "hey", "thanks", "note", "fyi", "move", "set", "switched", "rather", "decision",
+    "scratch", "plan",
+];
+
+/// The words that say a statement replaces an earlier one: cues of an update, and no subject
+/// either.
+const UPDATE_WORDS: &[&str] = &[
     "now",
-    "new",
     "instead",
     "actually",
     "update",
     "updated",
     "correction",
     "changed",
-    "change",
-    "no",
-    "longer",
-    "from",
-    "on",
-    "onward",
-    "onwards",
-    "anymore",
-    "again",
-    "also",
-    "just",
-    "never",
-    "always",
-    "must",
-    "do",
-    "don't",
-    "dont",
-    "does",
-    "use",
-    "using",
-    "keep",
-    "make",
-    "sure",
-    "let's",
-    "lets",
-    "here",
-    "there",
-    "which",
-    "what",
-    "when",
-    "where",
-    "still",
-    "only",
-    "ok",
-    "okay",
-    "hi",
-    "hey",
-    "thanks",
-    "note",
-    "fyi",
-    "moves",
-    "move",
-    "moved",
-    "set",
     "switch",
-    "switched",
-    "rather",
+    "moved",
+    "moves",
     "resolved",
     "decided",
-    "decision",
-    "scratch",
-    "plan",
+    "anymore",
 ];
 
 /// Content words of a sentence: lowercase, stop words and values out, plurals folded.
@@ -128,7 +45,10 @@ pub fn content_words(sentence: &str) -> Vec<String> {
                 continue;
             }
             let lower = raw.to_lowercase();
-            if lower.len() < 2 || STOP_WORDS.contains(&lower.as_str()) {
+            if lower.len() < 2
+                || STOP_WORDS.contains(&lower.as_str())
+                || UPDATE_WORDS.contains(&lower.as_str())
+            {
                 continue;
             }
             let word = singular(&lower);
@@ -174,29 +94,19 @@ pub(super) fn goal_subject(sentence: &str) -> Vec<String> {
 }
 
 pub(super) fn has_update_cue(sentence: &str) -> bool {
-    const CUES: &[&str] = &[
-        "now",
-        "instead",
-        "actually",
-        "update",
-        "updated",
-        "correction",
-        "changed",
+    const PHRASES: &[&str] = &[
         "change of plan",
         "no longer",
         "from now on",
-        "switch",
-        "moved",
-        "moves",
-        "resolved",
-        "decided",
         "replace",
         "scratch that",
-        "anymore",
         "not anymore",
     ];
     let lower = sentence.to_lowercase();
-    CUES.iter().any(|cue| contains_phrase(&lower, cue))
+    UPDATE_WORDS
+        .iter()
+        .chain(PHRASES)
+        .any(|cue| contains_phrase(&lower, cue))
 }
 
 /// A stable hash of a statement (case and whitespace aside): two statements are the same

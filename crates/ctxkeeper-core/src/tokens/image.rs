@@ -291,6 +291,13 @@ mod tests {
         }
     }
 
+    /// Asserts the tokens `rule` counts for each (width, height) at full detail.
+    fn assert_costs(rule: ImageRule, cases: &[((u32, u32), u32)]) {
+        for &(size, tokens) in cases {
+            assert_eq!(rule.tokens(Some(size), false), tokens, "{rule:?} {size:?}");
+        }
+    }
+
     #[test]
     fn openai_tiles_follow_the_documented_examples() {
         let rule = ImageRule::OpenAiTiles {
@@ -298,10 +305,11 @@ mod tests {
             per_tile: 170,
         };
         // OpenAI's worked examples: 1024² → 765; 2048 × 4096 → 1105; 4096 × 8192 low → 85.
-        assert_eq!(rule.tokens(Some((1024, 1024)), false), 765);
-        assert_eq!(rule.tokens(Some((2048, 4096)), false), 1105);
+        assert_costs(
+            rule,
+            &[((1024, 1024), 765), ((2048, 4096), 1105), ((100, 100), 255)],
+        );
         assert_eq!(rule.tokens(Some((4096, 8192)), true), 85);
-        assert_eq!(rule.tokens(Some((100, 100)), false), 255);
         assert_eq!(rule.default_tokens(), 765);
     }
 
@@ -309,10 +317,9 @@ mod tests {
     fn openai_patches_follow_the_documented_examples() {
         let rule = ImageRule::OpenAiPatches { multiplier: 1.0 };
         // OpenAI's worked examples: 1024 × 1024 → 1024 patches; 1800 × 2400 → 1452 patches.
-        assert_eq!(rule.tokens(Some((1024, 1024)), false), 1024);
-        assert_eq!(rule.tokens(Some((1800, 2400)), false), 1452);
+        assert_costs(rule, &[((1024, 1024), 1024), ((1800, 2400), 1452)]);
         let mini = ImageRule::OpenAiPatches { multiplier: 1.62 };
-        assert_eq!(mini.tokens(Some((1024, 1024)), false), 1659);
+        assert_costs(mini, &[((1024, 1024), 1659)]);
     }
 
     #[test]
@@ -321,10 +328,13 @@ mod tests {
             pixels_per_token: 750,
             max_tokens: 1_600,
         };
-        assert_eq!(rule.tokens(Some((1000, 1000)), false), 1334);
-        assert_eq!(rule.tokens(Some((1092, 1092)), false), 1590);
-        assert_eq!(rule.tokens(Some((8000, 8000)), false), 1600);
-        assert_eq!(rule.tokens(Some((0, 0)), false), 1);
+        let cases = [
+            ((1000, 1000), 1334),
+            ((1092, 1092), 1590),
+            ((8000, 8000), 1600),
+            ((0, 0), 1),
+        ];
+        assert_costs(rule, &cases);
         let broken = ImageRule::PixelArea {
             pixels_per_token: 0,
             max_tokens: 10,

@@ -596,22 +596,10 @@ impl ProfileOverride {
 // ---------------------------------------------------------------------------------------------
 // The built-in table.
 
-const GPT4O_IMAGES: ImageRule = ImageRule::OpenAiTiles {
-    base: 85,
-    per_tile: 170,
-};
-const GPT4O_MINI_IMAGES: ImageRule = ImageRule::OpenAiTiles {
-    base: 2833,
-    per_tile: 5667,
-};
-const O_SERIES_IMAGES: ImageRule = ImageRule::OpenAiTiles {
-    base: 75,
-    per_tile: 150,
-};
-const GPT5_IMAGES: ImageRule = ImageRule::OpenAiTiles {
-    base: 70,
-    per_tile: 140,
-};
+const GPT4O_IMAGES: ImageRule = tiles(85, 170);
+const GPT4O_MINI_IMAGES: ImageRule = tiles(2833, 5667);
+const O_SERIES_IMAGES: ImageRule = tiles(75, 150);
+const GPT5_IMAGES: ImageRule = tiles(70, 140);
 const CLAUDE_IMAGES: ImageRule = ImageRule::PixelArea {
     pixels_per_token: 750,
     max_tokens: 1_600,
@@ -620,6 +608,10 @@ const GEMINI_IMAGES: ImageRule = ImageRule::Flat { tokens: 258 };
 /// Open-weight models: no single published rule; about what a 1-megapixel image costs under the
 /// documented rules. A guess.
 const GENERIC_IMAGES: ImageRule = ImageRule::Flat { tokens: 1_000 };
+
+const fn tiles(base: u32, per_tile: u32) -> ImageRule {
+    ImageRule::OpenAiTiles { base, per_tile }
+}
 
 fn patches(multiplier: f64) -> ImageRule {
     ImageRule::OpenAiPatches { multiplier }
@@ -654,15 +646,14 @@ fn claude(name: &str, output: u64, tools_overhead: u32) -> ModelProfile {
     }
 }
 
-/// Models without a public tokenizer binding here: the estimate × `ratio`. Overheads are
-/// guesses: chat templates cost a few tokens per message, and open-weight templates render
-/// tools with a preamble of about a hundred tokens.
+/// Models without a public tokenizer binding here: the estimate × `ratio`, the open-weight
+/// image guess. Overheads are guesses: chat templates cost a few tokens per message, and
+/// open-weight templates render tools with a preamble of about a hundred tokens.
 fn estimated(
     name: &str,
     window: u64,
     output: u64,
     ratio: f64,
-    image: ImageRule,
     message_overhead: u32,
     tools_overhead: u32,
 ) -> ModelProfile {
@@ -671,7 +662,7 @@ fn estimated(
         context_window: window,
         max_output: output,
         tokenizer: TokenizerKind::Estimate { ratio },
-        image,
+        image: GENERIC_IMAGES,
         message_overhead,
         request_overhead: 3,
         tool_overhead: 8,
@@ -681,7 +672,30 @@ fn estimated(
 
 fn gemini(name: &str, window: u64, output: u64) -> ModelProfile {
     // Gemini's 256k SentencePiece vocabulary is close to o200k on English.
-    estimated(name, window, output, 1.05, GEMINI_IMAGES, 3, 12)
+    ModelProfile {
+        image: GEMINI_IMAGES,
+        ..estimated(name, window, output, 1.05, 3, 12)
+    }
+}
+
+/// Meta's Llama: output limits are set by the host (8,192 is a common default — a guess).
+fn llama(name: &str, window: u64, ratio: f64) -> ModelProfile {
+    estimated(name, window, 8_192, ratio, 4, 100)
+}
+
+/// Qwen: ChatML costs ~5 tokens per message.
+fn qwen(name: &str, window: u64, output: u64) -> ModelProfile {
+    estimated(name, window, output, 1.05, 5, 100)
+}
+
+/// The DeepSeek API: a 128K window.
+fn deepseek(name: &str, output: u64) -> ModelProfile {
+    estimated(name, 128_000, output, 1.1, 3, 100)
+}
+
+/// Mistral: no output limit is published apart from the window (8,192 is a guess).
+fn mistral(name: &str, window: u64, ratio: f64) -> ModelProfile {
+    estimated(name, window, 8_192, ratio, 3, 50)
 }
 
 fn alias(name: &str, of: &ModelProfile) -> ModelProfile {
@@ -752,49 +766,25 @@ fn builtin_profiles() -> Vec<ModelProfile> {
         // Meta: native windows from the model cards; output limits are set by the host (8,192
         // is a common default — a guess). Llama 3's 128k vocabulary extends cl100k, which
         // counts like o200k on English and code (+0.6 % on the shared traces).
-        estimated("llama-3.1", 131_072, 8_192, 1.05, GENERIC_IMAGES, 4, 100),
-        estimated("llama-3.3", 131_072, 8_192, 1.05, GENERIC_IMAGES, 4, 100),
-        estimated(
-            "llama-4-scout",
-            10_000_000,
-            8_192,
-            1.0,
-            GENERIC_IMAGES,
-            4,
-            100,
-        ),
-        estimated(
-            "llama-4-maverick",
-            1_000_000,
-            8_192,
-            1.0,
-            GENERIC_IMAGES,
-            4,
-            100,
-        ),
+        llama("llama-3.1", 131_072, 1.05),
+        llama("llama-3.3", 131_072, 1.05),
+        llama("llama-4-scout", 10_000_000, 1.0),
+        llama("llama-4-maverick", 1_000_000, 1.0),
         // Qwen: ChatML costs ~5 tokens per message. Qwen2.5 and Qwen3 reach 131,072 tokens with
         // YaRN (32,768 natively); Qwen3-Coder has 262,144 natively.
-        estimated("qwen2.5", 131_072, 8_192, 1.05, GENERIC_IMAGES, 5, 100),
-        estimated("qwen3", 131_072, 32_768, 1.05, GENERIC_IMAGES, 5, 100),
-        estimated("qwen3-coder", 262_144, 65_536, 1.05, GENERIC_IMAGES, 5, 100),
+        qwen("qwen2.5", 131_072, 8_192),
+        qwen("qwen3", 131_072, 32_768),
+        qwen("qwen3-coder", 262_144, 65_536),
         // DeepSeek API: 128K window; 8K output for chat, 64K for the reasoner.
-        estimated("deepseek-chat", 128_000, 8_192, 1.1, GENERIC_IMAGES, 3, 100),
-        estimated(
-            "deepseek-reasoner",
-            128_000,
-            65_536,
-            1.1,
-            GENERIC_IMAGES,
-            3,
-            100,
-        ),
+        deepseek("deepseek-chat", 8_192),
+        deepseek("deepseek-reasoner", 65_536),
         // Mistral: 128k windows (Codestral 256k); no output limit is published apart from the
         // window (8,192 is a guess). Mistral Large uses a 32k SentencePiece vocabulary, the
         // others the 131k Tekken one.
-        estimated("mistral-large", 131_072, 8_192, 1.2, GENERIC_IMAGES, 3, 50),
-        estimated("mistral-small", 131_072, 8_192, 1.1, GENERIC_IMAGES, 3, 50),
-        estimated("codestral", 262_144, 8_192, 1.1, GENERIC_IMAGES, 3, 50),
-        estimated("ministral", 131_072, 8_192, 1.1, GENERIC_IMAGES, 3, 50),
+        mistral("mistral-large", 131_072, 1.2),
+        mistral("mistral-small", 131_072, 1.1),
+        mistral("codestral", 262_144, 1.1),
+        mistral("ministral", 131_072, 1.1),
     ];
     // Other spellings of the same models.
     let aliases: [(&str, &str); 12] = [

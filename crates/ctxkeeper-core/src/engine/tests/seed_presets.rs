@@ -59,9 +59,7 @@ fn reme_compress_summarizes_into_a_state_snapshot_and_keeps_two_messages() {
     let mut state = agent_session(40, 700);
     let last_two: Vec<Message> = state.to_messages()[state.entries.len() - 2..].to_vec();
     let budget = budget(200_000, 0);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let plan = plan_now(&engine, &mut state, &budget);
     let (_, _, requests) = execute(&engine, &mut state, plan);
     let names = field_names(&requests[0].schema);
     assert_eq!(names, ["overall_goal", "key_knowledge", "recent_actions"]);
@@ -77,15 +75,11 @@ fn reme_auto_compresses_only_when_compaction_saved_too_little() {
     let budget = budget(200_000, 0);
     // Big tool outputs: compaction alone removes most tokens, no summary call.
     let mut state = agent_session(12, 3_000);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let plan = plan_now(&engine, &mut state, &budget);
     assert_eq!(plan.stages, vec!["mask".to_string()]);
     // Many small outputs: compaction finds nothing big, so the prefix is compressed.
     let mut state = agent_session(120, 180);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let plan = plan_now(&engine, &mut state, &budget);
     assert_eq!(plan.stages, vec!["summarize".to_string()]);
 }
 
@@ -183,9 +177,7 @@ fn cowagent_cuts_historical_results_head_and_tail_but_not_the_current_turn() {
     state.push(Message::user("second"));
     headed_result(&mut state, "new", "y");
     let budget = budget(128_000, 0);
-    let Some(plan) = engine.plan(&mut state, &budget, &PlanRequest::default()) else {
-        panic!()
-    };
+    let plan = plan_now(&engine, &mut state, &budget);
     assert_eq!(plan.reason, CompactionReason::Maintenance);
     execute(&engine, &mut state, plan);
     let old = state.entries[2].message.text();
