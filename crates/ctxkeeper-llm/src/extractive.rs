@@ -103,67 +103,32 @@ struct FieldRule {
     head_fraction: f32,
 }
 
+/// A [`FieldRule`], for the tables below.
+const fn rule(name: &'static str, share: usize, head_fraction: f32) -> FieldRule {
+    FieldRule {
+        name,
+        share,
+        head_fraction,
+    }
+}
+
 const RULES: [FieldRule; 5] = [
-    FieldRule {
-        name: "task_overview",
-        share: 20,
-        head_fraction: 1.0,
-    },
-    FieldRule {
-        name: "current_state",
-        share: 25,
-        head_fraction: 0.0,
-    },
-    FieldRule {
-        name: "important_discoveries",
-        share: 30,
-        head_fraction: 0.35,
-    },
-    FieldRule {
-        name: "next_steps",
-        share: 10,
-        head_fraction: 0.0,
-    },
-    FieldRule {
-        name: "context_to_preserve",
-        share: 15,
-        head_fraction: 0.5,
-    },
+    rule("task_overview", 20, 1.0),
+    rule("current_state", 25, 0.0),
+    rule("important_discoveries", 30, 0.35),
+    rule("next_steps", 10, 0.0),
+    rule("context_to_preserve", 15, 0.5),
 ];
 
 /// Shares of the fields of the seed presets' schemas (ReMe: overall goal, key knowledge,
 /// recent actions; HarnessAgent: session intent, summary, artifacts, next steps).
 const SEED_RULES: [FieldRule; 6] = [
-    FieldRule {
-        name: "overall_goal",
-        share: 25,
-        head_fraction: 1.0,
-    },
-    FieldRule {
-        name: "key_knowledge",
-        share: 45,
-        head_fraction: 0.35,
-    },
-    FieldRule {
-        name: "recent_actions",
-        share: 30,
-        head_fraction: 0.0,
-    },
-    FieldRule {
-        name: "session_intent",
-        share: 20,
-        head_fraction: 1.0,
-    },
-    FieldRule {
-        name: "summary",
-        share: 30,
-        head_fraction: 0.0,
-    },
-    FieldRule {
-        name: "artifacts",
-        share: 30,
-        head_fraction: 0.5,
-    },
+    rule("overall_goal", 25, 1.0),
+    rule("key_knowledge", 45, 0.35),
+    rule("recent_actions", 30, 0.0),
+    rule("session_intent", 20, 1.0),
+    rule("summary", 30, 0.0),
+    rule("artifacts", 30, 0.5),
 ];
 
 /// The rule of a field the extractive summarizer knows.
@@ -809,12 +774,7 @@ fn is_constraint(line: &str) -> bool {
         "shouldn't",
         "important",
     ];
-    let line = line.trim();
-    if line.len() < 8 {
-        return false;
-    }
-    let lower = line.to_ascii_lowercase();
-    MARKERS.iter().any(|m| contains_word(&lower, m))
+    has_marker(line, 8, &MARKERS, contains_word)
 }
 
 /// A line of an assistant message that states a decision or a conclusion.
@@ -835,12 +795,23 @@ fn is_decision(line: &str) -> bool {
         "will use",
         "switch to",
     ];
+    has_marker(line, 12, &MARKERS, |lower, marker| lower.contains(marker))
+}
+
+/// Whether `line` (trimmed, at least `min_len` bytes) holds one of `markers` in lowercase,
+/// as `found(lower, marker)` looks for it.
+fn has_marker(
+    line: &str,
+    min_len: usize,
+    markers: &[&str],
+    found: impl Fn(&str, &str) -> bool,
+) -> bool {
     let line = line.trim();
-    if line.len() < 12 {
+    if line.len() < min_len {
         return false;
     }
     let lower = line.to_ascii_lowercase();
-    MARKERS.iter().any(|m| lower.contains(m))
+    markers.iter().any(|m| found(&lower, m))
 }
 
 /// The command of a shell tool call: a `command`/`cmd`/`script` argument (a string, or a list
