@@ -274,6 +274,14 @@ fn request(messages: Vec<Message>) -> SummaryRequest {
     SummaryRequest::new(messages, 500)
 }
 
+/// The summary `summarizer` makes of the standard session (it must succeed).
+async fn summary_of(summarizer: &impl Summarizer) -> Summary {
+    summarizer
+        .summarize(&request(session()))
+        .await
+        .expect("a summary")
+}
+
 fn openai(mock: &Mock, tweak: impl FnOnce(&mut OpenAiConfig)) -> OpenAiSummarizer {
     let mut config = OpenAiConfig::new(&mock.base, "test-model").with_api_key("sk-test-key");
     config.options.timeout = Duration::from_secs(5);
@@ -419,10 +427,7 @@ async fn json_schema_output_is_accepted_and_the_request_is_well_formed() {
     )
     .await;
     let summarizer = openai(&mock, |_| {});
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert_eq!(summary.produced_by, "openai:test-model");
     assert!(!summary.degraded);
     assert_eq!(
@@ -463,10 +468,7 @@ async fn no_key_means_no_authorization_header() {
     .await;
     let summarizer =
         OpenAiSummarizer::new(OpenAiConfig::new(&mock.base, "llama3")).expect("config");
-    summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    summary_of(&summarizer).await;
     assert_eq!(mock.header(0, "authorization"), None);
 }
 
@@ -485,10 +487,7 @@ async fn a_refused_response_format_falls_back_to_a_forced_tool_call_and_is_remem
     )
     .await;
     let summarizer = openai(&mock, |_| {});
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert!(summary.get("task_overview").contains("(tool)"));
     assert_eq!(mock.count(), 2);
     let bodies = mock.bodies();
@@ -502,10 +501,7 @@ async fn a_refused_response_format_falls_back_to_a_forced_tool_call_and_is_remem
     assert_eq!(summarizer.output_mode(), OutputMode::ForcedTool);
 
     // The next summarization goes straight to the mode that works.
-    summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    summary_of(&summarizer).await;
     assert_eq!(mock.count(), 3);
     assert!(mock.bodies()[2].get("response_format").is_none());
     for body in mock.bodies() {
@@ -526,10 +522,7 @@ async fn refused_response_format_and_tool_choice_fall_back_to_json_in_text() {
     ];
     let mock = Mock::start(script, None).await;
     let summarizer = openai(&mock, |_| {});
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert!(summary.get("task_overview").contains("(text)"));
     assert_eq!(mock.count(), 3);
     let last = &mock.bodies()[2];
@@ -548,10 +541,7 @@ async fn malformed_json_is_retried_with_the_parse_error() {
         reply(200, chat_content(&summary_json("b").to_string())),
     ];
     let mock = Mock::start(script, None).await;
-    let summary = openai(&mock, |_| {})
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&openai(&mock, |_| {})).await;
     assert!(summary.get("task_overview").contains("(b)"));
     assert_eq!(mock.count(), 2);
     let retry = user_text(&mock.bodies()[1]);
@@ -570,10 +560,7 @@ async fn a_missing_field_is_named_in_the_retry_and_then_corrected() {
         reply(200, chat_content(&summary_json("fixed").to_string())),
     ];
     let mock = Mock::start(script, None).await;
-    let summary = openai(&mock, |_| {})
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&openai(&mock, |_| {})).await;
     assert!(summary.get("task_overview").contains("(fixed)"));
     assert_eq!(mock.count(), 2);
     assert!(user_text(&mock.bodies()[1]).contains("summary is missing field(s): next_steps"));
@@ -729,10 +716,7 @@ async fn a_refused_max_tokens_is_switched_to_max_completion_tokens() {
         reply(200, chat_content(&summary_json("e").to_string())),
     ];
     let mock = Mock::start(script, None).await;
-    openai(&mock, |_| {})
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    summary_of(&openai(&mock, |_| {})).await;
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 2);
     assert!(bodies[0].get("max_tokens").is_some());
