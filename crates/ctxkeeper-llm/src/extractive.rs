@@ -103,32 +103,67 @@ struct FieldRule {
     head_fraction: f32,
 }
 
-/// A [`FieldRule`], for the tables below.
-const fn rule(name: &'static str, share: usize, head_fraction: f32) -> FieldRule {
-    FieldRule {
-        name,
-        share,
-        head_fraction,
-    }
-}
-
 const RULES: [FieldRule; 5] = [
-    rule("task_overview", 20, 1.0),
-    rule("current_state", 25, 0.0),
-    rule("important_discoveries", 30, 0.35),
-    rule("next_steps", 10, 0.0),
-    rule("context_to_preserve", 15, 0.5),
+    FieldRule {
+        name: "task_overview",
+        share: 20,
+        head_fraction: 1.0,
+    },
+    FieldRule {
+        name: "current_state",
+        share: 25,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "important_discoveries",
+        share: 30,
+        head_fraction: 0.35,
+    },
+    FieldRule {
+        name: "next_steps",
+        share: 10,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "context_to_preserve",
+        share: 15,
+        head_fraction: 0.5,
+    },
 ];
 
 /// Shares of the fields of the seed presets' schemas (ReMe: overall goal, key knowledge,
 /// recent actions; HarnessAgent: session intent, summary, artifacts, next steps).
 const SEED_RULES: [FieldRule; 6] = [
-    rule("overall_goal", 25, 1.0),
-    rule("key_knowledge", 45, 0.35),
-    rule("recent_actions", 30, 0.0),
-    rule("session_intent", 20, 1.0),
-    rule("summary", 30, 0.0),
-    rule("artifacts", 30, 0.5),
+    FieldRule {
+        name: "overall_goal",
+        share: 25,
+        head_fraction: 1.0,
+    },
+    FieldRule {
+        name: "key_knowledge",
+        share: 45,
+        head_fraction: 0.35,
+    },
+    FieldRule {
+        name: "recent_actions",
+        share: 30,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "session_intent",
+        share: 20,
+        head_fraction: 1.0,
+    },
+    FieldRule {
+        name: "summary",
+        share: 30,
+        head_fraction: 0.0,
+    },
+    FieldRule {
+        name: "artifacts",
+        share: 30,
+        head_fraction: 0.5,
+    },
 ];
 
 /// The rule of a field the extractive summarizer knows.
