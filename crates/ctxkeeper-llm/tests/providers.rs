@@ -235,11 +235,20 @@ fn deepseek_tool_choice_refusal() -> Reply {
     )
 }
 
+/// An Anthropic error answer: `status` with an error of `kind` saying `message`.
+fn anthropic_error(status: u16, kind: &str, message: &str) -> Reply {
+    reply(
+        status,
+        json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}
+
 /// Anthropic refusing forced tool use with thinking on (mastra-ai/mastra#7507).
 fn anthropic_forced_tool_refusal() -> Reply {
-    reply(
+    anthropic_error(
         400,
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "Thinking may not be enabled when tool_choice forces tool use."}}),
+        "invalid_request_error",
+        "Thinking may not be enabled when tool_choice forces tool use.",
     )
 }
 
@@ -272,6 +281,15 @@ fn session() -> Vec<Message> {
 
 fn request(messages: Vec<Message>) -> SummaryRequest {
     SummaryRequest::new(messages, 500)
+}
+
+/// A mock that answers once with a valid Chat Completions summary (tagged `a`).
+async fn mock_answering_a_summary() -> Mock {
+    Mock::start(
+        vec![reply(200, chat_content(&summary_json("a").to_string()))],
+        None,
+    )
+    .await
 }
 
 /// The summary `summarizer` makes of the standard session (it must succeed).
@@ -421,11 +439,7 @@ fn assert_valid_anthropic(body: &Value) {
 
 #[tokio::test]
 async fn json_schema_output_is_accepted_and_the_request_is_well_formed() {
-    let mock = Mock::start(
-        vec![reply(200, chat_content(&summary_json("a").to_string()))],
-        None,
-    )
-    .await;
+    let mock = mock_answering_a_summary().await;
     let summarizer = openai(&mock, |_| {});
     let summary = summary_of(&summarizer).await;
     assert_eq!(summary.produced_by, "openai:test-model");
@@ -461,11 +475,7 @@ async fn json_schema_output_is_accepted_and_the_request_is_well_formed() {
 
 #[tokio::test]
 async fn no_key_means_no_authorization_header() {
-    let mock = Mock::start(
-        vec![reply(200, chat_content(&summary_json("a").to_string()))],
-        None,
-    )
-    .await;
+    let mock = mock_answering_a_summary().await;
     let summarizer =
         OpenAiSummarizer::new(OpenAiConfig::new(&mock.base, "llama3")).expect("config");
     summary_of(&summarizer).await;

@@ -36,9 +36,10 @@ async fn anthropic_forced_tool_use_is_read_and_the_request_is_well_formed() {
 
 #[tokio::test]
 async fn anthropic_refused_forced_tool_falls_back_to_auto_then_text() {
-    let tools_refusal = reply(
+    let tools_refusal = anthropic_error(
         400,
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools: this model does not support tools"}}),
+        "invalid_request_error",
+        "tools: this model does not support tools",
     );
     let script = vec![
         anthropic_forced_tool_refusal(),
@@ -94,10 +95,7 @@ async fn anthropic_invalid_tool_input_is_repaired() {
 
 #[tokio::test]
 async fn anthropic_overloaded_is_retried_by_the_wrapper() {
-    let overloaded = reply(
-        529,
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-    );
+    let overloaded = anthropic_error(529, "overloaded_error", "Overloaded");
     let script = vec![
         overloaded,
         reply(200, anthropic_tool_use(summary_json("later"))),
