@@ -18,19 +18,17 @@
 //! ```
 
 use async_trait::async_trait;
-use ctxkeeper_core::model::Message;
-use ctxkeeper_core::summary::{Summary, SummaryRequest};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use crate::error::LlmError;
-use crate::http::{Http, Reply, endpoint};
+use crate::http::secret_header;
 use crate::options::{Secret, SummarizerOptions};
 use crate::prompt::{SUMMARY_TOOL, TOOL_DESCRIPTION};
 use crate::structured::{
-    self, Backend, BackendCore, CallError, OutputMode, StructuredCall, extract_json, failure,
+    Backend, BackendCore, CallError, OutputMode, StructuredCall, backend_summarizer, extract_json,
+    finish_body,
 };
-use crate::summarizer::Summarizer;
 
 /// The API version header sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -86,22 +84,20 @@ const LADDER: &[OutputMode] = &[
 pub struct AnthropicSummarizer {
     config: AnthropicConfig,
     core: BackendCore,
-    url: String,
-    http: Http,
 }
 
 impl AnthropicSummarizer {
     /// Builds the summarizer (and its HTTP client). Fails only on an unusable configuration.
     pub fn new(config: AnthropicConfig) -> Result<AnthropicSummarizer, LlmError> {
-        let http = Http::new(&config.options)?;
-        let url = endpoint(&config.base_url, "messages");
-        reqwest::Url::parse(&url).map_err(|e| LlmError::Config {
-            message: format!("invalid base URL {:?}: {e}", config.base_url),
-        })?;
         Ok(AnthropicSummarizer {
-            core: BackendCore::new("anthropic", &config.model, LADDER),
-            url,
-            http,
+            core: BackendCore::new(
+                "anthropic",
+                &config.model,
+                LADDER,
+                &config.options,
+                &config.base_url,
+                "messages",
+            )?,
             config,
         })
     }
@@ -109,37 +105,6 @@ impl AnthropicSummarizer {
     /// The configuration.
     pub fn config(&self) -> &AnthropicConfig {
         &self.config
-    }
-
-    /// The structured-output mode the next call will use (it moves down after refusals).
-    pub fn output_mode(&self) -> OutputMode {
-        self.core.output_mode()
-    }
-
-    /// The memory flush before a compaction: the durable facts in `messages`, one per line, or
-    /// `None` when the model answers that nothing is worth keeping.
-    pub async fn flush_memory(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<Option<String>, LlmError> {
-        structured::flush_memory(self, messages, max_tokens).await
-    }
-
-    fn headers(&self) -> Result<HeaderMap, LlmError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            HeaderName::from_static("anthropic-version"),
-            HeaderValue::from_static(ANTHROPIC_VERSION),
-        );
-        if let Some(key) = &self.config.api_key {
-            let mut value = HeaderValue::from_str(key.expose()).map_err(|_| LlmError::Config {
-                message: "the API key contains characters a header cannot carry".into(),
-            })?;
-            value.set_sensitive(true);
-            headers.insert(HeaderName::from_static("x-api-key"), value);
-        }
-        Ok(headers)
     }
 
     fn base_body(&self, system: Option<&str>, user: &str, max_tokens: u32) -> Map<String, Value> {
@@ -153,36 +118,11 @@ impl AnthropicSummarizer {
             "messages".into(),
             json!([{"role": "user", "content": user}]),
         );
-        if let Some(temperature) = self.config.options.temperature {
-            body.insert("temperature".into(), json!(temperature));
-        }
-        for (key, value) in &self.config.extra_body {
-            body.entry(key.clone()).or_insert_with(|| value.clone());
-        }
-        body
-    }
-
-    async fn send(
-        &self,
-        body: Map<String, Value>,
-        mode: Option<OutputMode>,
-    ) -> Result<Value, CallError> {
-        let headers = self.headers().map_err(CallError::Fatal)?;
-        match self
-            .http
-            .post(&self.url, headers, &Value::Object(body))
-            .await
-            .map_err(CallError::Fatal)?
-        {
-            Reply::Success(value) => Ok(value),
-            Reply::Failure {
-                status,
-                body,
-                retry_after,
-            } => Err(failure(status, body, retry_after, |lower| {
-                refuses(mode, lower)
-            })),
-        }
+        finish_body(
+            body,
+            self.config.options.temperature,
+            &self.config.extra_body,
+        )
     }
 }
 
@@ -242,8 +182,23 @@ impl Backend for AnthropicSummarizer {
         &self.core
     }
 
-    fn options(&self) -> &SummarizerOptions {
-        &self.config.options
+    fn headers(&self) -> Result<HeaderMap, LlmError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        if let Some(key) = &self.config.api_key {
+            headers.insert(
+                HeaderName::from_static("x-api-key"),
+                secret_header(key.expose())?,
+            );
+        }
+        Ok(headers)
+    }
+
+    fn refuses(&self, mode: Option<OutputMode>, lower: &str) -> bool {
+        refuses(mode, lower)
     }
 
     async fn structured(&self, call: StructuredCall<'_>) -> Result<Value, CallError> {
@@ -274,24 +229,7 @@ impl Backend for AnthropicSummarizer {
     }
 }
 
-#[async_trait]
-impl Summarizer for AnthropicSummarizer {
-    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
-        structured::summarize(self, request).await
-    }
-
-    async fn extract_facts(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<Option<String>, LlmError> {
-        self.flush_memory(messages, max_tokens).await
-    }
-
-    fn name(&self) -> &str {
-        self.core.name()
-    }
-}
+backend_summarizer!(AnthropicSummarizer);
 
 #[cfg(test)]
 mod tests {

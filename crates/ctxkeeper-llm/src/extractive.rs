@@ -809,12 +809,7 @@ fn is_constraint(line: &str) -> bool {
         "shouldn't",
         "important",
     ];
-    let line = line.trim();
-    if line.len() < 8 {
-        return false;
-    }
-    let lower = line.to_ascii_lowercase();
-    MARKERS.iter().any(|m| contains_word(&lower, m))
+    has_marker(line, 8, &MARKERS, contains_word)
 }
 
 /// A line of an assistant message that states a decision or a conclusion.
@@ -835,12 +830,23 @@ fn is_decision(line: &str) -> bool {
         "will use",
         "switch to",
     ];
+    has_marker(line, 12, &MARKERS, |lower, marker| lower.contains(marker))
+}
+
+/// Whether `line` (trimmed, at least `min_len` bytes) holds one of `markers` in lowercase,
+/// as `found(lower, marker)` looks for it.
+fn has_marker(
+    line: &str,
+    min_len: usize,
+    markers: &[&str],
+    found: impl Fn(&str, &str) -> bool,
+) -> bool {
     let line = line.trim();
-    if line.len() < 12 {
+    if line.len() < min_len {
         return false;
     }
     let lower = line.to_ascii_lowercase();
-    MARKERS.iter().any(|m| lower.contains(m))
+    markers.iter().any(|m| found(&lower, m))
 }
 
 /// The command of a shell tool call: a `command`/`cmd`/`script` argument (a string, or a list

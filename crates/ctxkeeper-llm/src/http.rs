@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
-use serde_json::Value;
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use serde_json::{Map, Value};
 
 use crate::error::LlmError;
 use crate::options::SummarizerOptions;
+use crate::structured::{CallError, failure};
 
 /// What an endpoint answered.
 #[derive(Debug)]
@@ -76,6 +77,66 @@ impl Http {
             })
         }
     }
+}
+
+/// Where a model-backed summarizer sends its calls: the checked URL and the client.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    url: String,
+    http: Http,
+}
+
+impl Endpoint {
+    /// The client for `options` calling `{base_url}/{path}`. Fails only on an unusable
+    /// configuration (a client that cannot be built, a URL that does not parse).
+    pub(crate) fn new(
+        options: &SummarizerOptions,
+        base_url: &str,
+        path: &str,
+    ) -> Result<Endpoint, LlmError> {
+        let http = Http::new(options)?;
+        let url = endpoint(base_url, path);
+        reqwest::Url::parse(&url).map_err(|e| LlmError::Config {
+            message: format!("invalid base URL {base_url:?}: {e}"),
+        })?;
+        Ok(Endpoint { url, http })
+    }
+
+    /// POSTs `body` with `headers` and reads the answer. A non-2xx answer is first offered to
+    /// `adjust` (a refused parameter the summarizer can change before asking again), then
+    /// mapped by [`failure`] with `is_refusal`.
+    pub(crate) async fn send(
+        &self,
+        headers: Result<HeaderMap, LlmError>,
+        body: Map<String, Value>,
+        adjust: impl FnOnce(u16, &str) -> Option<CallError>,
+        is_refusal: impl Fn(&str) -> bool,
+    ) -> Result<Value, CallError> {
+        let headers = headers.map_err(CallError::Fatal)?;
+        match self
+            .http
+            .post(&self.url, headers, &Value::Object(body))
+            .await
+            .map_err(CallError::Fatal)?
+        {
+            Reply::Success(value) => Ok(value),
+            Reply::Failure {
+                status,
+                body,
+                retry_after,
+            } => Err(adjust(status, &body)
+                .unwrap_or_else(|| failure(status, body, retry_after, is_refusal))),
+        }
+    }
+}
+
+/// A header carrying the API key (`value`), marked sensitive so it is never logged.
+pub(crate) fn secret_header(value: &str) -> Result<HeaderValue, LlmError> {
+    let mut header = HeaderValue::from_str(value).map_err(|_| LlmError::Config {
+        message: "the API key contains characters a header cannot carry".into(),
+    })?;
+    header.set_sensitive(true);
+    Ok(header)
 }
 
 /// `base` joined with `path`, with exactly one slash between them.

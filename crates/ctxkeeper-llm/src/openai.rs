@@ -26,19 +26,17 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use ctxkeeper_core::model::Message;
-use ctxkeeper_core::summary::{Summary, SummaryRequest};
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value, json};
 
 use crate::error::LlmError;
-use crate::http::{Http, Reply, endpoint};
+use crate::http::secret_header;
 use crate::options::{Secret, SummarizerOptions};
 use crate::prompt::{SUMMARY_TOOL, TOOL_DESCRIPTION};
 use crate::structured::{
-    self, Backend, BackendCore, CallError, OutputMode, StructuredCall, extract_json, failure,
+    Backend, BackendCore, CallError, OutputMode, StructuredCall, backend_summarizer, extract_json,
+    finish_body,
 };
-use crate::summarizer::Summarizer;
 
 /// Which field carries the output budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +96,6 @@ const LADDER: &[OutputMode] = &[
 pub struct OpenAiSummarizer {
     config: OpenAiConfig,
     core: BackendCore,
-    url: String,
-    http: Http,
     use_completion_tokens: AtomicBool,
     drop_temperature: AtomicBool,
 }
@@ -107,15 +103,15 @@ pub struct OpenAiSummarizer {
 impl OpenAiSummarizer {
     /// Builds the summarizer (and its HTTP client). Fails only on an unusable configuration.
     pub fn new(config: OpenAiConfig) -> Result<OpenAiSummarizer, LlmError> {
-        let http = Http::new(&config.options)?;
-        let url = endpoint(&config.base_url, "chat/completions");
-        reqwest::Url::parse(&url).map_err(|e| LlmError::Config {
-            message: format!("invalid base URL {:?}: {e}", config.base_url),
-        })?;
         Ok(OpenAiSummarizer {
-            core: BackendCore::new("openai", &config.model, LADDER),
-            url,
-            http,
+            core: BackendCore::new(
+                "openai",
+                &config.model,
+                LADDER,
+                &config.options,
+                &config.base_url,
+                "chat/completions",
+            )?,
             use_completion_tokens: AtomicBool::new(
                 config.token_field == TokenField::MaxCompletionTokens,
             ),
@@ -129,36 +125,6 @@ impl OpenAiSummarizer {
         &self.config
     }
 
-    /// The structured-output mode the next call will use (it moves down after refusals).
-    pub fn output_mode(&self) -> OutputMode {
-        self.core.output_mode()
-    }
-
-    /// The memory flush before a compaction: the durable facts in `messages`, one per line, or
-    /// `None` when the model answers that nothing is worth keeping.
-    pub async fn flush_memory(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<Option<String>, LlmError> {
-        structured::flush_memory(self, messages, max_tokens).await
-    }
-
-    fn headers(&self) -> Result<HeaderMap, LlmError> {
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &self.config.api_key {
-            let mut value =
-                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| {
-                    LlmError::Config {
-                        message: "the API key contains characters a header cannot carry".into(),
-                    }
-                })?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
-        Ok(headers)
-    }
-
     /// The request body common to every mode.
     fn base_body(&self, messages: Value, max_tokens: u32) -> Map<String, Value> {
         let mut body = Map::new();
@@ -170,83 +136,9 @@ impl OpenAiSummarizer {
             "max_tokens"
         };
         body.insert(field.into(), json!(max_tokens));
-        if let Some(temperature) = self.config.options.temperature
-            && !self.drop_temperature.load(Ordering::Relaxed)
-        {
-            body.insert("temperature".into(), json!(temperature));
-        }
-        for (key, value) in &self.config.extra_body {
-            body.entry(key.clone()).or_insert_with(|| value.clone());
-        }
-        body
-    }
-
-    async fn send(
-        &self,
-        body: Map<String, Value>,
-        mode: Option<OutputMode>,
-    ) -> Result<Value, CallError> {
-        let headers = self.headers().map_err(CallError::Fatal)?;
-        match self
-            .http
-            .post(&self.url, headers, &Value::Object(body))
-            .await
-            .map_err(CallError::Fatal)?
-        {
-            Reply::Success(value) => Ok(value),
-            Reply::Failure {
-                status,
-                body,
-                retry_after,
-            } => {
-                // An overflow names `max_tokens` too; it is never a parameter to adjust.
-                if ctxkeeper_core::overflow::classify(status, &body).is_none()
-                    && let Some(adjusted) = self.adjust(status, &body)
-                {
-                    return Err(adjusted);
-                }
-                Err(failure(status, body, retry_after, |lower| {
-                    refuses(mode, lower)
-                }))
-            }
-        }
-    }
-
-    /// Adjusts a refused parameter and asks for the same call again, when the error names one
-    /// this summarizer can change.
-    fn adjust(&self, status: u16, body: &str) -> Option<CallError> {
-        if !matches!(status, 400 | 422) {
-            return None;
-        }
-        let lower = body.to_ascii_lowercase();
-        let uses_completion = self.use_completion_tokens.load(Ordering::Relaxed);
-        let names_field = if uses_completion {
-            lower.contains("max_completion_tokens") && !lower.contains("is too large")
-        } else {
-            lower.contains("max_tokens") && lower.contains("max_completion_tokens")
-        };
-        if names_field
-            && (lower.contains("unsupported")
-                || lower.contains("not supported")
-                || lower.contains("instead")
-                || lower.contains("extra inputs")
-                || lower.contains("unrecognized"))
-        {
-            self.use_completion_tokens
-                .store(!uses_completion, Ordering::Relaxed);
-            return Some(CallError::Adjusted);
-        }
-        if self.config.options.temperature.is_some()
-            && !self.drop_temperature.load(Ordering::Relaxed)
-            && lower.contains("temperature")
-            && (lower.contains("unsupported")
-                || lower.contains("not supported")
-                || lower.contains("only the default"))
-        {
-            self.drop_temperature.store(true, Ordering::Relaxed);
-            return Some(CallError::Adjusted);
-        }
-        None
+        let temperature = (self.config.options.temperature)
+            .filter(|_| !self.drop_temperature.load(Ordering::Relaxed));
+        finish_body(body, temperature, &self.config.extra_body)
     }
 }
 
@@ -323,8 +215,59 @@ impl Backend for OpenAiSummarizer {
         &self.core
     }
 
-    fn options(&self) -> &SummarizerOptions {
-        &self.config.options
+    fn headers(&self) -> Result<HeaderMap, LlmError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.config.api_key {
+            headers.insert(
+                AUTHORIZATION,
+                secret_header(&format!("Bearer {}", key.expose()))?,
+            );
+        }
+        Ok(headers)
+    }
+
+    fn refuses(&self, mode: Option<OutputMode>, lower: &str) -> bool {
+        refuses(mode, lower)
+    }
+
+    /// Adjusts a refused parameter and asks for the same call again, when the error names one
+    /// this summarizer can change.
+    fn adjust(&self, status: u16, body: &str) -> Option<CallError> {
+        // An overflow names `max_tokens` too; it is never a parameter to adjust.
+        if !matches!(status, 400 | 422)
+            || ctxkeeper_core::overflow::classify(status, body).is_some()
+        {
+            return None;
+        }
+        let lower = body.to_ascii_lowercase();
+        let uses_completion = self.use_completion_tokens.load(Ordering::Relaxed);
+        let names_field = if uses_completion {
+            lower.contains("max_completion_tokens") && !lower.contains("is too large")
+        } else {
+            lower.contains("max_tokens") && lower.contains("max_completion_tokens")
+        };
+        if names_field
+            && (lower.contains("unsupported")
+                || lower.contains("not supported")
+                || lower.contains("instead")
+                || lower.contains("extra inputs")
+                || lower.contains("unrecognized"))
+        {
+            self.use_completion_tokens
+                .store(!uses_completion, Ordering::Relaxed);
+            return Some(CallError::Adjusted);
+        }
+        if self.config.options.temperature.is_some()
+            && !self.drop_temperature.load(Ordering::Relaxed)
+            && lower.contains("temperature")
+            && (lower.contains("unsupported")
+                || lower.contains("not supported")
+                || lower.contains("only the default"))
+        {
+            self.drop_temperature.store(true, Ordering::Relaxed);
+            return Some(CallError::Adjusted);
+        }
+        None
     }
 
     async fn structured(&self, call: StructuredCall<'_>) -> Result<Value, CallError> {
@@ -370,24 +313,7 @@ impl Backend for OpenAiSummarizer {
     }
 }
 
-#[async_trait]
-impl Summarizer for OpenAiSummarizer {
-    async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
-        structured::summarize(self, request).await
-    }
-
-    async fn extract_facts(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<Option<String>, LlmError> {
-        self.flush_memory(messages, max_tokens).await
-    }
-
-    fn name(&self) -> &str {
-        self.core.name()
-    }
-}
+backend_summarizer!(OpenAiSummarizer);
 
 #[cfg(test)]
 mod tests {

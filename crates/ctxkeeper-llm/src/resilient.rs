@@ -208,6 +208,17 @@ mod tests {
         succeed_on: Option<u32>,
     }
 
+    impl Failing {
+        /// Fails with `error` on every call but the `succeed_on`th.
+        fn new(error: LlmError, succeed_on: Option<u32>) -> Failing {
+            Failing {
+                calls: AtomicU32::new(0),
+                error,
+                succeed_on,
+            }
+        }
+    }
+
     #[async_trait]
     impl Summarizer for Failing {
         async fn summarize(&self, request: &SummaryRequest) -> Result<Summary, LlmError> {
@@ -237,11 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn transient_errors_are_retried_then_fall_back() {
-        let inner = Failing {
-            calls: AtomicU32::new(0),
-            error: LlmError::Timeout,
-            succeed_on: None,
-        };
+        let inner = Failing::new(LlmError::Timeout, None);
         let resilient = Resilient::with_policy(inner, quick());
         let outcome = resilient.summarize_reported(&request()).await;
         assert_eq!(outcome.attempts, 3);
@@ -257,11 +264,7 @@ mod tests {
             body: "bad key".into(),
             retry_after: None,
         };
-        let inner = Failing {
-            calls: AtomicU32::new(0),
-            error,
-            succeed_on: None,
-        };
+        let inner = Failing::new(error, None);
         let resilient = Resilient::with_policy(inner, quick());
         let outcome = resilient.summarize_reported(&request()).await;
         assert_eq!(outcome.attempts, 1);
@@ -270,11 +273,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_later_success_is_returned() {
-        let inner = Failing {
-            calls: AtomicU32::new(0),
-            error: LlmError::Timeout,
-            succeed_on: Some(2),
-        };
+        let inner = Failing::new(LlmError::Timeout, Some(2));
         let resilient = Resilient::with_policy(inner, quick());
         let outcome = resilient.summarize_reported(&request()).await;
         assert_eq!(outcome.attempts, 2);
@@ -286,11 +285,7 @@ mod tests {
     /// summary itself, reporting the failure); `summarize_reported` stands it in directly.
     #[tokio::test]
     async fn spent_retries_reach_the_host_as_the_last_error() {
-        let inner = Failing {
-            calls: AtomicU32::new(0),
-            error: LlmError::Timeout,
-            succeed_on: None,
-        };
+        let inner = Failing::new(LlmError::Timeout, None);
         let resilient = Resilient::with_policy(inner, quick());
         assert_eq!(
             resilient.summarize(&request()).await,
@@ -311,11 +306,7 @@ mod tests {
             body: String::new(),
             retry_after: Some(Duration::from_secs(3600)),
         };
-        let inner = Failing {
-            calls: AtomicU32::new(0),
-            error,
-            succeed_on: None,
-        };
+        let inner = Failing::new(error, None);
         let policy = RetryPolicy {
             max_attempts: 2,
             initial_backoff: Duration::from_millis(10),

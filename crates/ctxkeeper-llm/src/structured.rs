@@ -26,10 +26,12 @@ use ctxkeeper_core::model::Message;
 use ctxkeeper_core::overflow::{self, Overflow};
 use ctxkeeper_core::summary::{Summary, SummaryRequest, SummarySchema};
 use ctxkeeper_core::tokens::{Profiles, TokenModel};
-use serde_json::Value;
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value};
 
 use crate::error::LlmError;
 use crate::fit::{Chunk, plan_chunks};
+use crate::http::Endpoint;
 use crate::options::SummarizerOptions;
 use crate::prompt::{
     ANSWER_JSON_SCHEMA, ANSWER_TEXT, ANSWER_TOOL, COMPRESSION_USER, MEMORY_FLUSH, REPAIR,
@@ -78,9 +80,10 @@ pub(crate) enum CallError {
     Fatal(LlmError),
 }
 
-/// What the loop keeps of every model-backed summarizer besides its calls: the name its
+/// What every model-backed summarizer keeps besides its configuration: the name its
 /// summaries are `produced_by` (`openai:gpt-4o-mini`), the summarizer model's token model,
-/// and the ladder of output modes with the one that last worked.
+/// the ladder of output modes with the one that last worked, its options and the endpoint it
+/// calls.
 #[derive(Debug)]
 pub(crate) struct BackendCore {
     name: String,
@@ -89,17 +92,29 @@ pub(crate) struct BackendCore {
     ladder: &'static [OutputMode],
     /// Index into the ladder of the mode that last worked (or was not yet refused).
     mode: AtomicUsize,
+    options: SummarizerOptions,
+    endpoint: Endpoint,
 }
 
 impl BackendCore {
-    /// The core of a summarizer of `provider` calling `model`, trying `ladder` best first.
-    pub(crate) fn new(provider: &str, model: &str, ladder: &'static [OutputMode]) -> BackendCore {
-        BackendCore {
+    /// The core of a summarizer of `provider` calling `model` at `{base_url}/{path}` with
+    /// `options`, trying `ladder` best first. Fails only on an unusable configuration.
+    pub(crate) fn new(
+        provider: &str,
+        model: &str,
+        ladder: &'static [OutputMode],
+        options: &SummarizerOptions,
+        base_url: &str,
+        path: &str,
+    ) -> Result<BackendCore, LlmError> {
+        Ok(BackendCore {
             name: format!("{provider}:{model}"),
             token_model: TokenModel::for_model(model, &Profiles::builtin()),
             ladder,
             mode: AtomicUsize::new(0),
-        }
+            options: options.clone(),
+            endpoint: Endpoint::new(options, base_url, path)?,
+        })
     }
 
     /// `produced_by` of the summaries (`openai:gpt-4o-mini`).
@@ -138,12 +153,105 @@ pub(crate) struct StructuredCall<'a> {
 pub(crate) trait Backend: Send + Sync {
     /// The name, the token model and the mode ladder.
     fn core(&self) -> &BackendCore;
-    fn options(&self) -> &SummarizerOptions;
+    /// The options (a copy of the configuration's).
+    fn options(&self) -> &SummarizerOptions {
+        &self.core().options
+    }
     /// One structured call; `Ok` carries the JSON object the model produced.
     async fn structured(&self, call: StructuredCall<'_>) -> Result<Value, CallError>;
     /// One plain-text call with a single user message.
     async fn text(&self, user: &str, max_tokens: u32) -> Result<String, CallError>;
+    /// The headers of every call (the API key).
+    fn headers(&self) -> Result<HeaderMap, LlmError>;
+    /// Whether a 4xx body (lowercased) refuses the way `mode` asks for structure.
+    fn refuses(&self, mode: Option<OutputMode>, lower: &str) -> bool;
+
+    /// Adjusts a refused parameter the backend can change, for the same call to be asked
+    /// again ([`CallError::Adjusted`]); `None` by default.
+    fn adjust(&self, _status: u16, _body: &str) -> Option<CallError> {
+        None
+    }
+
+    /// Sends `body` asking in `mode` (`None`: plain text) and reads the JSON answer.
+    async fn send(
+        &self,
+        body: Map<String, Value>,
+        mode: Option<OutputMode>,
+    ) -> Result<Value, CallError> {
+        self.core()
+            .endpoint
+            .send(
+                self.headers(),
+                body,
+                |status, body| self.adjust(status, body),
+                |lower| self.refuses(mode, lower),
+            )
+            .await
+    }
 }
+
+/// Completes a request body with the sampling `temperature` (when set) and the configured
+/// `extra_body` fields the summarizer did not set itself.
+pub(crate) fn finish_body(
+    mut body: Map<String, Value>,
+    temperature: Option<f32>,
+    extra_body: &Map<String, Value>,
+) -> Map<String, Value> {
+    if let Some(temperature) = temperature {
+        body.insert("temperature".into(), serde_json::json!(temperature));
+    }
+    for (key, value) in extra_body {
+        body.entry(key.clone()).or_insert_with(|| value.clone());
+    }
+    body
+}
+
+/// The public face every [`Backend`] shares: the inherent `output_mode` and `flush_memory`
+/// methods and the [`Summarizer`](crate::Summarizer) impl. A macro because a blanket
+/// `impl<B: Backend> Summarizer for B` would overlap the other summarizers' impls.
+macro_rules! backend_summarizer {
+    ($backend:ty) => {
+        impl $backend {
+            /// The structured-output mode the next call will use (it moves down after refusals).
+            pub fn output_mode(&self) -> $crate::structured::OutputMode {
+                $crate::structured::Backend::core(self).output_mode()
+            }
+
+            /// The memory flush before a compaction: the durable facts in `messages`, one per
+            /// line, or `None` when the model answers that nothing is worth keeping.
+            pub async fn flush_memory(
+                &self,
+                messages: &[ctxkeeper_core::model::Message],
+                max_tokens: u32,
+            ) -> Result<Option<String>, $crate::LlmError> {
+                $crate::structured::flush_memory(self, messages, max_tokens).await
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::Summarizer for $backend {
+            async fn summarize(
+                &self,
+                request: &ctxkeeper_core::summary::SummaryRequest,
+            ) -> Result<ctxkeeper_core::summary::Summary, $crate::LlmError> {
+                $crate::structured::summarize(self, request).await
+            }
+
+            async fn extract_facts(
+                &self,
+                messages: &[ctxkeeper_core::model::Message],
+                max_tokens: u32,
+            ) -> Result<Option<String>, $crate::LlmError> {
+                self.flush_memory(messages, max_tokens).await
+            }
+
+            fn name(&self) -> &str {
+                $crate::structured::Backend::core(self).name()
+            }
+        }
+    };
+}
+pub(crate) use backend_summarizer;
 
 /// How often the chunk size may be reduced after the provider reported an overflow.
 const MAX_SHRINKS: u32 = 2;

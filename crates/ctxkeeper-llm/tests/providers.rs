@@ -235,11 +235,20 @@ fn deepseek_tool_choice_refusal() -> Reply {
     )
 }
 
+/// An Anthropic error answer: `status` with an error of `kind` saying `message`.
+fn anthropic_error(status: u16, kind: &str, message: &str) -> Reply {
+    reply(
+        status,
+        json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}
+
 /// Anthropic refusing forced tool use with thinking on (mastra-ai/mastra#7507).
 fn anthropic_forced_tool_refusal() -> Reply {
-    reply(
+    anthropic_error(
         400,
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "Thinking may not be enabled when tool_choice forces tool use."}}),
+        "invalid_request_error",
+        "Thinking may not be enabled when tool_choice forces tool use.",
     )
 }
 
@@ -272,6 +281,23 @@ fn session() -> Vec<Message> {
 
 fn request(messages: Vec<Message>) -> SummaryRequest {
     SummaryRequest::new(messages, 500)
+}
+
+/// A mock that answers once with a valid Chat Completions summary (tagged `a`).
+async fn mock_answering_a_summary() -> Mock {
+    Mock::start(
+        vec![reply(200, chat_content(&summary_json("a").to_string()))],
+        None,
+    )
+    .await
+}
+
+/// The summary `summarizer` makes of the standard session (it must succeed).
+async fn summary_of(summarizer: &impl Summarizer) -> Summary {
+    summarizer
+        .summarize(&request(session()))
+        .await
+        .expect("a summary")
 }
 
 fn openai(mock: &Mock, tweak: impl FnOnce(&mut OpenAiConfig)) -> OpenAiSummarizer {
@@ -413,16 +439,9 @@ fn assert_valid_anthropic(body: &Value) {
 
 #[tokio::test]
 async fn json_schema_output_is_accepted_and_the_request_is_well_formed() {
-    let mock = Mock::start(
-        vec![reply(200, chat_content(&summary_json("a").to_string()))],
-        None,
-    )
-    .await;
+    let mock = mock_answering_a_summary().await;
     let summarizer = openai(&mock, |_| {});
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert_eq!(summary.produced_by, "openai:test-model");
     assert!(!summary.degraded);
     assert_eq!(
@@ -456,17 +475,10 @@ async fn json_schema_output_is_accepted_and_the_request_is_well_formed() {
 
 #[tokio::test]
 async fn no_key_means_no_authorization_header() {
-    let mock = Mock::start(
-        vec![reply(200, chat_content(&summary_json("a").to_string()))],
-        None,
-    )
-    .await;
+    let mock = mock_answering_a_summary().await;
     let summarizer =
         OpenAiSummarizer::new(OpenAiConfig::new(&mock.base, "llama3")).expect("config");
-    summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    summary_of(&summarizer).await;
     assert_eq!(mock.header(0, "authorization"), None);
 }
 
@@ -485,10 +497,7 @@ async fn a_refused_response_format_falls_back_to_a_forced_tool_call_and_is_remem
     )
     .await;
     let summarizer = openai(&mock, |_| {});
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert!(summary.get("task_overview").contains("(tool)"));
     assert_eq!(mock.count(), 2);
     let bodies = mock.bodies();
@@ -502,10 +511,7 @@ async fn a_refused_response_format_falls_back_to_a_forced_tool_call_and_is_remem
     assert_eq!(summarizer.output_mode(), OutputMode::ForcedTool);
 
     // The next summarization goes straight to the mode that works.
-    summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    summary_of(&summarizer).await;
     assert_eq!(mock.count(), 3);
     assert!(mock.bodies()[2].get("response_format").is_none());
     for body in mock.bodies() {
@@ -526,10 +532,7 @@ async fn refused_response_format_and_tool_choice_fall_back_to_json_in_text() {
     ];
     let mock = Mock::start(script, None).await;
     let summarizer = openai(&mock, |_| {});
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert!(summary.get("task_overview").contains("(text)"));
     assert_eq!(mock.count(), 3);
     let last = &mock.bodies()[2];
@@ -548,10 +551,7 @@ async fn malformed_json_is_retried_with_the_parse_error() {
         reply(200, chat_content(&summary_json("b").to_string())),
     ];
     let mock = Mock::start(script, None).await;
-    let summary = openai(&mock, |_| {})
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&openai(&mock, |_| {})).await;
     assert!(summary.get("task_overview").contains("(b)"));
     assert_eq!(mock.count(), 2);
     let retry = user_text(&mock.bodies()[1]);
@@ -570,10 +570,7 @@ async fn a_missing_field_is_named_in_the_retry_and_then_corrected() {
         reply(200, chat_content(&summary_json("fixed").to_string())),
     ];
     let mock = Mock::start(script, None).await;
-    let summary = openai(&mock, |_| {})
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&openai(&mock, |_| {})).await;
     assert!(summary.get("task_overview").contains("(fixed)"));
     assert_eq!(mock.count(), 2);
     assert!(user_text(&mock.bodies()[1]).contains("summary is missing field(s): next_steps"));
@@ -729,10 +726,7 @@ async fn a_refused_max_tokens_is_switched_to_max_completion_tokens() {
         reply(200, chat_content(&summary_json("e").to_string())),
     ];
     let mock = Mock::start(script, None).await;
-    openai(&mock, |_| {})
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    summary_of(&openai(&mock, |_| {})).await;
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 2);
     assert!(bodies[0].get("max_tokens").is_some());

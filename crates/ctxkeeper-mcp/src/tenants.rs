@@ -409,12 +409,12 @@ mod tests {
     use super::*;
 
     use axum::http::Request as HttpRequest;
-    use ctxkeeper::core::engine::presets;
     use ctxkeeper::core::model::Message;
-    use ctxkeeper::core::tokens::{Profiles, TokenModel};
     use ctxkeeper::llm::ExtractiveSummarizer;
     use ctxkeeper::store::{LocalWorkspace, SessionKey, open_store};
     use serde_json::{Value, json};
+
+    use crate::ServerConfig;
 
     /// The tenant header, else `default` (the gateway's rule without the API-key hash).
     fn header_tenant(headers: &HeaderMap) -> Result<String, TenantRefusal> {
@@ -443,13 +443,13 @@ mod tests {
             summarizer: Arc::new(ExtractiveSummarizer::default()),
             tool_calls: None,
         };
-        let options = Options {
-            tenant: "default".into(),
-            session: None,
-            policy: presets::preset("default").unwrap(),
-            model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
-            window: 8_000,
-        };
+        // The default tenant, policy and model, in an 8,000-token window.
+        let options = ServerConfig {
+            window: Some(8_000),
+            ..ServerConfig::new("memory://", dir)
+        }
+        .options()
+        .unwrap();
         TenantEndpoint::new(services, options, allowed_hosts, Arc::new(header_tenant)).unwrap()
     }
 
@@ -506,28 +506,25 @@ mod tests {
                "params": {"name": "session_list", "arguments": {}}})
     }
 
+    /// Lists the sessions in MCP session `id` for `tenant`.
+    async fn list(endpoint: &TenantEndpoint, tenant: Option<&str>, id: &str) -> Response {
+        endpoint
+            .handle(post(&list_sessions(), tenant, Some(id)))
+            .await
+    }
+
     #[tokio::test]
     async fn each_request_is_served_for_the_tenant_its_headers_name() {
         let dir = tempfile::tempdir().unwrap();
         let endpoint = endpoint(dir.path(), &[]).await;
 
         let acme = open_session(&endpoint, "acme").await;
-        let answer = text(
-            endpoint
-                .handle(post(&list_sessions(), Some("acme"), Some(&acme)))
-                .await,
-        )
-        .await;
+        let answer = text(list(&endpoint, Some("acme"), &acme).await).await;
         assert!(answer.contains(r#"\"session\":\"theirs\""#), "{answer}");
         assert!(!answer.contains("ours"), "{answer}");
 
         let ours = open_session(&endpoint, "default").await;
-        let answer = text(
-            endpoint
-                .handle(post(&list_sessions(), None, Some(&ours)))
-                .await,
-        )
-        .await;
+        let answer = text(list(&endpoint, None, &ours).await).await;
         assert!(answer.contains(r#"\"session\":\"ours\""#), "{answer}");
         assert!(!answer.contains("theirs"), "{answer}");
         assert_eq!(endpoint.tenants(), 2);
@@ -539,9 +536,7 @@ mod tests {
         let endpoint = endpoint(dir.path(), &[]).await;
         let acme = open_session(&endpoint, "acme").await;
         // The default tenant presents acme's session id: not found, and nothing of acme's.
-        let response = endpoint
-            .handle(post(&list_sessions(), None, Some(&acme)))
-            .await;
+        let response = list(&endpoint, None, &acme).await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         assert!(!text(response).await.contains("theirs"));
     }
@@ -609,12 +604,7 @@ mod tests {
         }
         assert!(endpoint.tenants() <= limits.tenants_per_source + 1);
         // A tenant from another address kept its session.
-        let answer = text(
-            endpoint
-                .handle(post(&list_sessions(), Some("acme"), Some(&kept)))
-                .await,
-        )
-        .await;
+        let answer = text(list(&endpoint, Some("acme"), &kept).await).await;
         assert!(answer.contains("theirs"), "{answer}");
         // A real key from the flooding address itself is served too.
         let response = endpoint
@@ -644,12 +634,7 @@ mod tests {
             }
         }
         assert!(endpoint.tenants() <= 8);
-        let answer = text(
-            endpoint
-                .handle(post(&list_sessions(), Some("acme"), Some(&kept)))
-                .await,
-        )
-        .await;
+        let answer = text(list(&endpoint, Some("acme"), &kept).await).await;
         assert!(answer.contains("theirs"), "{answer}");
     }
 
@@ -665,9 +650,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(400)).await;
         open_session(&endpoint, "default").await;
         assert_eq!(endpoint.tenants(), 1);
-        let response = endpoint
-            .handle(post(&list_sessions(), Some("acme"), Some(&old)))
-            .await;
+        let response = list(&endpoint, Some("acme"), &old).await;
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
     }
 
@@ -686,12 +669,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let status = |id: String| {
             let endpoint = endpoint.clone();
-            async move {
-                endpoint
-                    .handle(post(&list_sessions(), Some("acme"), Some(&id)))
-                    .await
-                    .status()
-            }
+            async move { list(&endpoint, Some("acme"), &id).await.status() }
         };
         assert_eq!(status(first).await, StatusCode::NOT_FOUND);
         assert_eq!(status(second).await, StatusCode::OK);
@@ -704,9 +682,7 @@ mod tests {
         let endpoint = endpoint(dir.path(), &[]).await;
         let acme = open_session(&endpoint, "acme").await;
         endpoint.shutdown();
-        let response = endpoint
-            .handle(post(&list_sessions(), Some("acme"), Some(&acme)))
-            .await;
+        let response = list(&endpoint, Some("acme"), &acme).await;
         assert!(!response.status().is_success(), "{:?}", response.status());
         assert!(!text(response).await.contains("theirs"));
     }

@@ -8,11 +8,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxkeeper::core::engine::presets;
-use ctxkeeper::core::tokens::{Profiles, TokenModel};
 use ctxkeeper_gateway::GatewayConfig;
 use ctxkeeper_gateway::router::Server;
-use ctxkeeper_mcp::{Options, Services, TenantEndpoint, TenantRefusal};
+use ctxkeeper_mcp::{ServerConfig, Services, TenantEndpoint, TenantRefusal};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DEADLINE: Duration = Duration::from_secs(1);
@@ -35,13 +33,13 @@ async fn serve(dir: &std::path::Path) -> SocketAddr {
     )
     .await
     .unwrap();
-    let options = Options {
-        tenant: "default".into(),
-        session: None,
-        policy: presets::preset("default").unwrap(),
-        model: TokenModel::for_model("gpt-4o", &Profiles::builtin()),
-        window: 8_000,
-    };
+    // The default tenant, policy and model, in an 8,000-token window.
+    let options = ServerConfig {
+        window: Some(8_000),
+        ..ServerConfig::new("memory://", dir)
+    }
+    .options()
+    .unwrap();
     let rule = gateway.config.tenants.clone();
     let resolve = Arc::new(move |headers: &axum::http::HeaderMap| {
         rule.resolve(headers)

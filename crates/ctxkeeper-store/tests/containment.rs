@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::symlink;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ctxkeeper_core::model::Message;
 use ctxkeeper_store::archive::{ArchiveRef, ArchiveScope, Offloader};
@@ -15,6 +15,7 @@ use ctxkeeper_store::{
     AgentState, HistoryPage, LocalWorkspace, SearchQuery, SessionFilter, SessionKey, StoreError,
     open_store,
 };
+use tempfile::TempDir;
 
 /// A directory outside every store, holding a secret file.
 fn outside(root: &Path) -> std::path::PathBuf {
@@ -22,6 +23,16 @@ fn outside(root: &Path) -> std::path::PathBuf {
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("passwd"), "root:x:0:0:SECRET\n").unwrap();
     outside
+}
+
+/// A workspace in a fresh directory beside [`outside`]: the directory (kept while it lives),
+/// the secret directory, the workspace and its root.
+fn workspace_beside_a_secret() -> (TempDir, PathBuf, LocalWorkspace, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_dir = outside(dir.path());
+    let ws = LocalWorkspace::new(dir.path().join("ws")).unwrap();
+    let root = ws.root().to_path_buf();
+    (dir, secret_dir, ws, root)
 }
 
 fn assert_forbidden<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
@@ -43,10 +54,7 @@ fn acme(session: &str) -> ArchiveScope {
 
 #[tokio::test]
 async fn a_linked_item_is_refused_even_inside_the_workspace() {
-    let dir = tempfile::tempdir().unwrap();
-    let secret_dir = outside(dir.path());
-    let ws = LocalWorkspace::new(dir.path().join("ws")).unwrap();
-    let root = ws.root().to_path_buf();
+    let (_dir, secret_dir, ws, root) = workspace_beside_a_secret();
     let scope = ArchiveScope::session("s1");
     ws.offload_tool_result(&scope, "a", "mine").await.unwrap();
     // Another tenant's archived item: inside the workspace root, outside this tenant.
@@ -89,10 +97,7 @@ async fn a_linked_item_is_refused_even_inside_the_workspace() {
 
 #[tokio::test]
 async fn a_linked_session_directory_is_refused_for_lists_reads_and_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let secret_dir = outside(dir.path());
-    let ws = LocalWorkspace::new(dir.path().join("ws")).unwrap();
-    let root = ws.root().to_path_buf();
+    let (_dir, secret_dir, ws, root) = workspace_beside_a_secret();
     std::fs::create_dir_all(root.join("sessions")).unwrap();
     // `context_list` used to list the directory a session link points at (`/etc`).
     symlink(&secret_dir, root.join("sessions/etc")).unwrap();
@@ -143,10 +148,7 @@ async fn a_linked_session_directory_is_refused_for_lists_reads_and_writes() {
 
 #[tokio::test]
 async fn linked_tenant_and_data_directories_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let secret_dir = outside(dir.path());
-    let ws = LocalWorkspace::new(dir.path().join("ws")).unwrap();
-    let root = ws.root().to_path_buf();
+    let (_dir, secret_dir, ws, root) = workspace_beside_a_secret();
     std::fs::create_dir_all(root.join("tenants")).unwrap();
     symlink(&secret_dir, ws.tenant_dir("evil").unwrap()).unwrap();
     symlink(&secret_dir, root.join("data")).unwrap();

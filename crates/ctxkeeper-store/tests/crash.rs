@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ctxkeeper_core::model::Message;
-use ctxkeeper_store::{AgentState, HistoryPage, SessionKey, open_store};
+use ctxkeeper_store::{AgentState, HistoryPage, SessionKey, SessionStore, open_store};
 use serde_json::json;
 
 const CHILD_ENV: &str = "CTXKEEPER_CRASH_CHILD";
@@ -27,29 +27,21 @@ const CHILD_ENV: &str = "CTXKEEPER_CRASH_CHILD";
 #[test]
 #[ignore = "entry point of the child processes spawned by the crash tests"]
 fn crash_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some(parts) = common::child_args(CHILD_ENV) else {
         return;
     };
-    let parts: Vec<&str> = spec.split('|').collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let store = open_store(parts[1]).await.unwrap();
-        let key = SessionKey::simple(parts[2]).unwrap();
+        let store = open_store(&parts[1]).await.unwrap();
+        let key = SessionKey::simple(&parts[2]).unwrap();
         // Tells the parent that the next kill lands inside the work loop, not in start-up.
         println!("CHILD READY");
-        match parts[0] {
+        match parts[0].as_str() {
             "save" => loop {
-                let loaded = store.load(&key).await.unwrap();
-                let (n, version) = match &loaded {
-                    Some(v) => (
-                        v.state.extensions["n"].as_u64().unwrap() + 1,
-                        Some(v.version),
-                    ),
-                    None => (1, None),
-                };
+                let (n, version) = next_state(store.as_ref(), &key).await;
                 store.save(&key, &state_for(n), version).await.unwrap();
                 store
                     .append(&key, &[Message::user(format!("save {n}"))])
@@ -57,14 +49,7 @@ fn crash_child() {
                     .unwrap();
             },
             "step" => loop {
-                let loaded = store.load(&key).await.unwrap();
-                let (n, version) = match &loaded {
-                    Some(v) => (
-                        v.state.extensions["n"].as_u64().unwrap() + 1,
-                        Some(v.version),
-                    ),
-                    None => (1, None),
-                };
+                let (n, version) = next_state(store.as_ref(), &key).await;
                 store
                     .save_and_append(
                         &key,
@@ -87,6 +72,17 @@ fn crash_child() {
             other => panic!("unknown child mode {other}"),
         }
     });
+}
+
+/// The number of the next state to save after the stored one, and the version to save over.
+async fn next_state(store: &dyn SessionStore, key: &SessionKey) -> (u64, Option<u64>) {
+    match store.load(key).await.unwrap() {
+        Some(v) => (
+            v.state.extensions["n"].as_u64().unwrap() + 1,
+            Some(v.version),
+        ),
+        None => (1, None),
+    }
 }
 
 /// State number `n`: every message names `n`, and its size varies up to ~256 KB so that kills
@@ -238,20 +234,24 @@ async fn kill_loop(url: &str, kills: usize, mode: &str) -> usize {
     orphaning_kills
 }
 
+/// [`kill_loop`] on a fresh SQLite database.
+#[cfg(feature = "sqlite")]
+async fn sqlite_kill_loop(kills: usize, mode: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("crash.db").display());
+    kill_loop(&url, kills, mode).await;
+}
+
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_survives_sigkill_during_saves() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("crash.db").display());
-    kill_loop(&url, 200, "save").await;
+    sqlite_kill_loop(200, "save").await;
 }
 
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_survives_sigkill_during_steps() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("crash.db").display());
-    kill_loop(&url, 100, "step").await;
+    sqlite_kill_loop(100, "step").await;
 }
 
 /// Every file under `dir` whose name marks it as a temporary file.
@@ -434,41 +434,32 @@ async fn json_files_two_processes_append_without_loss() {
     two_process_appends(&format!("file://{}", dir.path().display())).await;
 }
 
-/// The URL of a server store that answers, or `None` (reported as SKIP outside CI).
+/// [`two_process_appends`] on a server store, when it answers (reported as SKIP outside CI
+/// otherwise).
 #[cfg(any(feature = "postgres", feature = "redis", feature = "mysql"))]
-async fn reachable(var: &str, backend: &str, default: &str) -> Option<String> {
-    let url = common::service_url(var, backend, default)?;
-    if let Err(err) = open_store(&url).await {
-        common::unreachable(backend, &err.to_string());
-        return None;
+async fn two_process_appends_on(var: &str, backend: &str, default: &str) {
+    let Some(url) = common::service_url(var, backend, default) else {
+        return;
+    };
+    if common::answered(backend, open_store(&url).await).is_some() {
+        two_process_appends(&url).await;
     }
-    Some(url)
 }
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_processes_append_without_loss() {
-    let Some(url) = reachable(common::POSTGRES_VAR, "postgres", common::POSTGRES_DEFAULT).await
-    else {
-        return;
-    };
-    two_process_appends(&url).await;
+    two_process_appends_on(common::POSTGRES_VAR, "postgres", common::POSTGRES_DEFAULT).await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_two_processes_append_without_loss() {
-    let Some(url) = reachable(common::REDIS_VAR, "redis", common::REDIS_DEFAULT).await else {
-        return;
-    };
-    two_process_appends(&url).await;
+    two_process_appends_on(common::REDIS_VAR, "redis", common::REDIS_DEFAULT).await;
 }
 
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_two_processes_append_without_loss() {
-    let Some(url) = reachable(common::MYSQL_VAR, "mysql", common::MYSQL_DEFAULT).await else {
-        return;
-    };
-    two_process_appends(&url).await;
+    two_process_appends_on(common::MYSQL_VAR, "mysql", common::MYSQL_DEFAULT).await;
 }

@@ -185,9 +185,8 @@ async fn redis_bus_reaches_every_replica() {
     };
     let prefix = common::unique("evtest");
     let url = with_prefix(&url, &prefix);
-    let publisher = match open_event_bus(&url).await {
-        Ok(bus) => bus,
-        Err(err) => return common::unreachable("redis", &err.to_string()),
+    let Some(publisher) = common::answered("redis", open_event_bus(&url).await) else {
+        return;
     };
     let a = open_event_bus(&url).await.unwrap();
     let b = open_event_bus(&url).await.unwrap();
@@ -231,9 +230,8 @@ async fn postgres_bus_reaches_every_replica() {
     else {
         return;
     };
-    let publisher = match open_event_bus(&url).await {
-        Ok(bus) => bus,
-        Err(err) => return common::unreachable("postgres", &err.to_string()),
+    let Some(publisher) = common::answered("postgres", open_event_bus(&url).await) else {
+        return;
     };
     let a = open_event_bus(&url).await.unwrap();
     let b = open_event_bus(&url).await.unwrap();
@@ -246,20 +244,16 @@ async fn postgres_bus_reaches_every_replica() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_events_cross_processes() {
-    let Some(url) = common::service_url(common::POSTGRES_VAR, "postgres", common::POSTGRES_DEFAULT)
-    else {
-        return;
-    };
-    cross_process("postgres", &url).await;
+    let url = common::service_url(common::POSTGRES_VAR, "postgres", common::POSTGRES_DEFAULT);
+    cross_process("postgres", url).await;
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_events_cross_processes() {
-    let Some(url) = common::service_url(common::REDIS_VAR, "redis", common::REDIS_DEFAULT) else {
-        return;
-    };
-    cross_process("redis", &with_prefix(&url, &common::unique("evproc"))).await;
+    let url = common::service_url(common::REDIS_VAR, "redis", common::REDIS_DEFAULT)
+        .map(|url| with_prefix(&url, &common::unique("evproc")));
+    cross_process("redis", url).await;
 }
 
 const CHILD_ENV: &str = "CTXKEEPER_EVENTS_CHILD";
@@ -268,25 +262,27 @@ const CHILD_ENV: &str = "CTXKEEPER_EVENTS_CHILD";
 #[test]
 #[ignore = "entry point of the child process spawned by the cross-process tests"]
 fn events_child() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
+    let Some(parts) = common::child_args(CHILD_ENV) else {
         return;
     };
-    let parts: Vec<&str> = spec.split('|').collect();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let bus = open_event_bus(parts[0]).await.unwrap();
-        let key = SessionKey::new(parts[1], "default", "default", parts[2]).unwrap();
+        let bus = open_event_bus(&parts[0]).await.unwrap();
+        let key = SessionKey::new(&parts[1], "default", "default", &parts[2]).unwrap();
         for i in 0..3 {
             bus.publish(&key, &event("from_child", i)).await.unwrap();
         }
     });
 }
 
+/// The cross-process test on the server at `url` (`None`: not configured, skipped).
 #[allow(dead_code)]
-async fn cross_process(backend: &str, url: &str) {
-    let bus = match open_event_bus(url).await {
-        Ok(bus) => bus,
-        Err(err) => return common::unreachable(backend, &err.to_string()),
+async fn cross_process(backend: &str, url: Option<String>) {
+    let Some(url) = url else {
+        return;
+    };
+    let Some(bus) = common::answered(backend, open_event_bus(&url).await) else {
+        return;
     };
     let watched = key("acme");
     let mut subscription = bus.subscribe(&watched);

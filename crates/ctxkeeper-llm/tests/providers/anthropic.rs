@@ -11,10 +11,7 @@ async fn anthropic_forced_tool_use_is_read_and_the_request_is_well_formed() {
     )
     .await;
     let summarizer = anthropic(&mock);
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert_eq!(summary.produced_by, "anthropic:claude-test");
     assert!(summary.get("task_overview").contains("(claude)"));
     assert_eq!(mock.paths(), vec!["/v1/messages"]);
@@ -39,9 +36,10 @@ async fn anthropic_forced_tool_use_is_read_and_the_request_is_well_formed() {
 
 #[tokio::test]
 async fn anthropic_refused_forced_tool_falls_back_to_auto_then_text() {
-    let tools_refusal = reply(
+    let tools_refusal = anthropic_error(
         400,
-        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "tools: this model does not support tools"}}),
+        "invalid_request_error",
+        "tools: this model does not support tools",
     );
     let script = vec![
         anthropic_forced_tool_refusal(),
@@ -50,10 +48,7 @@ async fn anthropic_refused_forced_tool_falls_back_to_auto_then_text() {
     ];
     let mock = Mock::start(script, None).await;
     let summarizer = anthropic(&mock);
-    let summary = summarizer
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&summarizer).await;
     assert!(summary.get("task_overview").contains("(plain)"));
     let bodies = mock.bodies();
     assert_eq!(bodies.len(), 3);
@@ -75,10 +70,7 @@ async fn anthropic_auto_tool_answer_in_text_is_accepted() {
         ),
     ];
     let mock = Mock::start(script, None).await;
-    let summary = anthropic(&mock)
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&anthropic(&mock)).await;
     assert!(summary.get("task_overview").contains("(auto)"));
     assert_eq!(mock.count(), 2);
 }
@@ -94,10 +86,7 @@ async fn anthropic_invalid_tool_input_is_repaired() {
         reply(200, anthropic_tool_use(summary_json("third"))),
     ];
     let mock = Mock::start(script, None).await;
-    let summary = anthropic(&mock)
-        .summarize(&request(session()))
-        .await
-        .expect("a summary");
+    let summary = summary_of(&anthropic(&mock)).await;
     assert!(summary.get("task_overview").contains("(third)"));
     let bodies = mock.bodies();
     assert!(user_text(&bodies[1]).contains("missing field(s): current_state"));
@@ -106,10 +95,7 @@ async fn anthropic_invalid_tool_input_is_repaired() {
 
 #[tokio::test]
 async fn anthropic_overloaded_is_retried_by_the_wrapper() {
-    let overloaded = reply(
-        529,
-        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-    );
+    let overloaded = anthropic_error(529, "overloaded_error", "Overloaded");
     let script = vec![
         overloaded,
         reply(200, anthropic_tool_use(summary_json("later"))),

@@ -62,6 +62,8 @@
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod remote;
 
 use std::collections::HashMap;
 use std::fmt;

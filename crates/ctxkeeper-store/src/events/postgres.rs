@@ -6,24 +6,22 @@
 //! waits for a notification would have to interrupt that wait, which sqlx's listener does
 //! not survive, and a fixed channel needs no `LISTEN` round trip per subscriber.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 
-use super::{AbortOnDrop, EventBus, EventSubscription, Hub, SessionEvent, backoff, encode};
-use crate::state::SessionKey;
+use super::remote::{Publisher, RemoteBus};
+use super::{Hub, backoff};
 use crate::{StoreError, redact};
 
 /// The notification channel.
 pub(crate) const CHANNEL: &str = "ctxkeeper_events";
 
-/// The PostgreSQL event bus.
+/// The publishing side of the PostgreSQL event bus.
 #[derive(Debug)]
 pub(crate) struct PgEventBus {
     pool: PgPool,
-    hub: Arc<Hub>,
-    _listener: AbortOnDrop,
 }
 
 /// Hands every notification to the hub. sqlx reconnects a lost listening connection (and
@@ -51,7 +49,7 @@ async fn listen(mut listener: PgListener, hub: Weak<Hub>) {
 }
 
 impl PgEventBus {
-    pub(crate) async fn connect(url: &str) -> Result<PgEventBus, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<RemoteBus<PgEventBus>, StoreError> {
         let shown = redact(url);
         let fail =
             |e: sqlx::Error| StoreError::backend("postgres", format!("event bus on {shown}: {e}"));
@@ -64,34 +62,17 @@ impl PgEventBus {
             .map_err(fail)?;
         let mut listener = PgListener::connect_with(&pool).await.map_err(fail)?;
         listener.listen(CHANNEL).await.map_err(fail)?;
-        let hub = Hub::new();
-        let task = tokio::spawn(listen(listener, Arc::downgrade(&hub)));
-        Ok(PgEventBus {
-            pool,
-            hub,
-            _listener: AbortOnDrop(task),
-        })
-    }
-}
-
-impl Drop for PgEventBus {
-    fn drop(&mut self) {
-        self.hub.close();
+        Ok(RemoteBus::start(PgEventBus { pool }, |hub| {
+            listen(listener, hub)
+        }))
     }
 }
 
 #[async_trait]
-impl EventBus for PgEventBus {
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
+impl Publisher for PgEventBus {
+    const BACKEND: &'static str = "postgres";
 
-    fn spans_processes(&self) -> bool {
-        true
-    }
-
-    async fn publish(&self, key: &SessionKey, event: &SessionEvent) -> Result<(), StoreError> {
-        let payload = encode(key, event)?;
+    async fn publish(&self, payload: String) -> Result<(), StoreError> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANNEL)
             .bind(payload)
@@ -99,17 +80,5 @@ impl EventBus for PgEventBus {
             .await
             .map_err(|e| StoreError::backend_caused("postgres", e))?;
         Ok(())
-    }
-
-    fn subscribe(&self, key: &SessionKey) -> EventSubscription {
-        self.hub.subscribe(key)
-    }
-
-    fn subscribed_sessions(&self) -> usize {
-        self.hub.len()
-    }
-
-    fn close(&self) {
-        self.hub.close();
     }
 }

@@ -2,23 +2,21 @@
 //! connection, and one dedicated `SUBSCRIBE`d connection per bus handle whose messages a
 //! listening task hands to the subscribers in this process.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use async_trait::async_trait;
 use tokio_stream::StreamExt;
 
-use super::{AbortOnDrop, EventBus, EventSubscription, Hub, SessionEvent, backoff, encode};
+use super::remote::{Publisher, RemoteBus};
+use super::{Hub, backoff};
 use crate::StoreError;
 use crate::redis_store::{Conn, connect_deployment};
-use crate::state::SessionKey;
 
-/// The Redis event bus.
+/// The publishing side of the Redis event bus.
 pub(crate) struct RedisEventBus {
     conn: Conn,
     channel: String,
     shown_url: String,
-    hub: Arc<Hub>,
-    _listener: AbortOnDrop,
 }
 
 impl std::fmt::Debug for RedisEventBus {
@@ -79,7 +77,7 @@ async fn listen(
 }
 
 impl RedisEventBus {
-    pub(crate) async fn connect(url: &str) -> Result<RedisEventBus, StoreError> {
+    pub(crate) async fn connect(url: &str) -> Result<RemoteBus<RedisEventBus>, StoreError> {
         let deployment = connect_deployment(url).await?;
         let channel = format!("{}:events", deployment.prefix);
         let first = subscribed(&deployment.pubsub, &channel)
@@ -90,41 +88,22 @@ impl RedisEventBus {
                     format!("cannot subscribe on {}: {e}", deployment.shown_url),
                 )
             })?;
-        let hub = Hub::new();
-        let listener = tokio::spawn(listen(
-            deployment.pubsub,
-            channel.clone(),
-            first,
-            Arc::downgrade(&hub),
-        ));
-        Ok(RedisEventBus {
+        let publisher = RedisEventBus {
             conn: deployment.conn,
-            channel,
+            channel: channel.clone(),
             shown_url: deployment.shown_url,
-            hub,
-            _listener: AbortOnDrop(listener),
-        })
-    }
-}
-
-impl Drop for RedisEventBus {
-    fn drop(&mut self) {
-        self.hub.close();
+        };
+        Ok(RemoteBus::start(publisher, |hub| {
+            listen(deployment.pubsub, channel, first, hub)
+        }))
     }
 }
 
 #[async_trait]
-impl EventBus for RedisEventBus {
-    fn backend(&self) -> &'static str {
-        "redis"
-    }
+impl Publisher for RedisEventBus {
+    const BACKEND: &'static str = "redis";
 
-    fn spans_processes(&self) -> bool {
-        true
-    }
-
-    async fn publish(&self, key: &SessionKey, event: &SessionEvent) -> Result<(), StoreError> {
-        let payload = encode(key, event)?;
+    async fn publish(&self, payload: String) -> Result<(), StoreError> {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(&self.channel)
             .arg(payload)
@@ -132,17 +111,5 @@ impl EventBus for RedisEventBus {
             .await
             .map_err(|e| StoreError::backend_caused("redis", e))?;
         Ok(())
-    }
-
-    fn subscribe(&self, key: &SessionKey) -> EventSubscription {
-        self.hub.subscribe(key)
-    }
-
-    fn subscribed_sessions(&self) -> usize {
-        self.hub.len()
-    }
-
-    fn close(&self) {
-        self.hub.close();
     }
 }

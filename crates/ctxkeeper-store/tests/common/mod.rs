@@ -55,6 +55,24 @@ pub fn unreachable(backend: &str, reason: &str) {
     ));
 }
 
+/// The service `opened`, or `None` when it did not answer (reported by [`unreachable`]).
+pub fn answered<T, E: std::fmt::Display>(backend: &str, opened: Result<T, E>) -> Option<T> {
+    match opened {
+        Ok(service) => Some(service),
+        Err(err) => {
+            unreachable(backend, &err.to_string());
+            None
+        }
+    }
+}
+
+/// The `|`-separated arguments `var` hands a test spawned as a child process; `None` when
+/// the test runs as itself.
+pub fn child_args(var: &str) -> Option<Vec<String>> {
+    let spec = std::env::var(var).ok()?;
+    Some(spec.split('|').map(str::to_string).collect())
+}
+
 /// Writes to the process's stderr directly: the test harness captures `eprintln!` of passing
 /// tests, and a skip must never pass unnoticed.
 pub fn loud(line: &str) {
