@@ -3,7 +3,9 @@
 //! The estimate approximates an `o200k_base` count from a single pass over the text's bytes;
 //! [`estimate`] multiplies it by a per-model `ratio` (a Claude tokenizer, for example, yields
 //! more tokens than o200k for the same text). It never allocates, and runs at about 240 MB/s on
-//! the shared traces, ten times the exact o200k count (`bench/token-counting.md`).
+//! the shared traces, ten times the exact o200k count (`bench/token-counting.md`); an ASCII
+//! text of 32 bytes or more is counted 64 bytes at a time, about twice as fast again, to the
+//! same tally.
 //!
 //! # How it counts
 //!
@@ -173,6 +175,14 @@ impl Run {
 
 impl Tally {
     fn of(text: &str) -> Tally {
+        if text.len() >= BLOCK_MIN && text.is_ascii() {
+            return Tally::of_ascii(text.as_bytes());
+        }
+        Tally::of_scalar(text)
+    }
+
+    /// The byte-at-a-time count: any text.
+    fn of_scalar(text: &str) -> Tally {
         let bytes = text.as_bytes();
         let mut tally = Tally::default();
         let mut run = Run::default();
@@ -275,6 +285,232 @@ impl Tally {
         }
         run.flush(&mut tally);
         tally
+    }
+}
+
+/// Texts shorter than this are counted byte by byte (a block's setup costs more).
+const BLOCK_MIN: usize = 32;
+
+/// One in every byte of a word.
+const ONES: u64 = 0x0101_0101_0101_0101;
+/// The high bit of every byte of a word.
+const HIGH: u64 = ONES * 0x80;
+/// The low seven bits of every byte of a word.
+const LOW7: u64 = ONES * 0x7F;
+
+/// The high bit of every byte of `word` (ASCII bytes only) that is at least `low`
+/// (`1 ..= 0x80`): a byte and `0x80 - low` add up to at most `0xFF`, so nothing carries.
+fn at_least(word: u64, low: u8) -> u64 {
+    word.wrapping_add(ONES * u64::from(0x80 - low)) & HIGH
+}
+
+/// The high bit of every byte of `word` (ASCII bytes only) in `low ..= high`.
+fn within(word: u64, low: u8, high: u8) -> u64 {
+    at_least(word, low) & !at_least(word, high + 1)
+}
+
+/// The high bit of every byte of `word` equal to `byte` (exact: nothing carries between bytes).
+fn equal(word: u64, byte: u8) -> u64 {
+    let diff = word ^ (ONES * u64::from(byte));
+    !(((diff & LOW7).wrapping_add(LOW7)) | diff) & HIGH
+}
+
+/// The high bits of a word's bytes gathered into its low eight bits (byte `i` to bit `i`):
+/// each product term lands on its own bit, so nothing carries into the top byte.
+fn gather(high_bits: u64) -> u64 {
+    (high_bits >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+}
+
+/// Which bytes of a 64-byte block are of each class the estimate tells apart, one bit a byte.
+#[derive(Debug, Clone, Copy, Default)]
+struct Classes {
+    lower: u64,
+    upper: u64,
+    digit: u64,
+    space: u64,
+    newline: u64,
+    /// `+ / = - _`: punctuation inside a base64-like run.
+    run_punctuation: u64,
+}
+
+impl Classes {
+    fn of(block: &[u8; 64]) -> Classes {
+        let mut classes = Classes::default();
+        for (index, chunk) in block.chunks_exact(8).enumerate() {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(chunk);
+            let word = u64::from_le_bytes(bytes);
+            let shift = 8 * index;
+            let space = (within(word, 0x09, 0x0D) & !equal(word, 0x0B)) | equal(word, b' ');
+            let run_punctuation = equal(word, b'+')
+                | equal(word, b'/')
+                | equal(word, b'=')
+                | equal(word, b'-')
+                | equal(word, b'_');
+            classes.lower |= gather(within(word, b'a', b'z')) << shift;
+            classes.upper |= gather(within(word, b'A', b'Z')) << shift;
+            classes.digit |= gather(within(word, b'0', b'9')) << shift;
+            classes.space |= gather(space) << shift;
+            classes.newline |= gather(equal(word, b'\n')) << shift;
+            classes.run_punctuation |= gather(run_punctuation) << shift;
+        }
+        classes
+    }
+}
+
+/// What a base64-like run holds, counted byte by byte (for the rare run long enough to be
+/// counted per byte instead).
+#[derive(Debug, Default)]
+struct RunTally {
+    word_pieces: u64,
+    digit_groups: u64,
+    punctuation: u64,
+    upper: bool,
+    lower: bool,
+    digit: bool,
+}
+
+impl RunTally {
+    /// `run` holds only run bytes, and the byte before it (if any) is not one.
+    fn of(run: &[u8]) -> RunTally {
+        let mut tally = RunTally::default();
+        let mut digits = 0u64;
+        let mut previous = 0u8;
+        for &byte in run {
+            if byte.is_ascii_digit() {
+                digits += 1;
+                tally.digit = true;
+            } else if digits > 0 {
+                tally.digit_groups += digits.div_ceil(3);
+                digits = 0;
+            }
+            if byte.is_ascii_lowercase() {
+                tally.lower = true;
+                if !previous.is_ascii_alphabetic() {
+                    tally.word_pieces += 1;
+                }
+            } else if byte.is_ascii_uppercase() {
+                tally.upper = true;
+                if !previous.is_ascii_uppercase() {
+                    tally.word_pieces += 1;
+                }
+            } else if !byte.is_ascii_digit() {
+                tally.punctuation += 1;
+            }
+            previous = byte;
+        }
+        tally.digit_groups += digits.div_ceil(3);
+        tally
+    }
+}
+
+impl Tally {
+    /// [`Tally::of_scalar`] for an ASCII text, 64 bytes at a time: the classes of a block's
+    /// bytes are found eight at a time in a `u64` and gathered into one bit a byte, and the
+    /// runs and their starts are counted on those bits. Only digit runs (groups of three) and
+    /// base64-like runs of at least [`DENSE_MIN_BYTES`] are walked one by one.
+    fn of_ascii(bytes: &[u8]) -> Tally {
+        let mut tally = Tally::default();
+        // What the previous block ended with.
+        let (mut letter, mut upper, mut space, mut digit) = (false, false, false, false);
+        // The digit run and the base64-like run still open at the previous block's end.
+        let mut digits = 0u64;
+        let mut run_start: Option<usize> = None;
+        let mut base = 0;
+        while base < bytes.len() {
+            let length = (bytes.len() - base).min(64);
+            let c = match bytes[base..].first_chunk::<64>() {
+                Some(block) => Classes::of(block),
+                None => {
+                    let mut block = [0u8; 64];
+                    block[..length].copy_from_slice(&bytes[base..]);
+                    Classes::of(&block)
+                }
+            };
+            let valid = if length == 64 {
+                !0
+            } else {
+                (1u64 << length) - 1
+            };
+            let letters = c.lower | c.upper;
+            let carry = |flag: bool| u64::from(flag);
+            tally.word_pieces +=
+                u64::from((c.lower & !((letters << 1) | carry(letter))).count_ones());
+            tally.word_pieces +=
+                u64::from((c.upper & !((c.upper << 1) | carry(upper))).count_ones());
+            tally.whitespace_runs +=
+                u64::from((c.space & !((c.space << 1) | carry(space))).count_ones());
+            tally.newlines += u64::from(c.newline.count_ones());
+            let run = letters | c.digit | c.run_punctuation;
+            // Punctuation inside runs is counted here too, and taken back from a dense run.
+            tally.punctuation += u64::from((valid & !(run | c.space)).count_ones());
+            tally.punctuation += u64::from(c.run_punctuation.count_ones());
+            // Digit runs: groups of up to three (padding bytes are no digits, so every run
+            // ends inside the text's last block).
+            let mut open = c.digit;
+            if digit {
+                let end = (!c.digit).trailing_zeros() as usize;
+                digits += end as u64;
+                if end < 64 {
+                    tally.digit_groups += digits.div_ceil(3);
+                    digits = 0;
+                    open &= !0u64 << end;
+                } else {
+                    open = 0;
+                }
+            }
+            while open != 0 {
+                let start = open.trailing_zeros() as usize;
+                let len = (!(open >> start)).trailing_zeros() as usize;
+                if start + len == 64 {
+                    digits = len as u64;
+                    break;
+                }
+                tally.digit_groups += (len as u64).div_ceil(3);
+                open &= !0u64 << (start + len);
+            }
+            // A base64-like run of 64 bytes or more began before this block: it ends here at
+            // the first byte that is not a run byte (padding is none).
+            let not_run = !run;
+            if let Some(start) = run_start
+                && not_run != 0
+            {
+                let end = base + not_run.trailing_zeros() as usize;
+                tally.take_dense(&bytes[start..end]);
+                run_start = None;
+            }
+            if run >> 63 == 1 && run_start.is_none() {
+                run_start = Some(match not_run {
+                    0 => base,
+                    _ => base + 64 - not_run.leading_zeros() as usize,
+                });
+            }
+            letter = letters >> 63 == 1;
+            upper = c.upper >> 63 == 1;
+            space = c.space >> 63 == 1;
+            digit = c.digit >> 63 == 1;
+            base += 64;
+        }
+        tally.digit_groups += digits.div_ceil(3);
+        if let Some(start) = run_start {
+            tally.take_dense(&bytes[start..]);
+        }
+        tally
+    }
+
+    /// Counts `run` (a whole base64-like run, already counted by its pieces) per byte
+    /// instead when it is long and mixed enough (see [`Run::flush`]).
+    fn take_dense(&mut self, run: &[u8]) {
+        if (run.len() as u64) < DENSE_MIN_BYTES {
+            return;
+        }
+        let own = RunTally::of(run);
+        if own.upper && own.lower && own.digit {
+            self.word_pieces -= own.word_pieces;
+            self.digit_groups -= own.digit_groups;
+            self.punctuation -= own.punctuation;
+            self.dense_bytes += run.len() as u64;
+        }
     }
 }
 
@@ -403,5 +639,56 @@ mod tests {
         assert_eq!(estimate(text, -3.0), base);
         assert_eq!(estimate("", 5.0), 0);
         assert_eq!(estimate(".", 0.01), 1);
+    }
+
+    #[test]
+    fn the_block_count_agrees_with_the_byte_count() {
+        // Texts of every shape the two counts split differently: runs of each class across
+        // block boundaries, digit runs of every length, base64-like runs of 64 bytes or more
+        // (dense or not) starting and ending anywhere, punctuation and control bytes.
+        let pieces = [
+            "a",
+            "Z",
+            "7",
+            "0123",
+            "camelCaseWord",
+            "HTTPServer",
+            " ",
+            "\t",
+            "\n",
+            "\r\n",
+            "\x0b",
+            "\x0c",
+            "\x01",
+            "\x7f",
+            "+",
+            "/",
+            "=",
+            "-",
+            "_",
+            ",",
+            "\"",
+            "{",
+            ":",
+            "aGVsbG8gd29ybGQgdGhpcyBpcyBhIGJhc2U2NCBzdHJpbmcgd2l0aCBtb3JlIHRoYW4gNjQgYnl0ZXM",
+            "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz",
+            "0123456789012345678901234567890123456789012345678901234567890123456789",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..4_000 {
+            let mut text = String::new();
+            let count = next() % 60;
+            for _ in 0..count {
+                text.push_str(pieces[(next() % pieces.len() as u64) as usize]);
+            }
+            assert!(text.is_ascii());
+            assert_eq!(Tally::of(&text), Tally::of_scalar(&text), "{text:?}");
+        }
     }
 }
