@@ -4,21 +4,19 @@ const PROMPT: &str = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create
 const SUMMARY: &str = "Another language model started to solve this problem and produced a summary of its thinking process. Here is the summary produced by the other language model:\nThe parser fix in src/parse.rs is half done; the tests are untouched.";
 const TASK: &str = "Fix the parser in src/parse.rs. Never touch the files under tests/.";
 
-async fn small_window_sessions(store: Arc<dyn SessionStore>, dir: &std::path::Path) -> Sessions {
-    let archive = ctxkeeper_store::open_archive(dir.to_str().expect("utf-8"))
+/// A memory store and sessions over it whose model's window is small, with the archive in a
+/// temporary directory that lives as long as the returned one.
+async fn small_window_sessions() -> (tempfile::TempDir, Arc<dyn SessionStore>, Sessions) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = ctxkeeper_store::open_store("memory://")
         .await
-        .expect("archive");
+        .expect("store");
     let profiles = Profiles::from_toml_str(
         "[models.\"codex-small\"]\ncontext_window = 4000\ntokenizer = \"o200k_base\"\n",
     )
     .expect("profiles");
-    Sessions::new(
-        store,
-        archive,
-        presets::preset("default").expect("preset"),
-        profiles,
-        16,
-    )
+    let sessions = sessions_with(store.clone(), dir.path(), profiles).await;
+    (dir, store, sessions)
 }
 
 fn opening() -> Vec<Message> {
@@ -54,11 +52,7 @@ fn counter(value: &std::sync::atomic::AtomicU64) -> u64 {
 
 #[tokio::test]
 async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = ctxkeeper_store::open_store("memory://")
-        .await
-        .expect("store");
-    let sessions = small_window_sessions(store.clone(), dir.path()).await;
+    let (_dir, store, sessions) = small_window_sessions().await;
     let key = SessionKey::simple("codex-1").expect("key");
     let mut history = opening();
     for end in 1..=8 {
@@ -154,11 +148,7 @@ async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
 
 #[tokio::test]
 async fn the_harness_prompt_and_summary_never_become_the_users_words() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = ctxkeeper_store::open_store("memory://")
-        .await
-        .expect("store");
-    let sessions = small_window_sessions(store, dir.path()).await;
+    let (_dir, _store, sessions) = small_window_sessions().await;
     let key = SessionKey::simple("codex-2").expect("key");
     let mut history = opening();
     history.push(Message::user(PROMPT));
