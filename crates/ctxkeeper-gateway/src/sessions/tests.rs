@@ -25,13 +25,20 @@ async fn sessions_with(
     )
 }
 
-/// A memory store and sessions over it, with the archive in a temporary directory that
-/// lives as long as the returned one.
-async fn memory_sessions() -> (tempfile::TempDir, Arc<dyn SessionStore>, Sessions) {
+/// A memory store, sessions over it with the archive in a temporary directory that lives as
+/// long as the returned one, and the key of session `id`.
+async fn memory_session(
+    id: &str,
+) -> (
+    tempfile::TempDir,
+    Arc<dyn SessionStore>,
+    Sessions,
+    SessionKey,
+) {
     let dir = tempfile::tempdir().unwrap();
     let store = ctxkeeper_store::open_store("memory://").await.unwrap();
     let sessions = sessions(store.clone(), dir.path()).await;
-    (dir, store, sessions)
+    (dir, store, sessions, SessionKey::simple(id).unwrap())
 }
 
 /// The names of the events that arrive on `events` until none comes for 200 ms.
@@ -115,8 +122,7 @@ fn conversation(rounds: usize) -> Vec<Message> {
 
 #[tokio::test]
 async fn only_new_messages_reach_the_log() {
-    let (_dir, store, sessions) = memory_sessions().await;
-    let key = SessionKey::simple("s").unwrap();
+    let (_dir, store, sessions, key) = memory_session("s").await;
     for rounds in [1, 2, 3] {
         let step = sessions.step(&key, &step_of(rounds), &[]).await.unwrap();
         assert!(step.verbatim && !step.diverged);
@@ -226,8 +232,7 @@ async fn a_step_that_only_appended_saves_only_what_it_appended() {
 
 #[tokio::test]
 async fn reading_stats_keeps_a_warm_session_calibrated() {
-    let (_dir, _store, sessions) = memory_sessions().await;
-    let key = SessionKey::simple("s").unwrap();
+    let (_dir, _store, sessions, key) = memory_session("s").await;
     sessions.step(&key, &step_of(3), &[]).await.unwrap();
     // The provider's count, far from any estimate of these few messages.
     sessions.observe_usage(&key, 54_321).await;
@@ -251,9 +256,8 @@ async fn reading_stats_keeps_a_warm_session_calibrated() {
 
 #[tokio::test]
 async fn idle_warm_sessions_are_evicted_by_time_and_reload_from_the_store() {
-    let (_dir, _store, sessions) = memory_sessions().await;
+    let (_dir, _store, sessions, key) = memory_session("idle").await;
     let sessions = sessions.with_idle_ttl(Duration::from_millis(30));
-    let key = SessionKey::simple("idle").unwrap();
     sessions.step(&key, &step_of(1), &[]).await.unwrap();
     assert_eq!(sessions.warm_sessions(), 1);
     assert_eq!(sessions.evict_idle(), 0, "not idle yet");
@@ -269,9 +273,8 @@ async fn idle_warm_sessions_are_evicted_by_time_and_reload_from_the_store() {
 
 #[tokio::test]
 async fn an_uncommitted_step_is_never_evicted_and_an_abandoned_one_is_forgotten() {
-    let (_dir, store, sessions) = memory_sessions().await;
+    let (_dir, store, sessions, key) = memory_session("held").await;
     let sessions = sessions.with_idle_ttl(Duration::ZERO);
-    let key = SessionKey::simple("held").unwrap();
     let step = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
     assert_eq!(
         sessions.evict_idle(),
@@ -288,8 +291,7 @@ async fn an_uncommitted_step_is_never_evicted_and_an_abandoned_one_is_forgotten(
 
 #[tokio::test]
 async fn a_superseded_step_commits_nothing_and_the_newer_one_logs_both() {
-    let (_dir, store, sessions) = memory_sessions().await;
-    let key = SessionKey::simple("overlap").unwrap();
+    let (_dir, store, sessions, key) = memory_session("overlap").await;
     let first = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
     let second = sessions.begin(&key, &step_of(2), &[]).await.unwrap();
     commit(&sessions, &key, 1, first.ticket).await;
@@ -302,8 +304,7 @@ async fn a_superseded_step_commits_nothing_and_the_newer_one_logs_both() {
 async fn an_early_edit_forks_and_leaves_the_stored_session_alone() {
     // Regression: two conversations that start alike shared one session, and every
     // request of either rewrote it (10,300 log entries for 200 requests).
-    let (_dir, store, sessions) = memory_sessions().await;
-    let key = SessionKey::simple("s").unwrap();
+    let (_dir, store, sessions, key) = memory_session("s").await;
     sessions.step(&key, &step_of(2), &[]).await.unwrap();
     let (edited, fork) = early_edit();
     let mut events = sessions.subscribe(&fork);
@@ -344,8 +345,7 @@ async fn an_early_edit_forks_and_leaves_the_stored_session_alone() {
 
 #[tokio::test]
 async fn a_replaced_newest_message_keeps_the_session_and_its_compaction() {
-    let (_dir, store, sessions) = memory_sessions().await;
-    let key = SessionKey::simple("s").unwrap();
+    let (_dir, store, sessions, key) = memory_session("s").await;
     let mut messages = conversation(2);
     messages.push(Message::user("first wording"));
     sessions

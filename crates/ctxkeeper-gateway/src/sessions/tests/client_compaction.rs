@@ -46,6 +46,18 @@ fn incoming(messages: &[Message]) -> Incoming {
     Incoming::new(Some("codex-small".into()), messages.to_vec(), &[])
 }
 
+/// The capsule of the session's warm context.
+async fn capsule(
+    sessions: &Sessions,
+    key: &SessionKey,
+) -> Option<ctxkeeper_core::capsule::Capsule> {
+    let cell = sessions.slot(key);
+    let slot = cell.lock().await;
+    slot.state_ref()
+        .and_then(ctxkeeper_core::engine::ContextState::capsule)
+        .cloned()
+}
+
 fn counter(value: &std::sync::atomic::AtomicU64) -> u64 {
     value.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -63,13 +75,7 @@ async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
             .expect("step");
         assert_eq!(step.key, key);
     }
-    let capsule_before = {
-        let cell = sessions.slot(&key);
-        let slot = cell.lock().await;
-        slot.state_ref()
-            .and_then(ctxkeeper_core::engine::ContextState::capsule)
-            .cloned()
-    };
+    let capsule_before = capsule(&sessions, &key).await;
     assert!(
         capsule_before.is_some(),
         "the gateway compacted before the client did"
@@ -107,18 +113,9 @@ async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
         !sent.iter().any(|text| text.contains("CONTEXT CHECKPOINT")),
         "the old history, prompt included, is gone from the context"
     );
-    let capsule_after = {
-        let cell = sessions.slot(&key);
-        let slot = cell.lock().await;
-        slot.state_ref()
-            .and_then(ctxkeeper_core::engine::ContextState::capsule)
-            .cloned()
-    };
+    let capsule_after = capsule(&sessions, &key).await;
     assert_eq!(capsule_after, capsule_before, "the capsule is carried over");
-    let mut names = Vec::new();
-    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
-        names.push(event.name);
-    }
+    let names = event_names(&mut events).await;
     assert!(
         names.iter().any(|n| n == "client_compaction_continued"),
         "{names:?}"
