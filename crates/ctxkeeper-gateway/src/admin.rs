@@ -154,6 +154,11 @@ fn applied(
     Ok(axum::Json(json!({"id": id, done: true})).into_response())
 }
 
+/// What the session holds, 404 when there is no such session.
+fn found<T>(id: &str, read: Result<Option<T>, SessionError>) -> Result<T, ApiError> {
+    read.map_err(store_error)?.ok_or_else(|| not_found(id))
+}
+
 fn store_error(err: impl std::fmt::Display) -> ApiError {
     ApiError::internal(err.to_string())
 }
@@ -189,12 +194,7 @@ async fn stats(
     State(gw): State<Arc<Gateway>>,
     TenantSession { id, tenant, key }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let stats = gw
-        .sessions
-        .stats(&key)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?;
+    let stats = found(&id, gw.sessions.stats(&key).await)?;
     let log_len = gw
         .sessions
         .store()
@@ -231,12 +231,7 @@ async fn orders(
     State(gw): State<Arc<Gateway>>,
     TenantSession { id, key, .. }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let orders = gw
-        .sessions
-        .orders(&key)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?;
+    let orders = found(&id, gw.sessions.orders(&key).await)?;
     let items: Vec<Value> = orders
         .orders
         .iter()
@@ -350,12 +345,7 @@ async fn policy(
     State(gw): State<Arc<Gateway>>,
     TenantSession { id, key, .. }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let overrides = gw
-        .sessions
-        .overrides(&key)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?;
+    let overrides = found(&id, gw.sessions.overrides(&key).await)?;
     let effective = match &overrides {
         Some(fragment) => gw.sessions.policy().with_overrides(fragment),
         None => Ok(gw.sessions.policy().clone()),
