@@ -12,7 +12,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{assert_success, bin, json_of, run, stdout_of};
+use common::{assert_success, bin, json_of, replay, run, stdout_of};
 
 #[path = "../../ctxkeeper-core/tests/support/traces.rs"]
 mod traces;
@@ -45,9 +45,10 @@ fn inspect_and_baseline_replay_succeed_on_every_trace() {
             inspect["stats"]["messages"].as_u64().unwrap_or(0) > 0,
             "{path}"
         );
-        let report = json_of(&run(&[
-            "replay", path, "--policy", "none", "--json", "--window", "16000",
-        ]));
+        let report = json_of(&replay(
+            &trace,
+            &["--policy", "none", "--json", "--window", "16000"],
+        ));
         for field in [
             "trace",
             "format",
@@ -135,15 +136,16 @@ fn emitted_requests_add_no_tool_pairing_violation_to_any_trace() {
         for wire in [Wire::OpenAiChat, Wire::Anthropic] {
             let dir = tempfile::tempdir().expect("temp dir");
             let out = dir.path().join("requests");
-            let output = run(&[
-                "replay",
-                path,
-                "--json",
-                "--emit-requests",
-                out.to_str().expect("utf-8"),
-                "--wire",
-                wire.as_str(),
-            ]);
+            let output = replay(
+                &trace,
+                &[
+                    "--json",
+                    "--emit-requests",
+                    out.to_str().expect("utf-8"),
+                    "--wire",
+                    wire.as_str(),
+                ],
+            );
             let report = json_of(&output);
             let emitted = emitted_pairing_violations(&out, wire);
             assert!(
@@ -166,14 +168,7 @@ fn emitted_requests_add_no_tool_pairing_violation_to_any_trace() {
 fn tau_bench_concatenates_into_one_long_session() {
     let Some(dir) = traces_dir() else { return };
     let path = dir.join("tau-bench/gpt-4o-airline.json");
-    let report = json_of(&run(&[
-        "replay",
-        path.to_str().expect("utf-8"),
-        "--concat",
-        "--json",
-        "--window",
-        "16000",
-    ]));
+    let report = json_of(&replay(&path, &["--concat", "--json", "--window", "16000"]));
     assert_eq!(report["sessions"], 1);
     assert_eq!(report["messages"], 5_109);
     assert_eq!(report["steps"], 2_454);
@@ -188,15 +183,19 @@ fn the_demo_trace_replays_under_every_policy() {
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
     let demo = demo.to_str().expect("utf-8");
     for policy in ctxkeeper_core::engine::presets::NAMES {
-        let report = json_of(&run(&[
-            "replay", demo, "--policy", policy, "--window", "16000", "--json",
-        ]));
+        let report = json_of(&replay(
+            Path::new(demo),
+            &["--policy", policy, "--window", "16000", "--json"],
+        ));
         assert_eq!(report["policy"], policy);
         assert_eq!(report["violations"], 0, "{policy}");
         assert_eq!(report["unrecoverable_items"], 0, "{policy}");
     }
     // The human report reads well too.
-    let output = run(&["replay", demo, "--policy", "default", "--window", "16000"]);
+    let output = replay(
+        Path::new(demo),
+        &["--policy", "default", "--window", "16000"],
+    );
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success());
     assert!(
@@ -272,13 +271,7 @@ fn a_50_mb_single_line_is_handled_without_a_crash() {
     let dir = tempfile::tempdir().expect("temp dir");
     let whole = dir.path().join("big.json");
     std::fs::write(&whole, &body).expect("write");
-    let report = json_of(&run(&[
-        "replay",
-        whole.to_str().expect("utf-8"),
-        "--json",
-        "--format",
-        "openai-chat",
-    ]));
+    let report = json_of(&replay(&whole, &["--json", "--format", "openai-chat"]));
     assert_eq!(report["steps"], 1);
     assert!(report["peak_input_tokens"].as_u64().unwrap_or(0) > 1_000_000);
     assert_input_error(
@@ -291,7 +284,7 @@ fn a_50_mb_single_line_is_handled_without_a_crash() {
 
 #[test]
 fn unknown_options_are_usage_errors() {
-    let output = run(&["replay", "x.json", "--policy", "nonsense"]);
+    let output = replay(Path::new("x.json"), &["--policy", "nonsense"]);
     assert_eq!(output.status.code(), Some(2));
     let output = run(&["frobnicate"]);
     assert_eq!(output.status.code(), Some(2));
@@ -300,28 +293,34 @@ fn unknown_options_are_usage_errors() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("nonsense"));
 }
 
+/// A scratch directory, the URL of a SQLite store in it, and a workspace folder in it.
+fn scratch_store() -> (tempfile::TempDir, String, PathBuf) {
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
+    let workspace = scratch.path().join("workspace");
+    (scratch, store, workspace)
+}
+
+/// The JSON report of `replay TRACE --policy default --window 8000` into session "s1" of
+/// `store` (in `tenant`, else the default one), archiving under `workspace`.
+fn replay_s1(trace: &Path, store: &str, tenant: Option<&str>, workspace: &Path) -> Value {
+    let mut args = vec![
+        "--policy", "default", "--window", "8000", "--json", "--store", store,
+    ];
+    if let Some(tenant) = tenant {
+        args.extend(["--tenant", tenant]);
+    }
+    args.extend(["--session", "s1", "--workspace"]);
+    args.push(workspace.to_str().expect("utf-8"));
+    json_of(&replay(trace, &args))
+}
+
 #[test]
 fn a_replayed_trace_leaves_a_real_session_behind() {
     let Some(dir) = traces_dir() else { return };
     let trace = dir.join("swe-agent/marshmallow-code__marshmallow-1867.function_calling.traj");
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
-    let workspace = scratch.path().join("workspace");
-    let report = json_of(&run(&[
-        "replay",
-        trace.to_str().expect("utf-8"),
-        "--policy",
-        "default",
-        "--window",
-        "8000",
-        "--json",
-        "--store",
-        &store,
-        "--session",
-        "s1",
-        "--workspace",
-        workspace.to_str().expect("utf-8"),
-    ]));
+    let (_scratch, store, workspace) = scratch_store();
+    let report = replay_s1(&trace, &store, None, &workspace);
     assert_eq!(report["unrecoverable_items"], 0);
 
     let show = run(&["sessions", "show", "s1", "--store", &store]);
@@ -355,25 +354,24 @@ fn a_replayed_trace_leaves_a_real_session_behind() {
 fn a_stored_replay_archives_under_its_tenant_and_session() {
     let Some(dir) = traces_dir() else { return };
     let trace = dir.join("swe-agent/marshmallow-code__marshmallow-1867.function_calling.traj");
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
-    let workspace = scratch.path().join("workspace");
-    let output = run(&[
-        "replay",
-        trace.to_str().expect("utf-8"),
-        "--policy",
-        "default",
-        "--window",
-        "4000",
-        "--store",
-        &store,
-        "--tenant",
-        "acme",
-        "--session",
-        "stored-1",
-        "--workspace",
-        workspace.to_str().expect("utf-8"),
-    ]);
+    let (_scratch, store, workspace) = scratch_store();
+    let output = replay(
+        &trace,
+        &[
+            "--policy",
+            "default",
+            "--window",
+            "4000",
+            "--store",
+            &store,
+            "--tenant",
+            "acme",
+            "--session",
+            "stored-1",
+            "--workspace",
+            workspace.to_str().expect("utf-8"),
+        ],
+    );
     assert_success(&output);
     // Where `mcp --tenant acme --session stored-1` reads, and nowhere else.
     let archived = workspace.join("tenants/acme/sessions/stored-1");
@@ -390,18 +388,19 @@ fn a_stored_replay_archives_under_its_tenant_and_session() {
     assert!(!workspace.join("sessions").exists());
 
     // A bad tenant is refused before anything runs.
-    let output = run(&[
-        "replay",
-        trace.to_str().expect("utf-8"),
-        "--policy",
-        "default",
-        "--store",
-        &store,
-        "--tenant",
-        "../x",
-        "--session",
-        "s",
-    ]);
+    let output = replay(
+        &trace,
+        &[
+            "--policy",
+            "default",
+            "--store",
+            &store,
+            "--tenant",
+            "../x",
+            "--session",
+            "s",
+        ],
+    );
     assert_eq!(output.status.code(), Some(2));
 }
 
@@ -439,22 +438,23 @@ fn a_stored_replay_is_idempotent_and_refuses_another_conversation() {
         format!("file://{}", scratch.path().join("files").display()),
     ];
     for store in &stores {
-        let replay = |trace: &str, session: &str| {
-            run(&[
-                "replay",
-                trace,
-                "--policy",
-                "default",
-                "--window",
-                "16000",
-                "--store",
-                store,
-                "--session",
-                session,
-            ])
+        let stored_replay = |trace: &str, session: &str| {
+            replay(
+                Path::new(trace),
+                &[
+                    "--policy",
+                    "default",
+                    "--window",
+                    "16000",
+                    "--store",
+                    store,
+                    "--session",
+                    session,
+                ],
+            )
         };
         for run_number in 1..=2 {
-            let output = replay(demo, "demo");
+            let output = stored_replay(demo, "demo");
             assert!(
                 output.status.success(),
                 "{store} run {run_number}: {}",
@@ -486,13 +486,13 @@ fn a_stored_replay_is_idempotent_and_refuses_another_conversation() {
             ],
         );
         for (trace, entries) in [(&short, 2), (&long, 4), (&long, 4)] {
-            let output = replay(trace.to_str().expect("utf-8"), "grown");
+            let output = stored_replay(trace.to_str().expect("utf-8"), "grown");
             assert_success(&output);
             assert_eq!(stored_session(store, "grown")["log_entries"], entries);
         }
 
         // Another conversation under an existing id: refused, and the stored log is intact.
-        let output = replay(short.to_str().expect("utf-8"), "demo");
+        let output = stored_replay(short.to_str().expect("utf-8"), "demo");
         assert_eq!(output.status.code(), Some(2), "{store}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains("different conversation"), "{stderr}");
@@ -607,19 +607,20 @@ fn a_stored_replay_keeps_its_summary() {
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo-trace.json");
     let scratch = tempfile::tempdir().expect("temp dir");
     let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
-    let report = json_of(&run(&[
-        "replay",
-        demo.to_str().expect("utf-8"),
-        "--policy",
-        "default",
-        "--window",
-        "16000",
-        "--json",
-        "--store",
-        &store,
-        "--session",
-        "demo",
-    ]));
+    let report = json_of(&replay(
+        &demo,
+        &[
+            "--policy",
+            "default",
+            "--window",
+            "16000",
+            "--json",
+            "--store",
+            &store,
+            "--session",
+            "demo",
+        ],
+    ));
     assert!(report["compactions"].as_u64() > Some(0), "{report}");
     let shown = stored_session(&store, "demo");
     assert_eq!(shown["summary_present"], true, "{shown}");
@@ -659,17 +660,18 @@ fn sessions_restore_takes_the_turns_from_the_log() {
         .map(|(role, text)| (role.as_str(), text.as_str()))
         .collect();
     let trace = chat_trace(scratch.path(), "parcels.json", &turns);
-    json_of(&run(&[
-        "replay",
-        trace.to_str().expect("utf-8"),
-        "--policy",
-        "cowagent",
-        "--json",
-        "--store",
-        &store,
-        "--session",
-        "parcels",
-    ]));
+    json_of(&replay(
+        &trace,
+        &[
+            "--policy",
+            "cowagent",
+            "--json",
+            "--store",
+            &store,
+            "--session",
+            "parcels",
+        ],
+    ));
     let restored = json_of(&run(&[
         "sessions", "restore", "parcels", "--policy", "cowagent", "--store", &store, "--json",
     ]));
@@ -690,9 +692,7 @@ fn sessions_restore_takes_the_turns_from_the_log() {
 /// else: not another tenant's folder, not what a link planted inside points to.
 #[test]
 fn sessions_gc_removes_the_workspace_folders_of_the_sessions_it_removes() {
-    let scratch = tempfile::tempdir().expect("temp dir");
-    let store = format!("sqlite://{}", scratch.path().join("sessions.db").display());
-    let workspace = scratch.path().join("workspace");
+    let (scratch, store, workspace) = scratch_store();
     let trace = scratch.path().join("busy.json");
     std::fs::write(
         &trace,
@@ -701,23 +701,7 @@ fn sessions_gc_removes_the_workspace_folders_of_the_sessions_it_removes() {
     )
     .expect("write trace");
     for tenant in ["default", "acme"] {
-        json_of(&run(&[
-            "replay",
-            trace.to_str().expect("utf-8"),
-            "--policy",
-            "default",
-            "--window",
-            "8000",
-            "--json",
-            "--store",
-            &store,
-            "--tenant",
-            tenant,
-            "--session",
-            "s1",
-            "--workspace",
-            workspace.to_str().expect("utf-8"),
-        ]));
+        replay_s1(&trace, &store, Some(tenant), &workspace);
     }
     let ours = workspace.join("sessions/s1");
     let theirs = workspace.join("tenants/acme/sessions/s1");

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
@@ -119,6 +120,45 @@ fn key(tenant: &str, id: &str) -> Result<SessionKey, ApiError> {
         .map_err(|e| ApiError::invalid_request(e.to_string()))
 }
 
+/// The session a route `/admin/sessions/{id}…` names, in the tenant the request is scoped
+/// to: extracting it authorizes the request (before a byte of its body is read).
+struct TenantSession {
+    id: String,
+    tenant: String,
+    key: SessionKey,
+}
+
+impl FromRequestParts<Arc<Gateway>> for TenantSession {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, gw: &Arc<Gateway>) -> Result<Self, Response> {
+        let Path(id) = Path::<String>::from_request_parts(parts, gw)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let tenant = authorize(gw, &parts.headers).map_err(IntoResponse::into_response)?;
+        let key = key(&tenant, &id).map_err(IntoResponse::into_response)?;
+        Ok(TenantSession { id, tenant, key })
+    }
+}
+
+/// The answer to an action on a session: `{"id": …, <done>: true}` once it applied, 404 when
+/// there was no such session.
+fn applied(
+    id: String,
+    outcome: Result<bool, SessionError>,
+    done: &str,
+) -> Result<Response, ApiError> {
+    if !outcome.map_err(store_error)? {
+        return Err(not_found(&id));
+    }
+    Ok(axum::Json(json!({"id": id, done: true})).into_response())
+}
+
+/// What the session holds, 404 when there is no such session.
+fn found<T>(id: &str, read: Result<Option<T>, SessionError>) -> Result<T, ApiError> {
+    read.map_err(store_error)?.ok_or_else(|| not_found(id))
+}
+
 fn store_error(err: impl std::fmt::Display) -> ApiError {
     ApiError::internal(err.to_string())
 }
@@ -152,17 +192,9 @@ async fn list(State(gw): State<Arc<Gateway>>, headers: HeaderMap) -> Result<Resp
 
 async fn stats(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    TenantSession { id, tenant, key }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let tenant = authorize(&gw, &headers)?;
-    let key = key(&tenant, &id)?;
-    let stats = gw
-        .sessions
-        .stats(&key)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?;
+    let stats = found(&id, gw.sessions.stats(&key).await)?;
     let log_len = gw
         .sessions
         .store()
@@ -197,17 +229,9 @@ fn order_json(index: usize, order: &ctxkeeper_core::orders::StandingOrder) -> Va
 
 async fn orders(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    TenantSession { id, key, .. }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let tenant = authorize(&gw, &headers)?;
-    let key = key(&tenant, &id)?;
-    let orders = gw
-        .sessions
-        .orders(&key)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?;
+    let orders = found(&id, gw.sessions.orders(&key).await)?;
     let items: Vec<Value> = orders
         .orders
         .iter()
@@ -305,43 +329,23 @@ async fn edit_order(
 
 async fn clear(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    TenantSession { id, key, .. }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let tenant = authorize(&gw, &headers)?;
-    let key = key(&tenant, &id)?;
-    if !gw.sessions.clear(&key).await.map_err(store_error)? {
-        return Err(not_found(&id));
-    }
-    Ok(axum::Json(json!({"id": id, "cleared": true})).into_response())
+    applied(id, gw.sessions.clear(&key).await, "cleared")
 }
 
 async fn rebuild(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    TenantSession { id, key, .. }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let tenant = authorize(&gw, &headers)?;
-    let key = key(&tenant, &id)?;
-    if !gw.sessions.rebuild(&key).await.map_err(store_error)? {
-        return Err(not_found(&id));
-    }
-    Ok(axum::Json(json!({"id": id, "rebuilt": true})).into_response())
+    applied(id, gw.sessions.rebuild(&key).await, "rebuilt")
 }
 
 async fn policy(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
+    TenantSession { id, key, .. }: TenantSession,
 ) -> Result<Response, ApiError> {
-    let tenant = authorize(&gw, &headers)?;
-    let key = key(&tenant, &id)?;
-    let overrides = gw
-        .sessions
-        .overrides(&key)
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| not_found(&id))?;
+    let overrides = found(&id, gw.sessions.overrides(&key).await)?;
     let effective = match &overrides {
         Some(fragment) => gw.sessions.policy().with_overrides(fragment),
         None => Ok(gw.sessions.policy().clone()),
@@ -357,14 +361,12 @@ async fn policy(
 
 async fn patch_policy(
     State(gw): State<Arc<Gateway>>,
-    Path(id): Path<String>,
+    // Authorised before a byte of the body is read: a client without a token cannot hold
+    // the connection by sending it slowly.
+    TenantSession { id, key, .. }: TenantSession,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    // Authorised before a byte of the body is read: a client without a token cannot hold
-    // the connection by sending it slowly.
-    let tenant = authorize(&gw, &headers)?;
-    let key = key(&tenant, &id)?;
     let body = read_fragment(body).await?;
     let patch = parse_fragment(&headers, &body)?;
     match gw.sessions.patch_overrides(&key, patch).await {

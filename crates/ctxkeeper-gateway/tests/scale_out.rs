@@ -15,6 +15,8 @@ use std::time::Duration;
 use common::{
     SMALL_MODEL, chat_history, client, config, mock, mock_and_config, start_shared, tools, unique,
 };
+use ctxkeeper_gateway::GatewayConfig;
+use ctxkeeper_store::archive::Offloader;
 use ctxkeeper_store::{HistoryPage, SessionKey, SessionStore};
 use serde_json::{Value, json};
 
@@ -50,6 +52,37 @@ async fn stored(store: &Arc<dyn SessionStore>, session: &str) -> (u64, usize) {
     (compactions, log.len())
 }
 
+/// Two gateways sharing one store and one archive, and a reference gateway with a memory store
+/// of its own: what one gateway alone makes of the same requests.
+struct Replicas {
+    a: common::Running,
+    b: common::Running,
+    reference: common::Running,
+    reference_store: Arc<dyn SessionStore>,
+}
+
+async fn replicas(
+    cfg: GatewayConfig,
+    store: &Arc<dyn SessionStore>,
+    archive: &Arc<dyn Offloader>,
+    dir: &tempfile::TempDir,
+) -> Replicas {
+    let a = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
+    let b = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
+    let reference_store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let reference_archive =
+        ctxkeeper_store::open_archive(dir.path().join("reference").to_str().unwrap())
+            .await
+            .unwrap();
+    let reference = start_shared(cfg, reference_store.clone(), reference_archive).await;
+    Replicas {
+        a,
+        b,
+        reference,
+        reference_store,
+    }
+}
+
 async fn scale_out(store_url: &str) {
     let upstream = mock(128_000).await;
     let dir = tempfile::tempdir().unwrap();
@@ -68,14 +101,12 @@ async fn scale_out(store_url: &str) {
         .policy
         .with_overrides("accounting = \"exact\"\n[cost]\nenabled = false")
         .unwrap();
-    let a = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
-    let b = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
-    let reference_store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let reference_archive =
-        ctxkeeper_store::open_archive(dir.path().join("reference").to_str().unwrap())
-            .await
-            .unwrap();
-    let reference = start_shared(cfg, reference_store.clone(), reference_archive).await;
+    let Replicas {
+        a,
+        b,
+        reference,
+        reference_store,
+    } = replicas(cfg, &store, &archive, &dir).await;
     let (a_url, b_url, r_url) = (
         a.url("/v1/chat/completions"),
         b.url("/v1/chat/completions"),
@@ -181,14 +212,12 @@ async fn a_moving_session_compacts_within_a_step_of_one_gateway() {
     let mut cfg = config(&dir, &upstream.anthropic_base_url());
     cfg.tenants = ctxkeeper_gateway::tenancy::TenantRule::default().trust_header(true);
     assert!(cfg.policy.cost.as_ref().is_some_and(|c| c.enabled));
-    let a = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
-    let b = start_shared(cfg.clone(), store.clone(), archive.clone()).await;
-    let reference_store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let reference_archive =
-        ctxkeeper_store::open_archive(dir.path().join("reference").to_str().unwrap())
-            .await
-            .unwrap();
-    let reference = start_shared(cfg, reference_store.clone(), reference_archive).await;
+    let Replicas {
+        a,
+        b,
+        reference,
+        reference_store,
+    } = replicas(cfg, &store, &archive, &dir).await;
     let session = unique("economic");
     let steps: usize = 40;
     for rounds in 1..=steps {
@@ -242,19 +271,25 @@ fn service_url(var: &str) -> Option<String> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_share_a_redis_store() {
-    if let Some(url) = service_url("CTXKEEPER_TEST_REDIS_URL") {
-        scale_out(&url).await;
-    }
+/// One test a shared store: each runs `$scenario` against the service its variable names
+/// (skipped where it is not set).
+macro_rules! against_services {
+    ($scenario:ident: $($test:ident => $var:literal),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                if let Some(url) = service_url($var) {
+                    $scenario(&url).await;
+                }
+            }
+        )+
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_share_a_postgres_store() {
-    if let Some(url) = service_url("CTXKEEPER_TEST_POSTGRES_URL") {
-        scale_out(&url).await;
-    }
-}
+against_services!(scale_out:
+    two_gateways_share_a_redis_store => "CTXKEEPER_TEST_REDIS_URL",
+    two_gateways_share_a_postgres_store => "CTXKEEPER_TEST_POSTGRES_URL",
+);
 
 /// A step served by one replica is announced to a subscriber of another, through the store's
 /// own pub/sub.
@@ -285,16 +320,7 @@ async fn events_cross_replicas(store_url: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_cross_replicas_over_redis() {
-    if let Some(url) = service_url("CTXKEEPER_TEST_REDIS_URL") {
-        events_cross_replicas(&url).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_cross_replicas_over_postgres() {
-    if let Some(url) = service_url("CTXKEEPER_TEST_POSTGRES_URL") {
-        events_cross_replicas(&url).await;
-    }
-}
+against_services!(events_cross_replicas:
+    events_cross_replicas_over_redis => "CTXKEEPER_TEST_REDIS_URL",
+    events_cross_replicas_over_postgres => "CTXKEEPER_TEST_POSTGRES_URL",
+);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{client, filler, summarizing};
 
 use ctxkeeper_gateway::summarize::{SUMMARY_REQUEST_MARK, SummarizerChoice};
-use ctxkeeper_mock_upstream::MockConfig;
+use ctxkeeper_mock_upstream::{MockConfig, RecordedRequest};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-ant-summaries-0123456789";
@@ -46,6 +46,17 @@ async fn send(gw: &common::Running, body: &Value) -> reqwest::Response {
 
 fn is_summary_call(body: &Value) -> bool {
     body.to_string().contains(SUMMARY_REQUEST_MARK)
+}
+
+/// The body of the agent's newest request among `requests` (a summary call is not one).
+fn last_agent_request(requests: &[RecordedRequest]) -> String {
+    requests
+        .iter()
+        .rev()
+        .find(|r| !is_summary_call(&r.body))
+        .unwrap()
+        .body
+        .to_string()
 }
 
 #[tokio::test]
@@ -101,13 +112,7 @@ async fn a_summarizer_that_times_out_never_fails_the_agents_request() {
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
     }
     let requests = upstream.requests();
-    let last = requests
-        .iter()
-        .rev()
-        .find(|r| !is_summary_call(&r.body))
-        .unwrap()
-        .body
-        .to_string();
+    let last = last_agent_request(&requests);
     // The summary call timed out (the mock drops a request whose client left before it
     // answered, so it is not among the recorded ones); the extractive summary stood in.
     assert!(last.contains("without a language model"), "{last}");
@@ -242,14 +247,7 @@ async fn a_crossing_request_waits_for_the_summary_being_prepared_instead_of_aski
         assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
         if common::compacted(&response) {
             compacted += 1;
-            let forwarded = upstream
-                .requests()
-                .into_iter()
-                .rev()
-                .find(|r| !is_summary_call(&r.body))
-                .unwrap()
-                .body
-                .to_string();
+            let forwarded = last_agent_request(&upstream.requests());
             assert!(
                 forwarded.contains("mock summary of the"),
                 "the crossing request applied the prepared model summary: {forwarded}"
@@ -300,13 +298,7 @@ async fn a_summarizer_outage_of_any_kind_never_fails_the_agents_request() {
             .map(|r| r.status)
             .collect();
         assert!(!failed.is_empty() && failed.iter().all(|s| *s == status));
-        let last = requests
-            .iter()
-            .rev()
-            .find(|r| !is_summary_call(&r.body))
-            .unwrap()
-            .body
-            .to_string();
+        let last = last_agent_request(&requests);
         assert!(
             last.contains("without a language model"),
             "{status}: {last}"

@@ -6,15 +6,44 @@ use ctxkeeper_core::overflow::{Provider, classify};
 use ctxkeeper_mock_upstream::{MockConfig, MockServer, spawn};
 use serde_json::{Value, json};
 
+/// A mock and a client for it.
+struct Mock {
+    server: MockServer,
+    client: reqwest::Client,
+}
+
 /// A mock with a small window and a client for it.
-async fn mock(window: u64) -> (MockServer, reqwest::Client) {
-    let server = spawn(MockConfig {
+async fn mock(window: u64) -> Mock {
+    mock_with(MockConfig {
         window,
         ..MockConfig::default()
     })
     .await
-    .expect("the mock binds a local port");
-    (server, reqwest::Client::new())
+}
+
+/// A mock with `config` and a client for it.
+async fn mock_with(config: MockConfig) -> Mock {
+    let server = spawn(config).await.expect("the mock binds a local port");
+    Mock {
+        server,
+        client: reqwest::Client::new(),
+    }
+}
+
+/// The status the mock answers `request` with.
+async fn status_of(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.expect("answer").status().as_u16()
+}
+
+/// The JSON the mock answers `request` with.
+async fn json_answer(request: reqwest::RequestBuilder) -> Value {
+    request
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json")
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -34,37 +63,35 @@ impl Api {
     }
 }
 
-/// Posts `body` with a key (`None`: without one) and returns the status and the raw body.
-async fn post(
-    server: &MockServer,
-    client: &reqwest::Client,
-    api: Api,
-    key: Option<&str>,
-    body: &Value,
-) -> (u16, String) {
-    let url = format!("http://{}{}", server.addr(), api.path());
-    let mut request = client.post(url).json(body);
-    if let Some(key) = key {
-        request = match api {
-            Api::Chat | Api::Responses => request.bearer_auth(key),
-            Api::Anthropic => request
-                .header("x-api-key", key)
-                .header("anthropic-version", "2023-06-01"),
-        };
+impl Mock {
+    /// Posts `body` with a key (`None`: without one) and returns the status and the raw body.
+    async fn post(&self, api: Api, key: Option<&str>, body: &Value) -> (u16, String) {
+        let url = format!("http://{}{}", self.server.addr(), api.path());
+        let mut request = self.client.post(url).json(body);
+        if let Some(key) = key {
+            request = match api {
+                Api::Chat | Api::Responses => request.bearer_auth(key),
+                Api::Anthropic => request
+                    .header("x-api-key", key)
+                    .header("anthropic-version", "2023-06-01"),
+            };
+        }
+        let response = request.send().await.expect("the mock answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("a body"))
     }
-    let response = request.send().await.expect("the mock answers");
-    let status = response.status().as_u16();
-    (status, response.text().await.expect("a body"))
-}
 
-/// Posts `body` with a key and returns the status and the raw body.
-async fn keyed(
-    server: &MockServer,
-    client: &reqwest::Client,
-    api: Api,
-    body: &Value,
-) -> (u16, String) {
-    post(server, client, api, Some("k"), body).await
+    /// Posts `body` with a key and returns the status and the raw body.
+    async fn keyed(&self, api: Api, body: &Value) -> (u16, String) {
+        self.post(api, Some("k"), body).await
+    }
+
+    /// Posts `body` with a key, checks that the answer has `status`, and returns its raw body.
+    async fn answered(&self, api: Api, body: &Value, status: u16) -> String {
+        let (answered, text) = self.keyed(api, body).await;
+        assert_eq!(answered, status, "{text}");
+        text
+    }
 }
 
 fn parse(body: &str) -> Value {
@@ -102,21 +129,36 @@ fn anthropic_body(text: &str, max_tokens: u64) -> Value {
     json!({"model": "claude-sonnet-4-5", "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]})
 }
 
+/// `body` asking for a streamed answer.
+fn streaming(mut body: Value) -> Value {
+    body["stream"] = json!(true);
+    body
+}
+
 fn responses_body(text: &str) -> Value {
     json!({"model": "gpt-4o", "input": [{"role": "user", "content": text}]})
+}
+
+/// Checks that the answer is classified as `provider`'s overflow stating the window and the
+/// tokens requested.
+fn assert_overflow_of(status: u16, body: &str, provider: Provider, (limit, requested): (u64, u64)) {
+    let overflow = classify(status, body).expect("classified as an overflow");
+    assert_eq!(overflow.provider, provider);
+    assert_eq!(overflow.limit, Some(limit));
+    assert_eq!(overflow.requested, Some(requested));
 }
 
 // ---- overflow ----------------------------------------------------------------------------
 
 #[tokio::test]
 async fn chat_overflow_is_classified_with_the_limit_and_the_input() {
-    let (server, client) = mock(512).await;
-    let (status, body) = keyed(&server, &client, Api::Chat, &chat_body(&long_text(2000))).await;
+    let mock = mock(512).await;
+    let (status, body) = mock.keyed(Api::Chat, &chat_body(&long_text(2000))).await;
     assert_eq!(status, 400);
     let error = parse(&body);
     assert_eq!(error["error"]["code"], "context_length_exceeded");
     assert_eq!(error["error"]["param"], "messages");
-    let counted = server.requests()[0].input_tokens;
+    let counted = mock.server.requests()[0].input_tokens;
     assert_eq!(
         error["error"]["message"],
         format!(
@@ -124,21 +166,18 @@ async fn chat_overflow_is_classified_with_the_limit_and_the_input() {
              Please reduce the length of the messages."
         )
     );
-    let overflow = classify(status, &body).expect("classified as an overflow");
-    assert_eq!(overflow.provider, Provider::OpenAi);
-    assert_eq!(overflow.limit, Some(512));
-    assert_eq!(overflow.requested, Some(counted));
+    assert_overflow_of(status, &body, Provider::OpenAi, (512, counted));
 }
 
 #[tokio::test]
 async fn chat_overflow_with_a_stated_output_budget_names_both_parts() {
-    let (server, client) = mock(1000).await;
+    let mock = mock(1000).await;
     let mut body = chat_body("short question");
     body["max_completion_tokens"] = json!(995);
-    let (status, answer) = keyed(&server, &client, Api::Chat, &body).await;
+    let (status, answer) = mock.keyed(Api::Chat, &body).await;
     assert_eq!(status, 400, "{answer}");
     let overflow = classify(status, &answer).expect("an overflow");
-    let input = server.requests()[0].input_tokens;
+    let input = mock.server.requests()[0].input_tokens;
     assert_eq!(overflow.limit, Some(1000));
     assert_eq!(overflow.input, Some(input));
     assert_eq!(overflow.output, Some(995));
@@ -147,40 +186,29 @@ async fn chat_overflow_with_a_stated_output_budget_names_both_parts() {
 
 #[tokio::test]
 async fn anthropic_overflow_is_classified_with_the_limit() {
-    let (server, client) = mock(512).await;
-    let (status, body) = keyed(
-        &server,
-        &client,
-        Api::Anthropic,
-        &anthropic_body(&long_text(2000), 100),
-    )
-    .await;
+    let mock = mock(512).await;
+    let (status, body) = mock
+        .keyed(Api::Anthropic, &anthropic_body(&long_text(2000), 100))
+        .await;
     assert_eq!(status, 400);
-    let counted = server.requests()[0].input_tokens;
+    let counted = mock.server.requests()[0].input_tokens;
     let error = parse(&body);
     assert_eq!(error["type"], "error");
     assert_eq!(
         error["error"]["message"],
         format!("prompt is too long: {counted} tokens > 512 maximum")
     );
-    let overflow = classify(status, &body).expect("an overflow");
-    assert_eq!(overflow.provider, Provider::Anthropic);
-    assert_eq!(overflow.limit, Some(512));
-    assert_eq!(overflow.requested, Some(counted));
+    assert_overflow_of(status, &body, Provider::Anthropic, (512, counted));
 }
 
 #[tokio::test]
 async fn anthropic_input_plus_max_tokens_over_the_window_names_both() {
-    let (server, client) = mock(512).await;
-    let (status, body) = keyed(
-        &server,
-        &client,
-        Api::Anthropic,
-        &anthropic_body("hello", 510),
-    )
-    .await;
+    let mock = mock(512).await;
+    let (status, body) = mock
+        .keyed(Api::Anthropic, &anthropic_body("hello", 510))
+        .await;
     assert_eq!(status, 400, "{body}");
-    let input = server.requests()[0].input_tokens;
+    let input = mock.server.requests()[0].input_tokens;
     let overflow = classify(status, &body).expect("an overflow");
     assert_eq!(
         (overflow.limit, overflow.input, overflow.output),
@@ -190,14 +218,10 @@ async fn anthropic_input_plus_max_tokens_over_the_window_names_both() {
 
 #[tokio::test]
 async fn responses_overflow_is_a_400_and_a_stream_error_event() {
-    let (server, client) = mock(512).await;
-    let (status, body) = keyed(
-        &server,
-        &client,
-        Api::Responses,
-        &responses_body(&long_text(2000)),
-    )
-    .await;
+    let mock = mock(512).await;
+    let (status, body) = mock
+        .keyed(Api::Responses, &responses_body(&long_text(2000)))
+        .await;
     assert_eq!(status, 400);
     assert_eq!(parse(&body)["error"]["code"], "context_length_exceeded");
     let overflow = classify(status, &body).expect("an overflow");
@@ -205,9 +229,8 @@ async fn responses_overflow_is_a_400_and_a_stream_error_event() {
     // The real Responses API states no numbers; the window is known from the model instead.
     assert_eq!(overflow.limit, None);
 
-    let mut streamed = responses_body(&long_text(2000));
-    streamed["stream"] = json!(true);
-    let (status, body) = keyed(&server, &client, Api::Responses, &streamed).await;
+    let streamed = streaming(responses_body(&long_text(2000)));
+    let (status, body) = mock.keyed(Api::Responses, &streamed).await;
     assert_eq!(
         status, 200,
         "the stream is already open when the overflow is found"
@@ -228,27 +251,26 @@ async fn responses_overflow_is_a_400_and_a_stream_error_event() {
 
 #[tokio::test]
 async fn fitting_requests_pass_and_set_window_moves_the_limit() {
-    let (server, client) = mock(128_000).await;
+    let mock = mock(128_000).await;
     let body = chat_body(&long_text(600));
-    assert_eq!(keyed(&server, &client, Api::Chat, &body).await.0, 200);
-    server.set_window(100);
-    assert_eq!(keyed(&server, &client, Api::Chat, &body).await.0, 400);
-    server.set_window(100_000);
-    assert_eq!(keyed(&server, &client, Api::Chat, &body).await.0, 200);
+    assert_eq!(mock.keyed(Api::Chat, &body).await.0, 200);
+    mock.server.set_window(100);
+    assert_eq!(mock.keyed(Api::Chat, &body).await.0, 400);
+    mock.server.set_window(100_000);
+    assert_eq!(mock.keyed(Api::Chat, &body).await.0, 200);
 }
 
 // ---- validation and authentication -------------------------------------------------------
 
 #[tokio::test]
 async fn openai_tool_pairing_errors_are_the_real_ones() {
-    let (server, client) = mock(128_000).await;
+    let mock = mock(128_000).await;
     let unanswered = json!({"model": "gpt-4o", "messages": [
         {"role": "user", "content": "list files"},
         {"role": "assistant", "content": null, "tool_calls": [
             {"id": "call_sVab", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
         {"role": "user", "content": "and?"}]});
-    let (status, body) = keyed(&server, &client, Api::Chat, &unanswered).await;
-    assert_eq!(status, 400);
+    let body = mock.answered(Api::Chat, &unanswered, 400).await;
     let error = parse(&body);
     assert_eq!(
         error["error"]["message"],
@@ -257,27 +279,25 @@ async fn openai_tool_pairing_errors_are_the_real_ones() {
     );
     assert_eq!(error["error"]["type"], "invalid_request_error");
     assert!(
-        classify(status, &body).is_none(),
+        classify(400, &body).is_none(),
         "a pairing error is not an overflow"
     );
 
     let orphan = json!({"model": "gpt-4o", "messages": [
         {"role": "user", "content": "hi"},
         {"role": "tool", "tool_call_id": "call_1", "content": "out"}]});
-    let (status, body) = keyed(&server, &client, Api::Chat, &orphan).await;
-    assert_eq!(status, 400);
+    let body = mock.answered(Api::Chat, &orphan, 400).await;
     assert_eq!(parse(&body)["error"]["param"], "messages.[1].role");
 }
 
 #[tokio::test]
 async fn anthropic_tool_pairing_errors_are_the_real_ones() {
-    let (server, client) = mock(128_000).await;
+    let mock = mock(128_000).await;
     let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
         {"role": "user", "content": "list files"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01N8", "name": "ls", "input": {}}]},
         {"role": "user", "content": "and?"}]});
-    let (status, answer) = keyed(&server, &client, Api::Anthropic, &body).await;
-    assert_eq!(status, 400);
+    let answer = mock.answered(Api::Anthropic, &body, 400).await;
     let error = parse(&answer);
     assert_eq!(
         error["error"]["message"],
@@ -289,14 +309,15 @@ async fn anthropic_tool_pairing_errors_are_the_real_ones() {
             .as_str()
             .is_some_and(|id| id.starts_with("req_"))
     );
-    assert!(classify(status, &answer).is_none());
+    assert!(classify(400, &answer).is_none());
 }
 
 #[tokio::test]
 async fn malformed_and_incomplete_bodies_get_400s() {
-    let (server, client) = mock(128_000).await;
-    let url = format!("{}/chat/completions", server.openai_base_url());
-    let response = client
+    let mock = mock(128_000).await;
+    let url = format!("{}/chat/completions", mock.server.openai_base_url());
+    let response = mock
+        .client
         .post(url)
         .bearer_auth("k")
         .body("{not json")
@@ -311,29 +332,24 @@ async fn malformed_and_incomplete_bodies_get_400s() {
             .is_some_and(|m| m.starts_with("We could not parse the JSON body"))
     );
 
-    let (status, body) = keyed(
-        &server,
-        &client,
-        Api::Anthropic,
-        &json!({"model": "claude", "messages": []}),
-    )
-    .await;
+    let (status, body) = mock
+        .keyed(Api::Anthropic, &json!({"model": "claude", "messages": []}))
+        .await;
     assert_eq!(
         (status, parse(&body)["error"]["message"].clone()),
         (400, json!("max_tokens: Field required"))
     );
-    let (status, body) = keyed(
-        &server,
-        &client,
-        Api::Chat,
-        &json!({"messages": [{"role": "user", "content": "x"}]}),
-    )
-    .await;
+    let (status, body) = mock
+        .keyed(
+            Api::Chat,
+            &json!({"messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
     assert_eq!(
         (status, parse(&body)["error"]["message"].clone()),
         (400, json!("you must provide a model parameter"))
     );
-    let recorded = server.requests();
+    let recorded = mock.server.requests();
     assert_eq!(
         recorded[0].body,
         json!("{not json"),
@@ -344,65 +360,47 @@ async fn malformed_and_incomplete_bodies_get_400s() {
 
 #[tokio::test]
 async fn a_request_without_a_key_gets_the_providers_401() {
-    let (server, client) = mock(128_000).await;
-    let (status, body) = post(&server, &client, Api::Chat, None, &chat_body("hi")).await;
+    let mock = mock(128_000).await;
+    let (status, body) = mock.post(Api::Chat, None, &chat_body("hi")).await;
     assert_eq!(status, 401);
     assert!(
         parse(&body)["error"]["message"]
             .as_str()
             .is_some_and(|m| m.starts_with("You didn't provide an API key"))
     );
-    let (status, body) = post(
-        &server,
-        &client,
-        Api::Responses,
-        None,
-        &responses_body("hi"),
-    )
-    .await;
+    let (status, body) = mock.post(Api::Responses, None, &responses_body("hi")).await;
     assert_eq!(status, 401, "{body}");
-    let (status, body) = post(
-        &server,
-        &client,
-        Api::Anthropic,
-        None,
-        &anthropic_body("hi", 10),
-    )
-    .await;
+    let (status, body) = mock
+        .post(Api::Anthropic, None, &anthropic_body("hi", 10))
+        .await;
     assert_eq!(status, 401);
     assert_eq!(parse(&body)["error"]["type"], "authentication_error");
     // Anthropic also takes a bearer token.
-    let url = format!("{}/v1/messages", server.anthropic_base_url());
-    let response = client
-        .post(url)
-        .bearer_auth("k")
-        .json(&anthropic_body("hi", 10))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(response.status().as_u16(), 200);
+    let url = format!("{}/v1/messages", mock.server.anthropic_base_url());
+    assert_eq!(
+        status_of(
+            mock.client
+                .post(url)
+                .bearer_auth("k")
+                .json(&anthropic_body("hi", 10))
+        )
+        .await,
+        200
+    );
 }
 
 #[tokio::test]
 async fn the_clients_key_and_headers_are_recorded_untouched() {
-    let (server, client) = mock(128_000).await;
-    post(
-        &server,
-        &client,
-        Api::Chat,
-        Some("sk-client-key-123"),
-        &chat_body("hi"),
-    )
-    .await;
-    post(
-        &server,
-        &client,
+    let mock = mock(128_000).await;
+    mock.post(Api::Chat, Some("sk-client-key-123"), &chat_body("hi"))
+        .await;
+    mock.post(
         Api::Anthropic,
         Some("sk-ant-xyz"),
         &anthropic_body("hi", 10),
     )
     .await;
-    let recorded = server.requests();
+    let recorded = mock.server.requests();
     assert_eq!(recorded.len(), 2);
     assert_eq!(recorded[0].path, "/v1/chat/completions");
     assert_eq!(
@@ -423,8 +421,8 @@ async fn the_clients_key_and_headers_are_recorded_untouched() {
 
 #[tokio::test]
 async fn answers_are_deterministic_text_or_one_tool_call() {
-    let (server, client) = mock(128_000).await;
-    let (_, body) = keyed(&server, &client, Api::Chat, &chat_body("hi")).await;
+    let mock = mock(128_000).await;
+    let (_, body) = mock.keyed(Api::Chat, &chat_body("hi")).await;
     let answer = parse(&body);
     assert_eq!(answer["choices"][0]["message"]["content"], "mock reply 1");
     assert_eq!(answer["choices"][0]["finish_reason"], "stop");
@@ -439,8 +437,7 @@ async fn answers_are_deterministic_text_or_one_tool_call() {
             {"role": "user", "content": "go"},
             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "data"}]}]});
-    let (status, body) = keyed(&server, &client, Api::Anthropic, &with_tools).await;
-    assert_eq!(status, 200, "{body}");
+    let body = mock.answered(Api::Anthropic, &with_tools, 200).await;
     let answer = parse(&body);
     assert_eq!(answer["stop_reason"], "tool_use");
     let block = &answer["content"][0];
@@ -464,12 +461,10 @@ fn names(events: &[(Option<String>, String)]) -> Vec<String> {
 
 #[tokio::test]
 async fn chat_stream_order_text_and_tool_call() {
-    let (server, client) = mock(128_000).await;
-    let mut body = chat_body("hi");
-    body["stream"] = json!(true);
+    let mock = mock(128_000).await;
+    let mut body = streaming(chat_body("hi"));
     body["stream_options"] = json!({"include_usage": true});
-    let (status, text) = keyed(&server, &client, Api::Chat, &body).await;
-    assert_eq!(status, 200);
+    let text = mock.answered(Api::Chat, &body, 200).await;
     let events = sse(&text);
     assert_eq!(events.last().map(|(_, data)| data.as_str()), Some("[DONE]"));
     let chunks: Vec<Value> = events[..events.len() - 1]
@@ -499,7 +494,7 @@ async fn chat_stream_order_text_and_tool_call() {
 
     body["tools"] = json!([{"type": "function", "function": {"name": "grep", "parameters": {}}}]);
     body["stream_options"] = json!({"include_usage": false});
-    let (_, text) = keyed(&server, &client, Api::Chat, &body).await;
+    let (_, text) = mock.keyed(Api::Chat, &body).await;
     let events = sse(&text);
     let chunks: Vec<Value> = events[..events.len() - 1]
         .iter()
@@ -537,12 +532,9 @@ async fn chat_stream_order_text_and_tool_call() {
 
 #[tokio::test]
 async fn anthropic_stream_order_text_and_tool_use() {
-    let (server, client) = mock(128_000).await;
-    let mut body = anthropic_body("hi", 100);
-    body["stream"] = json!(true);
-    let (status, text) = keyed(&server, &client, Api::Anthropic, &body).await;
-    assert_eq!(status, 200);
-    let events = sse(&text);
+    let mock = mock(128_000).await;
+    let mut body = streaming(anthropic_body("hi", 100));
+    let events = sse(&mock.answered(Api::Anthropic, &body, 200).await);
     assert_eq!(
         names(&events),
         [
@@ -569,7 +561,7 @@ async fn anthropic_stream_order_text_and_tool_use() {
     assert_eq!(delta["usage"]["output_tokens"], 4);
 
     body["tools"] = json!([{"name": "ls", "input_schema": {"type": "object"}}]);
-    let (_, text) = keyed(&server, &client, Api::Anthropic, &body).await;
+    let (_, text) = mock.keyed(Api::Anthropic, &body).await;
     let events = sse(&text);
     let start = parse(&events[1].1);
     assert_eq!(start["content_block"]["type"], "tool_use");
@@ -599,12 +591,9 @@ async fn anthropic_stream_order_text_and_tool_use() {
 
 #[tokio::test]
 async fn responses_stream_order_text_and_function_call() {
-    let (server, client) = mock(128_000).await;
-    let mut body = responses_body("hi");
-    body["stream"] = json!(true);
-    let (status, text) = keyed(&server, &client, Api::Responses, &body).await;
-    assert_eq!(status, 200);
-    let events = sse(&text);
+    let mock = mock(128_000).await;
+    let mut body = streaming(responses_body("hi"));
+    let events = sse(&mock.answered(Api::Responses, &body, 200).await);
     assert_eq!(
         names(&events),
         [
@@ -639,7 +628,7 @@ async fn responses_stream_order_text_and_function_call() {
     );
 
     body["tools"] = json!([{"type": "function", "name": "search", "parameters": {}}]);
-    let (_, text) = keyed(&server, &client, Api::Responses, &body).await;
+    let (_, text) = mock.keyed(Api::Responses, &body).await;
     let events = sse(&text);
     let names = names(&events);
     assert_eq!(names[2], "response.output_item.added");
@@ -667,14 +656,13 @@ async fn responses_stream_order_text_and_function_call() {
 
 #[tokio::test]
 async fn responses_non_streaming_answers_with_a_function_call_item() {
-    let (server, client) = mock(128_000).await;
+    let mock = mock(128_000).await;
     let body = json!({"model": "gpt-4o", "tools": [{"type": "function", "name": "search", "parameters": {}}],
         "input": [
             {"role": "user", "content": "find"},
             {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "nothing"}]});
-    let (status, text) = keyed(&server, &client, Api::Responses, &body).await;
-    assert_eq!(status, 200, "{text}");
+    let text = mock.answered(Api::Responses, &body, 200).await;
     let answer = parse(&text);
     assert_eq!(answer["object"], "response");
     let item = &answer["output"][0];
@@ -693,11 +681,11 @@ async fn responses_non_streaming_answers_with_a_function_call_item() {
 
 #[tokio::test]
 async fn a_repeated_prefix_is_reported_as_cached() {
-    let (server, client) = mock(128_000).await;
+    let mock = mock(128_000).await;
     let first = json!({"model": "gpt-4o", "messages": [
         {"role": "system", "content": long_text(300)},
         {"role": "user", "content": "question one"}]});
-    let (_, text) = keyed(&server, &client, Api::Chat, &first).await;
+    let (_, text) = mock.keyed(Api::Chat, &first).await;
     let first_usage = parse(&text)["usage"].clone();
     assert_eq!(first_usage["prompt_tokens_details"]["cached_tokens"], 0);
     let first_input = first_usage["prompt_tokens"].as_u64().unwrap_or(0);
@@ -707,7 +695,7 @@ async fn a_repeated_prefix_is_reported_as_cached() {
         messages.push(json!({"role": "assistant", "content": "mock reply 2"}));
         messages.push(json!({"role": "user", "content": "question two"}));
     }
-    let (_, text) = keyed(&server, &client, Api::Chat, &second).await;
+    let (_, text) = mock.keyed(Api::Chat, &second).await;
     let usage = parse(&text)["usage"].clone();
     assert_eq!(
         usage["prompt_tokens_details"]["cached_tokens"], first_input,
@@ -716,14 +704,14 @@ async fn a_repeated_prefix_is_reported_as_cached() {
     assert!(usage["prompt_tokens"].as_u64().unwrap_or(0) > first_input);
 
     // Another key shares nothing; a changed system prompt breaks the prefix.
-    let (_, text) = post(&server, &client, Api::Chat, Some("other-key"), &second).await;
+    let (_, text) = mock.post(Api::Chat, Some("other-key"), &second).await;
     assert_eq!(
         parse(&text)["usage"]["prompt_tokens_details"]["cached_tokens"],
         0
     );
     let mut changed = second.clone();
     changed["messages"][0]["content"] = json!("a different system prompt");
-    let (_, text) = keyed(&server, &client, Api::Chat, &changed).await;
+    let (_, text) = mock.keyed(Api::Chat, &changed).await;
     let cached = parse(&text)["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
     assert!(
         cached.is_some_and(|c| c < 10),
@@ -733,12 +721,12 @@ async fn a_repeated_prefix_is_reported_as_cached() {
 
 #[tokio::test]
 async fn anthropic_reports_cache_reads_outside_input_tokens() {
-    let (server, client) = mock(128_000).await;
+    let mock = mock(128_000).await;
     let first = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "system": long_text(300),
         "messages": [{"role": "user", "content": "one"}]});
-    let (_, text) = keyed(&server, &client, Api::Anthropic, &first).await;
+    let (_, text) = mock.keyed(Api::Anthropic, &first).await;
     let total_first = parse(&text)["usage"]["input_tokens"].as_u64().unwrap_or(0);
-    let (_, text) = keyed(&server, &client, Api::Anthropic, &first).await;
+    let (_, text) = mock.keyed(Api::Anthropic, &first).await;
     let usage = parse(&text)["usage"].clone();
     assert_eq!(
         usage["cache_read_input_tokens"], total_first,
@@ -746,7 +734,7 @@ async fn anthropic_reports_cache_reads_outside_input_tokens() {
     );
     assert_eq!(usage["input_tokens"], 0);
     assert_eq!(
-        server.requests()[1].input_tokens,
+        mock.server.requests()[1].input_tokens,
         total_first,
         "the recorder keeps the full input"
     );
@@ -756,114 +744,89 @@ async fn anthropic_reports_cache_reads_outside_input_tokens() {
 
 #[tokio::test]
 async fn control_endpoints_read_reset_and_configure() {
-    let (server, client) = mock(128_000).await;
-    let base = format!("http://{}", server.addr());
-    keyed(&server, &client, Api::Chat, &chat_body("hi")).await;
-    let recorded: Value = client
-        .get(format!("{base}/mock/requests"))
-        .send()
-        .await
-        .expect("answer")
-        .json()
-        .await
-        .expect("json");
+    let mock = mock(128_000).await;
+    let base = format!("http://{}", mock.server.addr());
+    mock.keyed(Api::Chat, &chat_body("hi")).await;
+    let recorded = json_answer(mock.client.get(format!("{base}/mock/requests"))).await;
     assert_eq!(recorded[0]["path"], "/v1/chat/completions");
     assert_eq!(recorded[0]["status"], 200);
 
-    let config: Value = client
-        .post(format!("{base}/mock/config"))
-        .json(&json!({"window": 10}))
-        .send()
-        .await
-        .expect("answer")
-        .json()
-        .await
-        .expect("json");
+    let config = json_answer(
+        mock.client
+            .post(format!("{base}/mock/config"))
+            .json(&json!({"window": 10})),
+    )
+    .await;
     assert_eq!(config["window"], 10);
+    assert_eq!(mock.keyed(Api::Chat, &chat_body("hi")).await.0, 400);
     assert_eq!(
-        keyed(&server, &client, Api::Chat, &chat_body("hi")).await.0,
+        status_of(
+            mock.client
+                .post(format!("{base}/mock/config"))
+                .json(&json!({"windw": 10}))
+        )
+        .await,
         400
     );
-    let bad = client
-        .post(format!("{base}/mock/config"))
-        .json(&json!({"windw": 10}))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(bad.status().as_u16(), 400);
 
-    client
+    mock.client
         .post(format!("{base}/mock/reset"))
         .send()
         .await
         .expect("answer");
-    assert!(server.requests().is_empty());
+    assert!(mock.server.requests().is_empty());
 }
 
 #[tokio::test]
 async fn models_and_unknown_paths_answer_in_the_callers_dialect() {
-    let (server, client) = mock(128_000).await;
-    let openai: Value = client
-        .get(format!("{}/models", server.openai_base_url()))
-        .bearer_auth("k")
-        .send()
-        .await
-        .expect("answer")
-        .json()
-        .await
-        .expect("json");
+    let mock = mock(128_000).await;
+    let openai = json_answer(
+        mock.client
+            .get(format!("{}/models", mock.server.openai_base_url()))
+            .bearer_auth("k"),
+    )
+    .await;
     assert_eq!(openai["object"], "list");
     assert_eq!(openai["data"][0]["object"], "model");
-    let anthropic: Value = client
-        .get(format!("{}/v1/models", server.anthropic_base_url()))
-        .header("x-api-key", "k")
-        .header("anthropic-version", "2023-06-01")
-        .send()
-        .await
-        .expect("answer")
-        .json()
-        .await
-        .expect("json");
+    let anthropic = json_answer(
+        mock.client
+            .get(format!("{}/v1/models", mock.server.anthropic_base_url()))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01"),
+    )
+    .await;
     assert_eq!(anthropic["data"][0]["type"], "model");
-    let missing = client
-        .get(format!("{}/nothing", server.openai_base_url()))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(missing.status().as_u16(), 404);
+    assert_eq!(
+        status_of(
+            mock.client
+                .get(format!("{}/nothing", mock.server.openai_base_url()))
+        )
+        .await,
+        404
+    );
 }
 
 #[tokio::test]
 async fn recording_can_be_off() {
-    let server = spawn(MockConfig {
+    let mock = mock_with(MockConfig {
         record: false,
         ..MockConfig::default()
     })
-    .await
-    .expect("bind");
-    let client = reqwest::Client::new();
-    assert_eq!(
-        keyed(&server, &client, Api::Chat, &chat_body("hi")).await.0,
-        200
-    );
-    assert!(server.requests().is_empty());
-    server.shutdown().await;
+    .await;
+    assert_eq!(mock.keyed(Api::Chat, &chat_body("hi")).await.0, 200);
+    assert!(mock.server.requests().is_empty());
+    mock.server.shutdown().await;
 }
 
 #[tokio::test]
 async fn delay_holds_the_answer_back() {
-    let server = spawn(MockConfig {
+    let mock = mock_with(MockConfig {
         delay: std::time::Duration::from_millis(150),
         ..MockConfig::default()
     })
-    .await
-    .expect("bind");
-    let client = reqwest::Client::new();
+    .await;
     let started = std::time::Instant::now();
-    assert_eq!(
-        keyed(&server, &client, Api::Chat, &chat_body("hi")).await.0,
-        200
-    );
+    assert_eq!(mock.keyed(Api::Chat, &chat_body("hi")).await.0, 200);
     assert!(started.elapsed() >= std::time::Duration::from_millis(150));
 }
 
@@ -874,17 +837,14 @@ async fn delay_holds_the_answer_back() {
 /// after the last step the submit command.
 #[tokio::test]
 async fn a_script_drives_an_agent_loop_step_by_step() {
-    let (server, client) = mock(2_000).await;
-    let base = format!("http://{}", server.addr());
-    let config: Value = client
-        .post(format!("{base}/mock/config"))
-        .json(&json!({"script": {"steps": 2, "output_bytes": 50}}))
-        .send()
-        .await
-        .expect("answer")
-        .json()
-        .await
-        .expect("json");
+    let mock = mock(2_000).await;
+    let base = format!("http://{}", mock.server.addr());
+    let config = json_answer(
+        mock.client
+            .post(format!("{base}/mock/config"))
+            .json(&json!({"script": {"steps": 2, "output_bytes": 50}})),
+    )
+    .await;
     assert_eq!(config["script"], json!({"steps": 2, "output_bytes": 50}));
     let tools = json!([{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]);
     let call_of = |answer: &str| -> String {
@@ -897,26 +857,25 @@ async fn a_script_drives_an_agent_loop_step_by_step() {
     };
     let first =
         json!({"model": "gpt-4o", "tools": tools, "messages": [{"role": "user", "content": "go"}]});
-    let (status, answer) = keyed(&server, &client, Api::Chat, &first).await;
-    assert_eq!(status, 200);
+    let answer = mock.answered(Api::Chat, &first, 200).await;
     let command = call_of(&answer);
     assert_eq!(command, ctxkeeper_mock_upstream::script_command(1, 50));
     // Too large for the window: refused, and step 2 is not handed out.
     let huge = json!({"model": "gpt-4o", "tools": tools, "messages": [
         {"role": "user", "content": "go"},
         {"role": "tool", "tool_call_id": "c", "content": format!("ctxkstep1out {}", "1 ".repeat(3_000))}]});
-    assert_eq!(keyed(&server, &client, Api::Chat, &huge).await.0, 400);
+    assert_eq!(mock.keyed(Api::Chat, &huge).await.0, 400);
     // The compacted retry (the marker gone) still gets step 2, then the submit command.
     let compacted = json!({"model": "gpt-4o", "tools": tools, "messages": [
         {"role": "user", "content": "go"}, {"role": "user", "content": "(summary)"}]});
-    let (_, answer) = keyed(&server, &client, Api::Chat, &compacted).await;
+    let (_, answer) = mock.keyed(Api::Chat, &compacted).await;
     assert!(call_of(&answer).starts_with("echo ctxkstep2out;"));
-    let (_, answer) = keyed(&server, &client, Api::Chat, &compacted).await;
+    let (_, answer) = mock.keyed(Api::Chat, &compacted).await;
     assert_eq!(
         call_of(&answer),
         "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
     );
     // Another caller starts from the beginning.
-    let (_, answer) = post(&server, &client, Api::Chat, Some("other"), &first).await;
+    let (_, answer) = mock.post(Api::Chat, Some("other"), &first).await;
     assert!(call_of(&answer).starts_with("echo ctxkstep1out;"));
 }

@@ -64,22 +64,42 @@ fn manager_with(
     ContextManager::new(settings, "s1", archive, summarizer)
 }
 
+/// A default manager over a counting summarizer, with its archive in a temporary directory
+/// that lives as long as the returned one, and its events.
+fn counted_manager() -> (
+    tempfile::TempDir,
+    Arc<Counting>,
+    ContextManager,
+    Receiver<Event>,
+) {
+    let dir = tempfile::tempdir().expect("dir");
+    let summarizer = Arc::new(Counting::default());
+    let context = manager(summarizer.clone(), &dir);
+    let events = context.subscribe();
+    (dir, summarizer, context, events)
+}
+
 /// One exchange of plain text (nothing for masking to clear: only a summary shrinks it).
 async fn exchange(context: &mut ContextManager, i: usize) {
-    context
-        .ingest(Message::user(format!(
+    ingest_exchange(
+        context,
+        format!(
             "Request {i}: look at module_{i}.rs and report. {}",
             "Some words about it. ".repeat(12)
-        )))
-        .await
-        .expect("ingest");
-    context
-        .ingest(Message::assistant(format!(
+        ),
+        format!(
             "Report {i}: module_{i}.rs is fine. {}",
             "Details of the report. ".repeat(12)
-        )))
-        .await
-        .expect("ingest");
+        ),
+    )
+    .await;
+}
+
+/// The user's `request` and the assistant's `report`.
+async fn ingest_exchange(context: &mut ContextManager, request: String, report: String) {
+    for message in [Message::user(request), Message::assistant(report)] {
+        context.ingest(message).await.expect("ingest");
+    }
 }
 
 fn prepared_outcomes(events: &mut Receiver<Event>) -> Vec<String> {
@@ -94,10 +114,7 @@ fn prepared_outcomes(events: &mut Receiver<Event>) -> Vec<String> {
 
 #[tokio::test]
 async fn the_crossing_compaction_uses_the_prepared_summary_and_keeps_later_messages() {
-    let dir = tempfile::tempdir().expect("dir");
-    let summarizer = Arc::new(Counting::default());
-    let mut context = manager(summarizer.clone(), &dir);
-    let mut events = context.subscribe();
+    let (_dir, summarizer, mut context, mut events) = counted_manager();
     let mut prepared_span = None;
     let mut calls_after_preparation = 0;
     for i in 0..60 {
@@ -155,10 +172,7 @@ async fn the_crossing_compaction_uses_the_prepared_summary_and_keeps_later_messa
 /// preparation (as its answer arrives), then the next step.
 #[tokio::test]
 async fn the_step_before_a_jump_past_the_trigger_prepares_the_summary() {
-    let dir = tempfile::tempdir().expect("dir");
-    let summarizer = Arc::new(Counting::default());
-    let mut context = manager(summarizer.clone(), &dir);
-    let mut events = context.subscribe();
+    let (_dir, summarizer, mut context, mut events) = counted_manager();
     let (mut prepared_at, mut compacted_at) = (None, None);
     for i in 0..60 {
         exchange(&mut context, i).await;
@@ -190,10 +204,7 @@ async fn the_step_before_a_jump_past_the_trigger_prepares_the_summary() {
 
 #[tokio::test]
 async fn a_summary_prepared_before_another_compaction_is_discarded() {
-    let dir = tempfile::tempdir().expect("dir");
-    let summarizer = Arc::new(Counting::default());
-    let mut context = manager(summarizer.clone(), &dir);
-    let mut events = context.subscribe();
+    let (_dir, summarizer, mut context, mut events) = counted_manager();
     let mut preparation = None;
     for i in 0..60 {
         exchange(&mut context, i).await;
@@ -267,20 +278,12 @@ async fn a_tight_window_does_not_pay_a_model_summary_on_every_step() {
         let mut events = context.subscribe();
         let (mut compactions, mut downgraded, mut prepared) = (0, 0, 0);
         for i in 0..40 {
-            context
-                .ingest(Message::user(format!(
-                    "Request {i}: {}",
-                    "Words about it. ".repeat(45)
-                )))
-                .await
-                .expect("ingest");
-            context
-                .ingest(Message::assistant(format!(
-                    "Report {i}: {}",
-                    "Details of it. ".repeat(45)
-                )))
-                .await
-                .expect("ingest");
+            ingest_exchange(
+                &mut context,
+                format!("Request {i}: {}", "Words about it. ".repeat(45)),
+                format!("Report {i}: {}", "Details of it. ".repeat(45)),
+            )
+            .await;
             if context.summary_to_prepare(0.5).is_some() {
                 prepared += 1;
             }

@@ -27,6 +27,13 @@ fn manager(preset: &str) -> ContextManager {
     in_memory(settings, "hooks")
 }
 
+/// The texts of the request `context` prepares after [`conversation`].
+async fn texts_sent_after_conversation(context: &mut ContextManager) -> Vec<String> {
+    conversation(context).await;
+    let sent = context.prepare().await.unwrap().messages;
+    sent.iter().map(Message::text).collect()
+}
+
 async fn conversation(context: &mut ContextManager) {
     ingest_all(
         context,
@@ -51,11 +58,8 @@ fn identity(_: &[Message]) -> Vec<Message> {
 async fn providers_go_where_the_policy_places_request_time_context() {
     let mut agentrail = manager("agentrail");
     agentrail.add_provider(identity);
-    conversation(&mut agentrail).await;
-    let sent = agentrail.prepare().await.unwrap().messages;
-    let texts: Vec<String> = sent.iter().map(Message::text).collect();
     assert_eq!(
-        texts,
+        texts_sent_after_conversation(&mut agentrail).await,
         [
             "You are a careful agent.",
             "Tenant: acme / User: ana",
@@ -114,11 +118,8 @@ async fn transforms_rewrite_what_is_sent_before_the_providers_run() {
         assert!(history.iter().all(|m| !m.text().contains("SECRET")));
         vec![Message::user("Date: 2026-01-05")]
     });
-    conversation(&mut context).await;
-    let sent = context.prepare().await.unwrap().messages;
-    let texts: Vec<String> = sent.iter().map(Message::text).collect();
     assert_eq!(
-        texts,
+        texts_sent_after_conversation(&mut context).await,
         [
             "You are a careful agent.",
             "Date: 2026-01-05",

@@ -226,29 +226,31 @@ async fn cowagent_recovery_keeps_five_turns_when_they_fit_and_clears_only_when_t
         };
         let mut context = in_memory(settings, "cow");
         for turn in 0..turns {
-            context
-                .ingest(Message::user(format!(
-                    "question {turn}: {}",
-                    output(turn, 450)
-                )))
-                .await
-                .unwrap();
-            context
-                .ingest(Message::assistant(format!(
-                    "answer {turn}: {}",
-                    output(turn, 450)
-                )))
-                .await
-                .unwrap();
+            let output = output(turn, 450);
+            for message in [
+                Message::user(format!("question {turn}: {output}")),
+                Message::assistant(format!("answer {turn}: {output}")),
+            ] {
+                context.ingest(message).await.unwrap();
+            }
         }
         context
     }
-    let questions = |messages: &[Message]| {
-        messages
-            .iter()
-            .filter(|m| m.text().starts_with("question "))
-            .count()
-    };
+    // The recovered request fits `limit` and holds the newest `turns` turns.
+    let assert_recovered =
+        |recovered: &ctxkeeper::Prepared, limit: u64, turns: usize, why: &str| {
+            assert!(
+                recovered.input_tokens <= limit,
+                "{}",
+                recovered.input_tokens
+            );
+            let questions = recovered
+                .messages
+                .iter()
+                .filter(|m| m.text().starts_with("question "))
+                .count();
+            assert_eq!(questions, turns, "{why}");
+        };
 
     // Five turns (about 4k tokens) fit a 7k limit: kept, not cleared to one.
     let mut context = session(12, 100_000).await;
@@ -257,16 +259,7 @@ async fn cowagent_recovery_keeps_five_turns_when_they_fit_and_clears_only_when_t
         .handle_overflow(1, failed, Some(7_000))
         .await
         .unwrap();
-    assert!(
-        recovered.input_tokens <= 7_000,
-        "{}",
-        recovered.input_tokens
-    );
-    assert_eq!(
-        questions(&recovered.messages),
-        5,
-        "the newest five turns stay"
-    );
+    assert_recovered(&recovered, 7_000, 5, "the newest five turns stay");
 
     // In a 3k window five turns cannot fit: the clear runs in the same attempt, instead of
     // sending a request known to fail.
@@ -275,14 +268,5 @@ async fn cowagent_recovery_keeps_five_turns_when_they_fit_and_clears_only_when_t
         .handle_overflow(1, failed, Some(3_000))
         .await
         .unwrap();
-    assert!(
-        recovered.input_tokens <= 3_000,
-        "{}",
-        recovered.input_tokens
-    );
-    assert_eq!(
-        questions(&recovered.messages),
-        1,
-        "only the newest turn is left"
-    );
+    assert_recovered(&recovered, 3_000, 1, "only the newest turn is left");
 }

@@ -107,17 +107,18 @@ fn one_config_file_serves_replay_and_serve() {
             format!("[gateway]\nlisten = \"127.0.0.1:9912\"\n[policy]\n{policy}\n"),
         )
         .expect("write config");
-        json_of(&run(&[
-            "replay",
-            trace,
-            "--policy",
-            "default",
-            "--window",
-            "16000",
-            "--json",
-            "--config",
-            file.to_str().expect("utf-8 path"),
-        ]))
+        json_of(&replay(
+            Path::new(trace),
+            &[
+                "--policy",
+                "default",
+                "--window",
+                "16000",
+                "--json",
+                "--config",
+                file.to_str().expect("utf-8 path"),
+            ],
+        ))
     };
     let usual = replay_with("keep_recent_rounds = 2");
     // The fixed trigger at 90 % of the window, where this session barely compacts.
@@ -131,12 +132,10 @@ fn one_config_file_serves_replay_and_serve() {
     // A typo in [gateway] is still an error for every command.
     let file = tmp.path().join("typo.toml");
     std::fs::write(&file, "[gateway]\nlisen = \"127.0.0.1:1\"\n").expect("write config");
-    let output = run(&[
-        "replay",
-        trace,
-        "--config",
-        file.to_str().expect("utf-8 path"),
-    ]);
+    let output = replay(
+        Path::new(trace),
+        &["--config", file.to_str().expect("utf-8 path")],
+    );
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("lisen"));
 }

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -12,6 +13,16 @@ pub fn bin() -> Command {
 
 pub fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("the binary runs")
+}
+
+/// `ctxkeeper replay TRACE` with the other arguments given.
+pub fn replay(trace: &Path, args: &[&str]) -> Output {
+    bin()
+        .arg("replay")
+        .arg(trace)
+        .args(args)
+        .output()
+        .expect("the binary runs")
 }
 
 /// Fails the test, showing the run's stderr, unless the run succeeded.

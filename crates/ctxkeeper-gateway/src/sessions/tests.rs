@@ -4,6 +4,15 @@ use ctxkeeper_core::engine::presets;
 use ctxkeeper_store::{AgentState, HistoryPage};
 
 async fn sessions(store: Arc<dyn SessionStore>, dir: &std::path::Path) -> Sessions {
+    sessions_with(store, dir, Profiles::builtin()).await
+}
+
+/// Sessions under the default policy, with their archive in `dir`.
+async fn sessions_with(
+    store: Arc<dyn SessionStore>,
+    dir: &std::path::Path,
+    profiles: Profiles,
+) -> Sessions {
     let archive = ctxkeeper_store::open_archive(dir.to_str().unwrap())
         .await
         .unwrap();
@@ -11,9 +20,94 @@ async fn sessions(store: Arc<dyn SessionStore>, dir: &std::path::Path) -> Sessio
         store,
         archive,
         presets::preset("default").unwrap(),
-        Profiles::builtin(),
+        profiles,
         16,
     )
+}
+
+/// A memory store, sessions over it with the archive in a temporary directory that lives as
+/// long as the returned one, and the key of session `id`.
+async fn memory_session(
+    id: &str,
+) -> (
+    tempfile::TempDir,
+    Arc<dyn SessionStore>,
+    Sessions,
+    SessionKey,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+    let sessions = sessions(store.clone(), dir.path()).await;
+    (dir, store, sessions, SessionKey::simple(id).unwrap())
+}
+
+/// The names of the events that arrive on `events` until none comes for 200 ms.
+async fn event_names(events: &mut Subscription) -> Vec<String> {
+    let mut names = Vec::new();
+    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
+        names.push(event.name);
+    }
+    names
+}
+
+/// `conversation(2)` with its task reworded, and the session such an early edit forks into
+/// from session "s".
+fn early_edit() -> (Incoming, SessionKey) {
+    let mut edited = conversation(2);
+    edited[1] = Message::user("a different task");
+    let edited = incoming(edited);
+    let fork = SessionKey::simple(identity::fork_session("s", &edited.hashes[..2])).unwrap();
+    (edited, fork)
+}
+
+/// Implements `SessionStore` for a test store that stands in front of a real one (its field
+/// `inner`): the methods given are its own, loads, listings, removals and searches pass
+/// straight through.
+macro_rules! store_in_front {
+    ($store:ty, $backend:literal, { $($own:tt)* }) => {
+        #[async_trait::async_trait]
+        impl SessionStore for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+            async fn load(
+                &self,
+                key: &SessionKey,
+            ) -> Result<Option<ctxkeeper_store::Versioned>, StoreError> {
+                self.inner.load(key).await
+            }
+            $($own)*
+            async fn list(
+                &self,
+                filter: &ctxkeeper_store::SessionFilter,
+            ) -> Result<Vec<ctxkeeper_store::SessionInfo>, StoreError> {
+                self.inner.list(filter).await
+            }
+            async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
+                self.inner.delete(key).await
+            }
+            async fn history(
+                &self,
+                key: &SessionKey,
+                page: HistoryPage,
+            ) -> Result<Vec<ctxkeeper_store::LogEntry>, StoreError> {
+                self.inner.history(key, page).await
+            }
+            async fn search(
+                &self,
+                query: &ctxkeeper_store::SearchQuery,
+            ) -> Result<Vec<ctxkeeper_store::SearchHit>, StoreError> {
+                self.inner.search(query).await
+            }
+            async fn purge_before(
+                &self,
+                tenant: Option<&str>,
+                cutoff_ms: i64,
+            ) -> Result<u64, StoreError> {
+                self.inner.purge_before(tenant, cutoff_ms).await
+            }
+        }
+    };
 }
 
 fn conversation(rounds: usize) -> Vec<Message> {
@@ -28,13 +122,9 @@ fn conversation(rounds: usize) -> Vec<Message> {
 
 #[tokio::test]
 async fn only_new_messages_reach_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store.clone(), dir.path()).await;
-    let key = SessionKey::simple("s").unwrap();
+    let (_dir, store, sessions, key) = memory_session("s").await;
     for rounds in [1, 2, 3] {
-        let incoming = Incoming::new(Some("gpt-4o".into()), conversation(rounds), &[]);
-        let step = sessions.step(&key, &incoming, &[]).await.unwrap();
+        let step = sessions.step(&key, &step_of(rounds), &[]).await.unwrap();
         assert!(step.verbatim && !step.diverged);
     }
     let log = store
@@ -51,17 +141,7 @@ struct Recording {
     writes: std::sync::Mutex<Vec<(ctxkeeper_store::ContextWrite, usize, usize)>>,
 }
 
-#[async_trait::async_trait]
-impl SessionStore for Recording {
-    fn backend(&self) -> &'static str {
-        "recording"
-    }
-    async fn load(
-        &self,
-        key: &SessionKey,
-    ) -> Result<Option<ctxkeeper_store::Versioned>, StoreError> {
-        self.inner.load(key).await
-    }
+store_in_front!(Recording, "recording", {
     async fn save(
         &self,
         key: &SessionKey,
@@ -95,32 +175,7 @@ impl SessionStore for Recording {
         ));
         self.inner.commit(key, commit).await
     }
-    async fn list(
-        &self,
-        filter: &ctxkeeper_store::SessionFilter,
-    ) -> Result<Vec<ctxkeeper_store::SessionInfo>, StoreError> {
-        self.inner.list(filter).await
-    }
-    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn history(
-        &self,
-        key: &SessionKey,
-        page: HistoryPage,
-    ) -> Result<Vec<ctxkeeper_store::LogEntry>, StoreError> {
-        self.inner.history(key, page).await
-    }
-    async fn search(
-        &self,
-        query: &ctxkeeper_store::SearchQuery,
-    ) -> Result<Vec<ctxkeeper_store::SearchHit>, StoreError> {
-        self.inner.search(query).await
-    }
-    async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
-        self.inner.purge_before(tenant, cutoff_ms).await
-    }
-}
+});
 
 #[tokio::test]
 async fn a_step_that_only_appended_saves_only_what_it_appended() {
@@ -136,13 +191,15 @@ async fn a_step_that_only_appended_saves_only_what_it_appended() {
     let sessions = sessions(recording.clone(), dir.path()).await;
     let key = SessionKey::simple("s").expect("a key");
     for rounds in [1, 2, 3] {
-        let incoming = Incoming::new(Some("gpt-4o".into()), conversation(rounds), &[]);
-        sessions.step(&key, &incoming, &[]).await.expect("a step");
+        sessions
+            .step(&key, &step_of(rounds), &[])
+            .await
+            .expect("a step");
     }
     // A second gateway loads the session and goes on from the stored generation.
     let dir2 = tempfile::tempdir().expect("a temporary directory");
     let second = self::sessions(recording.clone(), dir2.path()).await;
-    let incoming = Incoming::new(Some("gpt-4o".into()), conversation(4), &[]);
+    let incoming = step_of(4);
     second.step(&key, &incoming, &[]).await.expect("a step");
     let writes = recording.writes.lock().expect("not poisoned").clone();
     assert_eq!(writes.len(), 4, "{writes:?}");
@@ -175,12 +232,8 @@ async fn a_step_that_only_appended_saves_only_what_it_appended() {
 
 #[tokio::test]
 async fn reading_stats_keeps_a_warm_session_calibrated() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store, dir.path()).await;
-    let key = SessionKey::simple("s").unwrap();
-    let incoming = Incoming::new(Some("gpt-4o".into()), conversation(3), &[]);
-    sessions.step(&key, &incoming, &[]).await.unwrap();
+    let (_dir, _store, sessions, key) = memory_session("s").await;
+    sessions.step(&key, &step_of(3), &[]).await.unwrap();
     // The provider's count, far from any estimate of these few messages.
     sessions.observe_usage(&key, 54_321).await;
     for _ in 0..2 {
@@ -194,7 +247,7 @@ async fn reading_stats_keeps_a_warm_session_calibrated() {
     let other = sessions.store().clone();
     let dir2 = tempfile::tempdir().unwrap();
     let second = self::sessions(other, dir2.path()).await;
-    let longer = Incoming::new(Some("gpt-4o".into()), conversation(4), &[]);
+    let longer = step_of(4);
     second.step(&key, &longer, &[]).await.unwrap();
     let stats = sessions.stats(&key).await.unwrap().unwrap();
     assert_eq!(stats.client_messages, conversation(4).len());
@@ -203,12 +256,8 @@ async fn reading_stats_keeps_a_warm_session_calibrated() {
 
 #[tokio::test]
 async fn idle_warm_sessions_are_evicted_by_time_and_reload_from_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store, dir.path())
-        .await
-        .with_idle_ttl(Duration::from_millis(30));
-    let key = SessionKey::simple("idle").unwrap();
+    let (_dir, _store, sessions, key) = memory_session("idle").await;
+    let sessions = sessions.with_idle_ttl(Duration::from_millis(30));
     sessions.step(&key, &step_of(1), &[]).await.unwrap();
     assert_eq!(sessions.warm_sessions(), 1);
     assert_eq!(sessions.evict_idle(), 0, "not idle yet");
@@ -224,12 +273,8 @@ async fn idle_warm_sessions_are_evicted_by_time_and_reload_from_the_store() {
 
 #[tokio::test]
 async fn an_uncommitted_step_is_never_evicted_and_an_abandoned_one_is_forgotten() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store.clone(), dir.path())
-        .await
-        .with_idle_ttl(Duration::ZERO);
-    let key = SessionKey::simple("held").unwrap();
+    let (_dir, store, sessions, key) = memory_session("held").await;
+    let sessions = sessions.with_idle_ttl(Duration::ZERO);
     let step = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
     assert_eq!(
         sessions.evict_idle(),
@@ -240,30 +285,18 @@ async fn an_uncommitted_step_is_never_evicted_and_an_abandoned_one_is_forgotten(
     assert!(store.load(&key).await.unwrap().is_none(), "nothing stored");
     assert!(log_of(&store, &key).await.is_empty(), "nothing logged");
     let step = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
-    sessions
-        .commit(&key, &step_of(1), &[], step.ticket)
-        .await
-        .unwrap();
+    commit(&sessions, &key, 1, step.ticket).await;
     assert_eq!(log_of(&store, &key).await.len(), step_of(1).messages.len());
 }
 
 #[tokio::test]
 async fn a_superseded_step_commits_nothing_and_the_newer_one_logs_both() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store.clone(), dir.path()).await;
-    let key = SessionKey::simple("overlap").unwrap();
+    let (_dir, store, sessions, key) = memory_session("overlap").await;
     let first = sessions.begin(&key, &step_of(1), &[]).await.unwrap();
     let second = sessions.begin(&key, &step_of(2), &[]).await.unwrap();
-    sessions
-        .commit(&key, &step_of(1), &[], first.ticket)
-        .await
-        .unwrap();
+    commit(&sessions, &key, 1, first.ticket).await;
     assert!(log_of(&store, &key).await.is_empty());
-    sessions
-        .commit(&key, &step_of(2), &[], second.ticket)
-        .await
-        .unwrap();
+    commit(&sessions, &key, 2, second.ticket).await;
     assert_eq!(log_of(&store, &key).await.len(), step_of(2).messages.len());
 }
 
@@ -271,16 +304,9 @@ async fn a_superseded_step_commits_nothing_and_the_newer_one_logs_both() {
 async fn an_early_edit_forks_and_leaves_the_stored_session_alone() {
     // Regression: two conversations that start alike shared one session, and every
     // request of either rewrote it (10,300 log entries for 200 requests).
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store.clone(), dir.path()).await;
-    let key = SessionKey::simple("s").unwrap();
-    let incoming = Incoming::new(Some("gpt-4o".into()), conversation(2), &[]);
-    sessions.step(&key, &incoming, &[]).await.unwrap();
-    let mut edited = conversation(2);
-    edited[1] = Message::user("a different task");
-    let edited = Incoming::new(Some("gpt-4o".into()), edited, &[]);
-    let fork = SessionKey::simple(identity::fork_session("s", &edited.hashes[..2])).unwrap();
+    let (_dir, store, sessions, key) = memory_session("s").await;
+    sessions.step(&key, &step_of(2), &[]).await.unwrap();
+    let (edited, fork) = early_edit();
     let mut events = sessions.subscribe(&fork);
     let step = sessions.step(&key, &edited, &[]).await.unwrap();
     assert_eq!(step.key, fork);
@@ -291,32 +317,18 @@ async fn an_early_edit_forks_and_leaves_the_stored_session_alone() {
         "the parent is untouched"
     );
     assert_eq!(log_of(&store, &fork).await, edited.messages);
-    let mut names = Vec::new();
-    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
-        names.push(event.name);
-    }
+    let names = event_names(&mut events).await;
     assert!(names.iter().any(|n| n == "session_forked"), "{names:?}");
 
     // Both conversations go on, each in its own session, each logged once.
     let mut longer = edited.messages.clone();
     longer.push(Message::assistant("done"));
-    let again = sessions
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), longer, &[]),
-            &[],
-        )
-        .await
-        .unwrap();
+    let again = sessions.step(&key, &incoming(longer), &[]).await.unwrap();
     assert_eq!(again.key, fork, "the same fork again");
     let mut original = conversation(2);
     original.push(Message::assistant("also done"));
     let parent = sessions
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), original.clone(), &[]),
-            &[],
-        )
+        .step(&key, &incoming(original.clone()), &[])
         .await
         .unwrap();
     assert_eq!(parent.key, key);
@@ -333,28 +345,17 @@ async fn an_early_edit_forks_and_leaves_the_stored_session_alone() {
 
 #[tokio::test]
 async fn a_replaced_newest_message_keeps_the_session_and_its_compaction() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-    let sessions = sessions(store.clone(), dir.path()).await;
-    let key = SessionKey::simple("s").unwrap();
+    let (_dir, store, sessions, key) = memory_session("s").await;
     let mut messages = conversation(2);
     messages.push(Message::user("first wording"));
     sessions
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), messages.clone(), &[]),
-            &[],
-        )
+        .step(&key, &incoming(messages.clone()), &[])
         .await
         .unwrap();
     let mut events = sessions.subscribe(&key);
     *messages.last_mut().unwrap() = Message::user("second wording");
     let step = sessions
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), messages.clone(), &[]),
-            &[],
-        )
+        .step(&key, &incoming(messages.clone()), &[])
         .await
         .unwrap();
     assert_eq!(step.key, key);
@@ -372,10 +373,7 @@ async fn a_replaced_newest_message_keeps_the_session_and_its_compaction() {
         messages.len() + 1,
         "both wordings are logged, once each"
     );
-    let mut names = Vec::new();
-    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
-        names.push(event.name);
-    }
+    let names = event_names(&mut events).await;
     assert!(
         names.iter().any(|n| n == "newest_message_replaced"),
         "{names:?}"
@@ -408,6 +406,17 @@ impl Flaky {
         }
     }
 
+    /// A (fake) lost compare-and-swap while `conflicting_saves` says so.
+    fn lose_a_swap(&self, expected: Option<u64>) -> Result<(), StoreError> {
+        if Flaky::take(&self.conflicting_saves) {
+            return Err(StoreError::Conflict {
+                expected,
+                actual: None,
+            });
+        }
+        Ok(())
+    }
+
     fn take(counter: &std::sync::atomic::AtomicUsize) -> bool {
         use std::sync::atomic::Ordering::SeqCst;
         counter
@@ -416,29 +425,14 @@ impl Flaky {
     }
 }
 
-#[async_trait::async_trait]
-impl SessionStore for Flaky {
-    fn backend(&self) -> &'static str {
-        "flaky"
-    }
-    async fn load(
-        &self,
-        key: &SessionKey,
-    ) -> Result<Option<ctxkeeper_store::Versioned>, StoreError> {
-        self.inner.load(key).await
-    }
+store_in_front!(Flaky, "flaky", {
     async fn save(
         &self,
         key: &SessionKey,
         state: &AgentState,
         expected: Option<u64>,
     ) -> Result<u64, StoreError> {
-        if Flaky::take(&self.conflicting_saves) {
-            return Err(StoreError::Conflict {
-                expected,
-                actual: None,
-            });
-        }
+        self.lose_a_swap(expected)?;
         self.inner.save(key, state, expected).await
     }
     async fn append_checked(
@@ -474,42 +468,12 @@ impl SessionStore for Flaky {
             };
             return Ok(ctxkeeper_store::Committed { version, appended });
         }
-        if Flaky::take(&self.conflicting_saves) {
-            return Err(StoreError::Conflict {
-                expected,
-                actual: None,
-            });
-        }
+        self.lose_a_swap(expected)?;
         self.inner
             .save_and_append(key, state, expected, messages)
             .await
     }
-    async fn list(
-        &self,
-        filter: &ctxkeeper_store::SessionFilter,
-    ) -> Result<Vec<ctxkeeper_store::SessionInfo>, StoreError> {
-        self.inner.list(filter).await
-    }
-    async fn delete(&self, key: &SessionKey) -> Result<bool, StoreError> {
-        self.inner.delete(key).await
-    }
-    async fn history(
-        &self,
-        key: &SessionKey,
-        page: HistoryPage,
-    ) -> Result<Vec<ctxkeeper_store::LogEntry>, StoreError> {
-        self.inner.history(key, page).await
-    }
-    async fn search(
-        &self,
-        query: &ctxkeeper_store::SearchQuery,
-    ) -> Result<Vec<ctxkeeper_store::SearchHit>, StoreError> {
-        self.inner.search(query).await
-    }
-    async fn purge_before(&self, tenant: Option<&str>, cutoff_ms: i64) -> Result<u64, StoreError> {
-        self.inner.purge_before(tenant, cutoff_ms).await
-    }
-}
+});
 
 async fn log_of(store: &Arc<dyn SessionStore>, key: &SessionKey) -> Vec<Message> {
     store
@@ -521,8 +485,21 @@ async fn log_of(store: &Arc<dyn SessionStore>, key: &SessionKey) -> Vec<Message>
         .collect()
 }
 
+/// Commits the step begun for `step_of(rounds)` under `ticket`.
+async fn commit(sessions: &Sessions, key: &SessionKey, rounds: usize, ticket: Ticket) {
+    sessions
+        .commit(key, &step_of(rounds), &[], ticket)
+        .await
+        .unwrap();
+}
+
 fn step_of(rounds: usize) -> Incoming {
-    Incoming::new(Some("gpt-4o".into()), conversation(rounds), &[])
+    incoming(conversation(rounds))
+}
+
+/// A request of the client's `messages` to gpt-4o.
+fn incoming(messages: Vec<Message>) -> Incoming {
+    Incoming::new(Some("gpt-4o".into()), messages, &[])
 }
 
 #[tokio::test]
@@ -561,20 +538,14 @@ async fn a_step_that_lost_its_swap_announces_only_what_it_committed() {
     let sessions = sessions(flaky.clone(), dir.path()).await;
     let key = SessionKey::simple("s").unwrap();
     sessions.step(&key, &step_of(2), &[]).await.unwrap();
-    let mut edited = conversation(2);
-    edited[1] = Message::user("a different task");
-    let edited = Incoming::new(Some("gpt-4o".into()), edited, &[]);
-    let fork = SessionKey::simple(identity::fork_session("s", &edited.hashes[..2])).unwrap();
+    let (edited, fork) = early_edit();
     let mut events = sessions.subscribe(&fork);
     flaky
         .conflicting_saves
         .store(1, std::sync::atomic::Ordering::SeqCst);
     let step = sessions.step(&key, &edited, &[]).await.unwrap();
     assert_eq!(step.key, fork);
-    let mut names = Vec::new();
-    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
-        names.push(event.name);
-    }
+    let names = event_names(&mut events).await;
     assert_eq!(
         names.iter().filter(|n| *n == "session_forked").count(),
         1,
@@ -596,32 +567,11 @@ async fn a_second_process_continues_from_the_store() {
     let first = sessions(store.clone(), dir.path()).await;
     let second = sessions(store.clone(), dir.path()).await;
     let key = SessionKey::simple("s").unwrap();
-    first
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), conversation(1), &[]),
-            &[],
-        )
-        .await
-        .unwrap();
-    let step = second
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), conversation(2), &[]),
-            &[],
-        )
-        .await
-        .unwrap();
+    first.step(&key, &step_of(1), &[]).await.unwrap();
+    let step = second.step(&key, &step_of(2), &[]).await.unwrap();
     assert!(!step.diverged, "the stored prefix was recognised");
     // The first process's cache is stale now: its save conflicts, it reloads, no loss.
-    first
-        .step(
-            &key,
-            &Incoming::new(Some("gpt-4o".into()), conversation(3), &[]),
-            &[],
-        )
-        .await
-        .unwrap();
+    first.step(&key, &step_of(3), &[]).await.unwrap();
     let log = store
         .history(&key, ctxkeeper_store::HistoryPage::last(100))
         .await
@@ -640,25 +590,13 @@ async fn a_host_that_forwards_verbatim_steps_itself_gets_the_context_only_when_i
         "#,
     )
     .unwrap();
-    let open = |dir: std::path::PathBuf| {
-        let profiles = profiles.clone();
-        async move {
-            let store = ctxkeeper_store::open_store("memory://").await.unwrap();
-            let archive = ctxkeeper_store::open_archive(dir.to_str().unwrap())
-                .await
-                .unwrap();
-            Sessions::new(
-                store,
-                archive,
-                presets::preset("default").unwrap(),
-                profiles,
-                16,
-            )
-        }
+    let open = async |dir: &std::path::Path| {
+        let store = ctxkeeper_store::open_store("memory://").await.unwrap();
+        sessions_with(store, dir, profiles.clone()).await
     };
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let forwarding = open(a.path().to_path_buf()).await;
-    let copying = open(b.path().to_path_buf()).await;
+    let forwarding = open(a.path()).await;
+    let copying = open(b.path()).await;
     let key = SessionKey::simple("s").unwrap();
     let (mut verbatim, mut rewritten) = (0, 0);
     for rounds in 1..=40 {

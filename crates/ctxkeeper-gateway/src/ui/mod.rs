@@ -741,36 +741,24 @@ fn read_only() -> Response {
 
 /// The process-wide counters the totals page shows, named as `/metrics` exports them.
 pub(crate) fn metrics_figures(metrics: &Metrics) -> Vec<(&'static str, u64)> {
-    vec![
-        (
-            "ctxkeeper_compactions_total",
-            Metrics::get(&metrics.compactions),
-        ),
-        (
-            "ctxkeeper_tokens_saved_total",
-            Metrics::get(&metrics.tokens_saved),
-        ),
+    [
+        ("ctxkeeper_compactions_total", &metrics.compactions),
+        ("ctxkeeper_tokens_saved_total", &metrics.tokens_saved),
         (
             "ctxkeeper_overflow_recoveries_total",
-            Metrics::get(&metrics.overflow_recoveries),
+            &metrics.overflow_recoveries,
         ),
         (
             "ctxkeeper_recoveries_refused_total",
-            Metrics::get(&metrics.recoveries_refused),
+            &metrics.recoveries_refused,
         ),
-        (
-            "ctxkeeper_steps_abandoned_total",
-            Metrics::get(&metrics.steps_abandoned),
-        ),
-        (
-            "ctxkeeper_session_forks_total",
-            Metrics::get(&metrics.session_forks),
-        ),
-        (
-            "ctxkeeper_warm_sessions",
-            Metrics::get(&metrics.warm_sessions),
-        ),
+        ("ctxkeeper_steps_abandoned_total", &metrics.steps_abandoned),
+        ("ctxkeeper_session_forks_total", &metrics.session_forks),
+        ("ctxkeeper_warm_sessions", &metrics.warm_sessions),
     ]
+    .into_iter()
+    .map(|(name, counter)| (name, Metrics::get(counter)))
+    .collect()
 }
 
 impl Console {

@@ -4,21 +4,19 @@ const PROMPT: &str = "You are performing a CONTEXT CHECKPOINT COMPACTION. Create
 const SUMMARY: &str = "Another language model started to solve this problem and produced a summary of its thinking process. Here is the summary produced by the other language model:\nThe parser fix in src/parse.rs is half done; the tests are untouched.";
 const TASK: &str = "Fix the parser in src/parse.rs. Never touch the files under tests/.";
 
-async fn small_window_sessions(store: Arc<dyn SessionStore>, dir: &std::path::Path) -> Sessions {
-    let archive = ctxkeeper_store::open_archive(dir.to_str().expect("utf-8"))
+/// A memory store and sessions over it whose model's window is small, with the archive in a
+/// temporary directory that lives as long as the returned one.
+async fn small_window_sessions() -> (tempfile::TempDir, Arc<dyn SessionStore>, Sessions) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = ctxkeeper_store::open_store("memory://")
         .await
-        .expect("archive");
+        .expect("store");
     let profiles = Profiles::from_toml_str(
         "[models.\"codex-small\"]\ncontext_window = 4000\ntokenizer = \"o200k_base\"\n",
     )
     .expect("profiles");
-    Sessions::new(
-        store,
-        archive,
-        presets::preset("default").expect("preset"),
-        profiles,
-        16,
-    )
+    let sessions = sessions_with(store.clone(), dir.path(), profiles).await;
+    (dir, store, sessions)
 }
 
 fn opening() -> Vec<Message> {
@@ -48,17 +46,25 @@ fn incoming(messages: &[Message]) -> Incoming {
     Incoming::new(Some("codex-small".into()), messages.to_vec(), &[])
 }
 
+/// The capsule of the session's warm context.
+async fn capsule(
+    sessions: &Sessions,
+    key: &SessionKey,
+) -> Option<ctxkeeper_core::capsule::Capsule> {
+    let cell = sessions.slot(key);
+    let slot = cell.lock().await;
+    slot.state_ref()
+        .and_then(ctxkeeper_core::engine::ContextState::capsule)
+        .cloned()
+}
+
 fn counter(value: &std::sync::atomic::AtomicU64) -> u64 {
     value.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 #[tokio::test]
 async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = ctxkeeper_store::open_store("memory://")
-        .await
-        .expect("store");
-    let sessions = small_window_sessions(store.clone(), dir.path()).await;
+    let (_dir, store, sessions) = small_window_sessions().await;
     let key = SessionKey::simple("codex-1").expect("key");
     let mut history = opening();
     for end in 1..=8 {
@@ -69,13 +75,7 @@ async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
             .expect("step");
         assert_eq!(step.key, key);
     }
-    let capsule_before = {
-        let cell = sessions.slot(&key);
-        let slot = cell.lock().await;
-        slot.state_ref()
-            .and_then(ctxkeeper_core::engine::ContextState::capsule)
-            .cloned()
-    };
+    let capsule_before = capsule(&sessions, &key).await;
     assert!(
         capsule_before.is_some(),
         "the gateway compacted before the client did"
@@ -113,18 +113,9 @@ async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
         !sent.iter().any(|text| text.contains("CONTEXT CHECKPOINT")),
         "the old history, prompt included, is gone from the context"
     );
-    let capsule_after = {
-        let cell = sessions.slot(&key);
-        let slot = cell.lock().await;
-        slot.state_ref()
-            .and_then(ctxkeeper_core::engine::ContextState::capsule)
-            .cloned()
-    };
+    let capsule_after = capsule(&sessions, &key).await;
     assert_eq!(capsule_after, capsule_before, "the capsule is carried over");
-    let mut names = Vec::new();
-    while let Some(event) = events.next_within(Duration::from_millis(200)).await {
-        names.push(event.name);
-    }
+    let names = event_names(&mut events).await;
     assert!(
         names.iter().any(|n| n == "client_compaction_continued"),
         "{names:?}"
@@ -154,11 +145,7 @@ async fn a_restarted_history_with_the_clients_summary_continues_the_session() {
 
 #[tokio::test]
 async fn the_harness_prompt_and_summary_never_become_the_users_words() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = ctxkeeper_store::open_store("memory://")
-        .await
-        .expect("store");
-    let sessions = small_window_sessions(store, dir.path()).await;
+    let (_dir, _store, sessions) = small_window_sessions().await;
     let key = SessionKey::simple("codex-2").expect("key");
     let mut history = opening();
     history.push(Message::user(PROMPT));
