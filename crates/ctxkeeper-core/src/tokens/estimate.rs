@@ -161,8 +161,13 @@ struct Run {
 }
 
 impl Run {
+    /// Long and mixed enough to be counted per byte ([`DENSE_BYTE`]) instead of by its pieces.
+    fn is_dense(&self) -> bool {
+        self.bytes >= DENSE_MIN_BYTES && self.upper && self.lower && self.digit
+    }
+
     fn flush(&mut self, tally: &mut Tally) {
-        if self.bytes >= DENSE_MIN_BYTES && self.upper && self.lower && self.digit {
+        if self.is_dense() {
             tally.dense_bytes += self.bytes;
         } else {
             tally.word_pieces += self.word_pieces;
@@ -358,22 +363,14 @@ impl Classes {
     }
 }
 
-/// What a base64-like run holds, counted byte by byte (for the rare run long enough to be
-/// counted per byte instead).
-#[derive(Debug, Default)]
-struct RunTally {
-    word_pieces: u64,
-    digit_groups: u64,
-    punctuation: u64,
-    upper: bool,
-    lower: bool,
-    digit: bool,
-}
-
-impl RunTally {
-    /// `run` holds only run bytes, and the byte before it (if any) is not one.
-    fn of(run: &[u8]) -> RunTally {
-        let mut tally = RunTally::default();
+impl Run {
+    /// A whole base64-like run counted byte by byte (for the rare run long enough to be counted
+    /// per byte instead): `run` holds only run bytes, and the byte before it (if any) is not one.
+    fn of(run: &[u8]) -> Run {
+        let mut tally = Run {
+            bytes: run.len() as u64,
+            ..Run::default()
+        };
         let mut digits = 0u64;
         let mut previous = 0u8;
         for &byte in run {
@@ -504,8 +501,8 @@ impl Tally {
         if (run.len() as u64) < DENSE_MIN_BYTES {
             return;
         }
-        let own = RunTally::of(run);
-        if own.upper && own.lower && own.digit {
+        let own = Run::of(run);
+        if own.is_dense() {
             self.word_pieces -= own.word_pieces;
             self.digit_groups -= own.digit_groups;
             self.punctuation -= own.punctuation;
